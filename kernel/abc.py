@@ -1,0 +1,156 @@
+"""The narrow contracts providers implement; the kernel calls them directly on the data path.
+
+Why Protocols and not hooks: a pluggy call costs about a microsecond and cannot be awaited.
+Hooks select and configure providers at assembly time; after that the put and pull pipelines
+call these methods directly, once per batch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Protocol
+
+import trio
+
+from kernel.model import (
+    AppendResult,
+    DispatchRecord,
+    Durability,
+    Message,
+    MessageQueue,
+    QueueEntry,
+    RecoveryReport,
+    Replication,
+    Watermarks,
+)
+from kernel.sync import Watermark
+
+
+class LogPositions(Protocol):
+    """Waitable positions of the commit log, shared with flush policies and dispatch."""
+
+    wrote: Watermark
+    """Advanced after every append (bytes visible to readers of the log)."""
+    flushed: Watermark
+    """Advanced only after a successful flush (bytes durable on disk)."""
+
+
+class MessageStore(Protocol):
+    """A commit log plus its queue index, as the kernel needs it.
+
+    Offsets are *physical* (bytes in the commit log) unless named ``queue_offset`` (entries in a
+    consume queue).
+    """
+
+    positions: LogPositions
+
+    async def recover(self, *, clean_shutdown: bool) -> RecoveryReport:
+        """Bring files to a consistent state; called once, before anything else."""
+
+    async def append(self, messages: Sequence[Message]) -> AppendResult:
+        """Append a batch as consecutive records, assigning consecutive queue offsets.
+
+        :raises kernel.errors.StoreNotWritable: when the store refuses writes.
+        """
+
+    async def flush(self, *, least_pages: int = 0) -> int:
+        """Make written bytes durable; return the new flushed position.
+
+        Flushes only if at least ``least_pages`` dirty pages are pending (0 = whatever is
+        pending). The flushed position only moves on success.
+
+        :raises kernel.errors.FlushError: when the OS reports a failure.
+        """
+
+    def watermarks(self) -> Watermarks: ...
+
+    def writable(self) -> tuple[bool, str]:
+        """Whether appends are accepted, and why not."""
+
+    # --- reads ------------------------------------------------------------------------------
+    def lookup(self, topic: str, queue_id: int, queue_offset: int, max_entries: int) -> list[QueueEntry]:
+        """Consume-queue entries from ``queue_offset`` (fewer near the end); in memory, sync."""
+
+    def min_queue_offset(self, topic: str, queue_id: int) -> int: ...
+
+    def max_queue_offset(self, topic: str, queue_id: int) -> int:
+        """One past the last dispatched entry (0 for an unknown queue)."""
+
+    async def read_records(self, entries: Sequence[QueueEntry]) -> list[bytes]:
+        """The stored records for ``entries``, each verified and copied out of the log."""
+
+    async def read_log(self, offset: int, *, end: int, max_bytes: int) -> tuple[list[DispatchRecord], int]:
+        """Decode whole records from ``offset``, none reaching past ``end``, stopping once about
+        ``max_bytes`` were read (at least one record if one fits); return them and the offset
+        after them (past any end-of-file filler). Used by the dispatch loop."""
+
+    def dispatchers(self) -> Sequence[Dispatcher]:
+        """The store's own derived views (consume queues, index), fed by the dispatch loop."""
+
+    def statistics(self) -> Any: ...
+
+
+class Dispatcher(Protocol):
+    """A derived view rebuilt from the commit log by the kernel's dispatch loop."""
+
+    name: str
+
+    def dispatched_offset(self) -> int:
+        """The log offset up to which this view is complete; dispatch resumes from the minimum."""
+
+    def dispatch(self, records: Sequence[DispatchRecord], end_offset: int) -> None:
+        """Apply a batch of records (in log order). Sync and in memory; no I/O waits."""
+
+    async def persist(self) -> None:
+        """Write the view's state durably (called periodically and at shutdown)."""
+
+
+class FlushPolicy(Protocol):
+    """Decides when written bytes are flushed, and what an acknowledgement waits for."""
+
+    name: str
+
+    async def run(self, *, task_status: trio.TaskStatus[Any] = trio.TASK_STATUS_IGNORED) -> None:
+        """The policy's background flushing loop; runs until cancelled."""
+
+    async def wait_durable(self, result: AppendResult, *, wait: bool) -> Durability:
+        """Wait (within the policy's timeout) until ``result`` is as durable as promised.
+
+        ``wait`` is false when every message in the batch has ``WAIT=false``. Never raises for
+        a timeout or flush failure: those are :class:`Durability` values.
+        """
+
+    async def final_flush(self) -> None:
+        """Flush everything; called shielded at shutdown."""
+
+    def statistics(self) -> Any: ...
+
+
+class Replicator(Protocol):
+    """Master/slave replication as a second, independent durability wait."""
+
+    name: str
+
+    async def run(self, *, task_status: trio.TaskStatus[Any] = trio.TASK_STATUS_IGNORED) -> None: ...
+
+    async def wait_replicated(self, result: AppendResult, *, wait: bool) -> Replication: ...
+
+    def statistics(self) -> Any: ...
+
+
+class Service(Protocol):
+    """Anything a plugin runs in the broker's lifecycle."""
+
+    async def run(self, *, task_status: trio.TaskStatus[Any] = trio.TASK_STATUS_IGNORED) -> None: ...
+
+
+class AllocateStrategyFn(Protocol):
+    """``allocate(group, current_id, queues, consumer_ids) -> my queues``; pure and deterministic."""
+
+    def __call__(
+        self,
+        group: str,
+        current_id: str,
+        queues: Sequence[MessageQueue],
+        consumer_ids: Sequence[str],
+    ) -> list[MessageQueue]: ...

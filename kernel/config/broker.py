@@ -1,0 +1,83 @@
+"""The ``[broker]`` table: identity, roles, plugin list, provider choices and broker-wide limits."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import attrs
+
+from kernel.config import fields
+from kernel.model import BrokerRole
+
+DEFAULT_PLUGINS: tuple[str, ...] = (
+    "store_mmap",
+    "flush_async",
+    "flush_sync",
+    "remoting",
+    "namesrv",
+    "allocate",
+    "retry_dlq",
+)
+"""What a broker loads when its config names no plugins (only the installed ones are used;
+``trocket config check`` lists the missing ones)."""
+
+DEFAULT_DELAY_LEVELS = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
+ROLES = ("broker", "namesrv")
+
+
+def _roles(value: object) -> frozenset[str]:
+    if isinstance(value, frozenset):
+        return value
+    if not isinstance(value, list | tuple) or not value or not all(isinstance(v, str) for v in value):
+        raise ValueError(f"expected a non-empty list drawn from {list(ROLES)}, got {value!r}")
+    unknown = sorted(set(value) - set(ROLES))
+    if unknown:
+        raise ValueError(f"unknown role(s) {unknown}; expected some of {list(ROLES)}")
+    return frozenset(value)
+
+
+@attrs.frozen(kw_only=True)
+class BrokerConfig:
+    """Settings of the kernel itself. Plugin settings live in their own tables."""
+
+    roles: frozenset[str] = attrs.field(default=frozenset({"broker"}), converter=_roles)
+    """Which servers this process hosts: ``broker``, ``namesrv`` or both."""
+    plugins: tuple[str, ...] = fields.string_list(DEFAULT_PLUGINS)
+    """Entry-point names or dotted module paths; only these are loaded. Order is irrelevant."""
+    store: str | None = fields.optional_string("mmap")
+    flush: str | None = fields.optional_string("async")
+    replicator: str | None = fields.optional_string(None)
+    cluster_name: str = fields.string("DefaultCluster")
+    broker_name: str = fields.string("broker-a")
+    broker_id: int = fields.integer(0, minimum=0)
+    broker_role: BrokerRole = fields.enum_value(BrokerRole.ASYNC_MASTER, BrokerRole)
+    listen_host: str = fields.string("127.0.0.1")
+    listen_port: int = fields.integer(10911, minimum=0, maximum=65535)
+    namesrv_addr: tuple[str, ...] = fields.string_list(("127.0.0.1:9876",))
+    data_dir: Path = fields.path("data")
+    graceful_timeout: float = fields.duration("10s")
+    max_message_size: int = fields.size("4MiB", minimum=1)
+    default_topic_queue_nums: int = fields.integer(4, minimum=1, maximum=1024)
+    auto_create_topic_enable: bool = fields.boolean(True)
+    message_delay_level: tuple[float, ...] = fields.delay_levels(DEFAULT_DELAY_LEVELS)
+    visible_after_flush: bool = fields.boolean(False)
+    """Dispatch to consume queues only up to the flushed position (RocketMQ 5's fix for 8239)."""
+
+
+@attrs.frozen(kw_only=True)
+class Config:
+    """A loaded configuration file: the validated ``[broker]`` table plus raw plugin tables.
+
+    Plugin tables are validated after the plugins are loaded, because the plugins declare their
+    schemas (``trocket_config_sections``).
+    """
+
+    source: str
+    broker: BrokerConfig
+    sections: dict[str, dict[str, Any]] = attrs.field(factory=dict)
+    notes: tuple[str, ...] = ()
+    """Things the loader wants the operator to know (keys for plugins that are not loaded)."""
+
+    def with_broker(self, **changes: Any) -> Config:
+        return attrs.evolve(self, broker=attrs.evolve(self.broker, **changes))

@@ -1,0 +1,105 @@
+"""Per-broker state handed to hooks and providers: config, plugin configs, hook relay, stash.
+
+There is no module-global state anywhere: two brokers (master and slave, two clusters) in one
+process each have their own context.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
+
+import attrs
+import pluggy
+
+from kernel.config import BrokerConfig, Config
+
+if TYPE_CHECKING:
+    from kernel.abc import MessageStore
+    from kernel.model import GetResult, MessageBatch, PutResult
+
+T = TypeVar("T")
+
+
+@attrs.frozen(eq=False)
+class StashKey(Generic[T]):
+    """A typed key for :class:`Stash` (pytest's idea): plugins keep per-broker state there
+    instead of in module globals."""
+
+    name: str = ""
+
+
+@attrs.define(eq=False)
+class Stash:
+    """Typed per-broker storage for plugins, keyed by :class:`StashKey` identity."""
+
+    _items: dict[StashKey[Any], Any] = attrs.field(factory=dict, init=False)
+
+    def __setitem__(self, key: StashKey[T], value: T) -> None:
+        self._items[key] = value
+
+    def __getitem__(self, key: StashKey[T]) -> T:
+        return self._items[key]  # type: ignore[no-any-return]
+
+    def get(self, key: StashKey[T], default: T) -> T:
+        return self._items.get(key, default)  # type: ignore[no-any-return]
+
+    def setdefault(self, key: StashKey[T], default: T) -> T:
+        return self._items.setdefault(key, default)  # type: ignore[no-any-return]
+
+    def __contains__(self, key: StashKey[Any]) -> bool:
+        return key in self._items
+
+
+@attrs.define(eq=False)
+class BrokerContext:
+    """What every hook and provider of one broker shares."""
+
+    config: Config
+    hook: pluggy.HookRelay
+    plugin_configs: dict[type, Any] = attrs.field(factory=dict)
+    stash: Stash = attrs.field(factory=Stash)
+
+    @property
+    def broker(self) -> BrokerConfig:
+        return self.config.broker
+
+    @property
+    def data_dir(self) -> Path:
+        return self.config.broker.data_dir
+
+    def plugin_config(self, cls: type[T]) -> T:
+        """The validated config object of type ``cls`` (defaults if its table was absent).
+
+        :raises KeyError: if no loaded plugin declared a section of that type.
+        """
+        try:
+            return self.plugin_configs[cls]  # type: ignore[no-any-return]
+        except KeyError:
+            declared = ", ".join(sorted(t.__name__ for t in self.plugin_configs)) or "none"
+            raise KeyError(
+                f"no loaded plugin declares config class {cls.__name__}; declared: {declared}"
+            ) from None
+
+
+class BrokerRuntime(Protocol):
+    """What services see of a running broker (implemented by :class:`kernel.broker.Broker`)."""
+
+    ctx: BrokerContext
+
+    @property
+    def store(self) -> MessageStore: ...
+
+    async def put(self, batch: MessageBatch) -> PutResult: ...
+
+    async def get_messages(
+        self,
+        topic: str,
+        queue_id: int,
+        offset: int,
+        *,
+        max_count: int = 32,
+        max_bytes: int = 4 * 1024 * 1024,
+        tags_codes: Sequence[int] | None = None,
+    ) -> GetResult: ...

@@ -1,0 +1,447 @@
+"""Value types shared by the kernel and every plugin.
+
+Hot-path records (:class:`Message`, :class:`QueueEntry`, :class:`DispatchRecord`) are plain
+``attrs.define`` classes without validators, because the put path creates one per message.
+Results, reports and statistics are ``attrs.frozen``.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+import attrs
+
+if TYPE_CHECKING:
+    from kernel.abc import AllocateStrategyFn, FlushPolicy, MessageStore, Replicator, Service
+    from kernel.context import BrokerContext, BrokerRuntime
+
+# Reserved message property keys (RocketMQ's MessageConst).
+PROPERTY_KEYS = "KEYS"
+PROPERTY_TAGS = "TAGS"
+PROPERTY_WAIT_STORE_MSG_OK = "WAIT"
+PROPERTY_DELAY_TIME_LEVEL = "DELAY"
+PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX = "UNIQ_KEY"
+PROPERTY_REAL_TOPIC = "REAL_TOPIC"
+PROPERTY_REAL_QUEUE_ID = "REAL_QID"
+PROPERTY_RETRY_TOPIC = "RETRY_TOPIC"
+PROPERTY_ORIGIN_MESSAGE_ID = "ORIGIN_MESSAGE_ID"
+PROPERTY_RECONSUME_TIME = "RECONSUME_TIME"
+PROPERTY_MAX_RECONSUME_TIMES = "MAX_RECONSUME_TIMES"
+
+# sysFlag bits (RocketMQ's MessageSysFlag).
+SYSFLAG_COMPRESSED = 0x1
+SYSFLAG_MULTI_TAGS = 0x2
+SYSFLAG_TRANSACTION_PREPARED = 0x4
+SYSFLAG_TRANSACTION_COMMIT = 0x8
+SYSFLAG_TRANSACTION_ROLLBACK = 0xC
+SYSFLAG_BORNHOST_V6 = 0x10
+SYSFLAG_STOREHOST_V6 = 0x20
+
+MAX_PROPERTIES_SIZE = 32767
+"""The stored properties length is a signed short."""
+
+
+def encode_properties(properties: Mapping[str, str]) -> bytes:
+    """Encode properties as ``key\\x01value\\x02`` pairs (RocketMQ's wire and disk form)."""
+    if not properties:
+        return b""
+    return "".join(f"{k}\x01{v}\x02" for k, v in properties.items()).encode()
+
+
+def decode_properties(data: bytes | memoryview) -> dict[str, str]:
+    """Decode ``key\\x01value\\x02`` pairs; empty parts and parts without ``\\x01`` are ignored."""
+    result: dict[str, str] = {}
+    for part in bytes(data).decode("utf-8", "replace").split("\x02"):
+        key, sep, value = part.partition("\x01")
+        if sep:
+            result[key] = value
+    return result
+
+
+def java_string_hash(text: str) -> int:
+    """Java's ``String.hashCode`` as a signed 32-bit int: RocketMQ's tag hash code."""
+    h = 0
+    data = text.encode("utf-16-le")
+    for i in range(0, len(data), 2):
+        h = (31 * h + (data[i] | (data[i + 1] << 8))) & 0xFFFFFFFF
+    return h - (1 << 32) if h >= (1 << 31) else h
+
+
+def tags_code(tags: str | None) -> int:
+    """The consume-queue tag field for a message's ``TAGS`` (0 when it has none)."""
+    return java_string_hash(tags) if tags else 0
+
+
+@attrs.define
+class Message:
+    """One message as the put path sees it, before it is stored.
+
+    Mutable and validator-free on purpose: it is created per message and ``trocket_before_append``
+    implementations may rewrite it (for example a delayed message moved to the schedule topic).
+    ``body`` is stored as given; when ``sys_flag`` has :data:`SYSFLAG_COMPRESSED` it is already
+    compressed by the client.
+    """
+
+    topic: str
+    body: bytes
+    queue_id: int = 0
+    flag: int = 0
+    properties: dict[str, str] = attrs.field(factory=dict)
+    sys_flag: int = 0
+    born_timestamp: int = 0
+    born_host: tuple[str, int] = ("127.0.0.1", 0)
+    reconsume_times: int = 0
+    prepared_transaction_offset: int = 0
+
+    @property
+    def tags(self) -> str | None:
+        return self.properties.get(PROPERTY_TAGS)
+
+    @property
+    def keys(self) -> list[str]:
+        return self.properties.get(PROPERTY_KEYS, "").split()
+
+    @property
+    def unique_key(self) -> str | None:
+        return self.properties.get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX)
+
+    @property
+    def wait_store_ok(self) -> bool:
+        """RocketMQ's ``WAIT`` property: whether the send waits for flush/replication."""
+        return self.properties.get(PROPERTY_WAIT_STORE_MSG_OK, "true") != "false"
+
+    @property
+    def delay_level(self) -> int:
+        try:
+            return int(self.properties.get(PROPERTY_DELAY_TIME_LEVEL, "0"))
+        except ValueError:
+            return 0
+
+
+@attrs.define
+class MessageBatch:
+    """The unit of the put pipeline: one producer request, one or many messages.
+
+    Hooks on the data path run once per batch. ``wait_store_ok`` is false only if every
+    message asked not to wait (``WAIT=false``).
+    """
+
+    messages: list[Message]
+    producer_group: str = ""
+
+    @property
+    def wait_store_ok(self) -> bool:
+        return any(m.wait_store_ok for m in self.messages)
+
+
+class PutStatus(enum.Enum):
+    """RocketMQ's ``PutMessageStatus``: the outcome of one put, as a value."""
+
+    PUT_OK = "PUT_OK"
+    FLUSH_DISK_TIMEOUT = "FLUSH_DISK_TIMEOUT"
+    FLUSH_SLAVE_TIMEOUT = "FLUSH_SLAVE_TIMEOUT"
+    SLAVE_NOT_AVAILABLE = "SLAVE_NOT_AVAILABLE"
+    SERVICE_NOT_AVAILABLE = "SERVICE_NOT_AVAILABLE"
+    CREATE_MAPPED_FILE_FAILED = "CREATE_MAPPED_FILE_FAILED"
+    MESSAGE_ILLEGAL = "MESSAGE_ILLEGAL"
+    PROPERTIES_SIZE_EXCEEDED = "PROPERTIES_SIZE_EXCEEDED"
+    OS_PAGE_CACHE_BUSY = "OS_PAGE_CACHE_BUSY"
+    UNKNOWN_ERROR = "UNKNOWN_ERROR"
+
+    @property
+    def stored(self) -> bool:
+        """Whether the message is in the commit log (possibly not yet durable)."""
+        return self in _STORED_STATUSES
+
+
+_STORED_STATUSES = frozenset(
+    {
+        PutStatus.PUT_OK,
+        PutStatus.FLUSH_DISK_TIMEOUT,
+        PutStatus.FLUSH_SLAVE_TIMEOUT,
+        PutStatus.SLAVE_NOT_AVAILABLE,
+    }
+)
+
+
+class Durability(enum.Enum):
+    """What a flush policy's wait found."""
+
+    FLUSHED = "FLUSHED"
+    """The bytes were fsynced before the wait returned."""
+    IN_PAGE_CACHE = "IN_PAGE_CACHE"
+    """Not waited for: the bytes are in the page cache and will be flushed by policy."""
+    TIMEOUT = "TIMEOUT"
+    """The flush did not complete within the policy's timeout."""
+    FAILED = "FAILED"
+    """The flush failed (I/O error); the store stopped accepting writes."""
+
+
+class Replication(enum.Enum):
+    """What a replicator's wait found."""
+
+    NOT_REQUIRED = "NOT_REQUIRED"
+    REPLICATED = "REPLICATED"
+    TIMEOUT = "TIMEOUT"
+    NO_REPLICA = "NO_REPLICA"
+
+
+class BrokerRole(enum.Enum):
+    """RocketMQ's ``brokerRole``."""
+
+    ASYNC_MASTER = "ASYNC_MASTER"
+    SYNC_MASTER = "SYNC_MASTER"
+    SLAVE = "SLAVE"
+
+
+class Phase(enum.IntEnum):
+    """Lifecycle phases, outermost first; a phase's services start after the ones before it
+    and stop after the ones after it."""
+
+    DURABILITY = 1
+    DERIVED = 2
+    SCHEDULING = 3
+    EXPORT = 4
+    INGRESS = 5
+
+
+@attrs.define
+class AppendResult:
+    """Where a batch landed in the commit log.
+
+    Lists are parallel, one element per message. ``end_offset`` is the log position just past
+    the last record: the target of flush and replication waits.
+    """
+
+    physical_offsets: list[int]
+    sizes: list[int]
+    queue_offsets: list[int]
+    store_timestamp: int
+    end_offset: int
+    msg_ids: list[str] = attrs.field(factory=list)
+
+    @property
+    def first_offset(self) -> int:
+        return self.physical_offsets[0]
+
+    @property
+    def wrote_bytes(self) -> int:
+        return sum(self.sizes)
+
+
+@attrs.frozen
+class PutResult:
+    """The outcome of the put pipeline for one batch."""
+
+    status: PutStatus
+    append: AppendResult | None = None
+    remark: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.status is PutStatus.PUT_OK
+
+
+@attrs.frozen
+class Rejection:
+    """Returned by ``trocket_before_append`` to refuse a batch."""
+
+    status: PutStatus = PutStatus.MESSAGE_ILLEGAL
+    remark: str = ""
+
+
+class GetStatus(enum.Enum):
+    """RocketMQ's ``GetMessageStatus``."""
+
+    FOUND = "FOUND"
+    NO_MATCHED_MESSAGE = "NO_MATCHED_MESSAGE"
+    MESSAGE_WAS_REMOVING = "MESSAGE_WAS_REMOVING"
+    OFFSET_FOUND_NULL = "OFFSET_FOUND_NULL"
+    OFFSET_OVERFLOW_BADLY = "OFFSET_OVERFLOW_BADLY"
+    OFFSET_OVERFLOW_ONE = "OFFSET_OVERFLOW_ONE"
+    OFFSET_TOO_SMALL = "OFFSET_TOO_SMALL"
+    NO_MATCHED_LOGIC_QUEUE = "NO_MATCHED_LOGIC_QUEUE"
+    NO_MESSAGE_IN_QUEUE = "NO_MESSAGE_IN_QUEUE"
+
+
+@attrs.define
+class QueueEntry:
+    """One consume-queue entry: where queue offset *n* of a (topic, queue) lives in the log."""
+
+    queue_offset: int
+    physical_offset: int
+    size: int
+    tags_code: int
+
+
+@attrs.frozen
+class GetResult:
+    """The outcome of one pull: stored records as they are on disk, plus offsets.
+
+    ``records`` are complete stored units (RocketMQ v1 layout), so a network layer can send
+    ``b"".join(records)`` as a PULL_MESSAGE body without re-encoding.
+    """
+
+    status: GetStatus
+    records: list[bytes]
+    next_begin_offset: int
+    min_offset: int
+    max_offset: int
+    queue_offsets: list[int] = attrs.field(factory=list)
+
+    @property
+    def total_size(self) -> int:
+        return sum(len(r) for r in self.records)
+
+
+@attrs.define
+class DispatchRecord:
+    """What derived views learn about one stored record, decoded once per dispatch batch."""
+
+    topic: str
+    queue_id: int
+    queue_offset: int
+    physical_offset: int
+    size: int
+    tags_code: int
+    store_timestamp: int
+    sys_flag: int
+    keys: str
+    unique_key: str | None
+    properties: dict[str, str]
+    prepared_transaction_offset: int = 0
+
+
+@attrs.frozen
+class RecoveryReport:
+    """What recovery found and did; logged, shown by the CLI, given to ``trocket_store_recovered``."""
+
+    clean_shutdown: bool
+    log_min_offset: int
+    log_max_offset: int
+    records_scanned: int = 0
+    truncated_bytes: int = 0
+    redispatch_from: int = 0
+    notes: tuple[str, ...] = ()
+
+
+@attrs.frozen
+class Watermarks:
+    """The commit log's positions: ``flushed <= committed <= wrote``."""
+
+    min_offset: int
+    wrote: int
+    committed: int
+    flushed: int
+
+
+@attrs.frozen
+class MessageQueue:
+    """A (topic, broker, queue) triple, as clients and allocation strategies see queues."""
+
+    topic: str
+    broker_name: str
+    queue_id: int
+
+
+class RedeliveryAction(enum.Enum):
+    RETRY = "RETRY"
+    DEAD_LETTER = "DEAD_LETTER"
+
+
+@attrs.frozen
+class Redelivery:
+    """The decision for a message a consumer sent back."""
+
+    action: RedeliveryAction
+    delay_level: int = 0
+
+    @classmethod
+    def retry(cls, delay_level: int) -> Redelivery:
+        return cls(RedeliveryAction.RETRY, delay_level)
+
+    @classmethod
+    def dead_letter(cls) -> Redelivery:
+        return cls(RedeliveryAction.DEAD_LETTER)
+
+
+@attrs.frozen
+class ConfigSection:
+    """A plugin's configuration table: ``[name]`` in TOML, validated into ``type``."""
+
+    name: str
+    type: type
+
+
+# --- Providers: what the registration hooks return -------------------------------------------
+
+
+@attrs.frozen
+class StoreProvider:
+    """A message store implementation, chosen by ``[broker] store = name``.
+
+    ``open`` is an async context manager factory: ``async with provider.open(ctx) as store``.
+    """
+
+    name: str
+    open: Callable[[BrokerContext], Any]
+    description: str = ""
+
+
+@attrs.frozen
+class FlushPolicyProvider:
+    """A flush policy, chosen by ``[broker] flush = name``."""
+
+    name: str
+    make: Callable[[BrokerContext, MessageStore], FlushPolicy]
+    description: str = ""
+    settings: Callable[[BrokerContext], Mapping[str, object]] | None = None
+    """Optional: the effective settings, shown by ``trocket plugins``."""
+
+
+@attrs.frozen
+class ReplicatorProvider:
+    """A replication role implementation, chosen by ``[broker] replicator = name``."""
+
+    name: str
+    make: Callable[[BrokerContext, MessageStore], Replicator]
+    description: str = ""
+
+
+@attrs.frozen
+class AllocateStrategy:
+    """A consumer queue-allocation strategy: a pure function selected by name."""
+
+    name: str
+    allocate: AllocateStrategyFn
+    description: str = ""
+
+
+@attrs.frozen
+class ServiceSpec:
+    """A long-running task a plugin contributes, started in ``phase``.
+
+    ``make(runtime)`` returns an object with ``async run(*, task_status)``; it may also have
+    ``async drain()``, awaited (with the graceful deadline) before the phase is cancelled.
+    ``roles`` limits the service to processes hosting those roles (``"broker"``, ``"namesrv"``).
+    """
+
+    name: str
+    phase: Phase
+    make: Callable[[BrokerRuntime], Service]
+    roles: frozenset[str] = frozenset({"broker"})
+
+
+def flatten(results: Iterable[Iterable[Any] | None]) -> list[Any]:
+    """Flatten the per-plugin lists a ``register_*`` hook returns (``None`` entries skipped)."""
+    out: list[Any] = []
+    for result in results:
+        if result is not None:
+            out.extend(result)
+    return out
+
+
+def as_sequence(value: Sequence[Any] | None) -> Sequence[Any]:
+    return () if value is None else value

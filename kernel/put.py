@@ -1,0 +1,141 @@
+"""The put pipeline: before-append hook, append, flush and replica waits, after-put hook.
+
+Per batch: one pluggy call before and one after, one store append, and the two durability
+waits. With no replicator (a standalone broker) the flush wait is awaited directly, saving a
+nursery per put.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import attrs
+import trio
+
+from kernel.abc import FlushPolicy, MessageStore, Replicator
+from kernel.context import BrokerContext
+from kernel.errors import StoreNotWritable
+from kernel.model import (
+    MAX_PROPERTIES_SIZE,
+    AppendResult,
+    Durability,
+    MessageBatch,
+    PutResult,
+    PutStatus,
+    Rejection,
+    Replication,
+    encode_properties,
+)
+
+log = logging.getLogger(__name__)
+
+MAX_TOPIC_BYTES = 127
+
+
+@attrs.frozen
+class PutStatistics:
+    """Counters of the put pipeline since start."""
+
+    batches: int
+    """Batches that reached the pipeline."""
+    messages: int
+    """Messages appended to the log."""
+    by_status: dict[str, int]
+    """Batches per final :class:`PutStatus` name."""
+
+
+def combine(durability: Durability, replication: Replication) -> tuple[PutStatus, str]:
+    """Join the two durability waits into RocketMQ's status (a replica failure wins, as in
+    RocketMQ's ``handleDiskFlushAndHA``)."""
+    status, remark = PutStatus.PUT_OK, ""
+    if durability is Durability.TIMEOUT:
+        status, remark = PutStatus.FLUSH_DISK_TIMEOUT, "flush did not complete in time"
+    elif durability is Durability.FAILED:
+        status, remark = PutStatus.FLUSH_DISK_TIMEOUT, "flush failed; the store is read-only"
+    if replication is Replication.TIMEOUT:
+        status, remark = PutStatus.FLUSH_SLAVE_TIMEOUT, "slave did not acknowledge in time"
+    elif replication is Replication.NO_REPLICA:
+        status, remark = PutStatus.SLAVE_NOT_AVAILABLE, "no slave is connected"
+    return status, remark
+
+
+def validate(batch: MessageBatch, max_message_size: int) -> Rejection | None:
+    """Broker-wide limits (RocketMQ's ``checkMessage``): body size, topic and properties."""
+    if not batch.messages:
+        return Rejection(PutStatus.MESSAGE_ILLEGAL, "empty batch")
+    for message in batch.messages:
+        if len(message.body) > max_message_size:
+            return Rejection(
+                PutStatus.MESSAGE_ILLEGAL,
+                f"message body is {len(message.body)} bytes; maxMessageSize is {max_message_size}",
+            )
+        if not message.topic or len(message.topic.encode()) > MAX_TOPIC_BYTES:
+            return Rejection(PutStatus.MESSAGE_ILLEGAL, f"topic {message.topic!r} is empty or too long")
+        if message.properties and len(encode_properties(message.properties)) > MAX_PROPERTIES_SIZE:
+            return Rejection(
+                PutStatus.PROPERTIES_SIZE_EXCEEDED,
+                f"properties exceed {MAX_PROPERTIES_SIZE} bytes",
+            )
+    return None
+
+
+@attrs.define(eq=False)
+class PutPipeline:
+    """Appends batches and waits for the configured durability."""
+
+    ctx: BrokerContext
+    store: MessageStore
+    flush: FlushPolicy
+    replicator: Replicator | None = None
+    _batches: int = attrs.field(default=0, init=False)
+    _messages: int = attrs.field(default=0, init=False)
+    _by_status: dict[str, int] = attrs.field(factory=dict, init=False)
+
+    async def put(self, batch: MessageBatch) -> PutResult:
+        """Put one batch; the result's status says how durable it is. Never raises for an
+        expected outcome (rejection, disk full, timeouts)."""
+        self._batches += 1
+        rejection = validate(batch, self.ctx.broker.max_message_size)
+        if rejection is None:
+            rejection = self.ctx.hook.trocket_before_append(batch=batch, ctx=self.ctx)
+        if rejection is not None:
+            result = PutResult(rejection.status, None, rejection.remark)
+        else:
+            result = await self._append_and_wait(batch)
+        self._by_status[result.status.value] = self._by_status.get(result.status.value, 0) + 1
+        self.ctx.hook.trocket_after_put(batch=batch, result=result, ctx=self.ctx)
+        return result
+
+    async def _append_and_wait(self, batch: MessageBatch) -> PutResult:
+        try:
+            appended = await self.store.append(batch.messages)
+        except StoreNotWritable as error:
+            return PutResult(PutStatus.SERVICE_NOT_AVAILABLE, None, str(error))
+        self._messages += len(batch.messages)
+        wait = batch.wait_store_ok
+        if self.replicator is None:
+            durability = await self.flush.wait_durable(appended, wait=wait)
+            replication = Replication.NOT_REQUIRED
+        else:
+            durability, replication = await self._wait_both(appended, wait)
+        status, remark = combine(durability, replication)
+        return PutResult(status, appended, remark)
+
+    async def _wait_both(self, appended: AppendResult, wait: bool) -> tuple[Durability, Replication]:
+        outcome: dict[str, Durability | Replication] = {}
+        replicator = self.replicator
+        assert replicator is not None
+
+        async def flushed() -> None:
+            outcome["durability"] = await self.flush.wait_durable(appended, wait=wait)
+
+        async def replicated() -> None:
+            outcome["replication"] = await replicator.wait_replicated(appended, wait=wait)
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(flushed)
+            nursery.start_soon(replicated)
+        return outcome["durability"], outcome["replication"]  # type: ignore[return-value]
+
+    def statistics(self) -> PutStatistics:
+        return PutStatistics(self._batches, self._messages, dict(self._by_status))

@@ -1,0 +1,342 @@
+"""RocketMQ 4.x stored message unit (magic v1): encode, verify and decode.
+
+The same bytes are the commit-log record on disk and an element of a PULL_MESSAGE response
+body, so stores keep them as they are and the network layer ships them unchanged.
+
+Layout (big-endian, IPv4 hosts)::
+
+    0 totalSize i | 4 magic i | 8 bodyCRC i | 12 queueId i | 16 flag i | 20 queueOffset q
+    28 physicalOffset q | 36 sysFlag i | 40 bornTimestamp q | 48 bornHost 4s+i
+    56 storeTimestamp q | 64 storeHost 4s+i | 72 reconsumeTimes i | 76 preparedTxOffset q
+    84 bodyLen i | 88 body | topicLen b | topic | propertiesLen h | properties
+
+A commit-log file ends with a BLANK record (length + blank magic) when the next record does
+not fit. The body CRC is ``zlib.crc32(body) & 0x7FFFFFFF`` as RocketMQ computes it.
+"""
+
+from __future__ import annotations
+
+import socket
+import struct
+import zlib
+from collections.abc import Sequence
+
+import attrs
+
+from kernel.errors import CorruptRecord
+from kernel.model import (
+    PROPERTY_KEYS,
+    PROPERTY_TAGS,
+    PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX,
+    SYSFLAG_BORNHOST_V6,
+    SYSFLAG_STOREHOST_V6,
+    DispatchRecord,
+    Message,
+    decode_properties,
+    encode_properties,
+    tags_code,
+)
+
+MAGIC_V1 = -626843481  # 0xDAA320A7
+MAGIC_V2 = -626843477  # 0xDAA320AB
+MAGIC_BLANK = -875286124  # 0xCBD43194
+
+HEADER = struct.Struct(">iiiiiqqiq4siq4siiqi")
+"""Everything up to and including bodyLen: 88 bytes."""
+HEADER_SIZE = HEADER.size
+MIN_RECORD_SIZE = HEADER_SIZE + 1 + 2
+BLANK = struct.Struct(">ii")
+_SIZE_MAGIC = struct.Struct(">ii")
+_TOPIC_LEN = struct.Struct(">b")
+_PROPS_LEN = struct.Struct(">h")
+_OFFSETS = struct.Struct(">qq")  # queueOffset, physicalOffset at byte 20
+_STORE_TS = struct.Struct(">q")
+MAX_TOPIC_LENGTH = 127
+
+
+def body_crc(body: bytes | memoryview) -> int:
+    return zlib.crc32(body) & 0x7FFFFFFF
+
+
+def record_size(body_len: int, topic_len: int, props_len: int) -> int:
+    return HEADER_SIZE + body_len + 1 + topic_len + 2 + props_len
+
+
+def host_bytes(host: str) -> bytes:
+    """IPv4 address bytes (RocketMQ 4.x clients only decode 8-byte hosts)."""
+    try:
+        return socket.inet_aton(host)
+    except OSError:
+        return socket.inet_aton(socket.gethostbyname(host))
+
+
+@attrs.define
+class PreparedMessage:
+    """A message with its variable parts encoded once; sized before offsets are assigned."""
+
+    message: Message
+    topic: bytes
+    properties: bytes
+    size: int
+    crc: int
+    born_host: bytes
+
+
+def prepare(message: Message) -> PreparedMessage:
+    """Encode the variable parts of ``message`` and compute its stored size and body CRC.
+
+    :raises ValueError: topic longer than 127 bytes or properties over 32767 bytes.
+    """
+    topic = message.topic.encode()
+    if len(topic) > MAX_TOPIC_LENGTH:
+        raise ValueError(f"topic is {len(topic)} bytes; the v1 record allows {MAX_TOPIC_LENGTH}")
+    props = encode_properties(message.properties)
+    if len(props) > 32767:
+        raise ValueError(f"properties are {len(props)} bytes; the limit is 32767")
+    size = record_size(len(message.body), len(topic), len(props))
+    return PreparedMessage(
+        message, topic, props, size, body_crc(message.body), host_bytes(message.born_host[0])
+    )
+
+
+def encode_into(
+    out: bytearray,
+    prepared: PreparedMessage,
+    *,
+    queue_offset: int,
+    physical_offset: int,
+    store_timestamp: int,
+    store_host: bytes,
+    store_port: int,
+) -> None:
+    """Append the stored unit for ``prepared`` to ``out`` (no intermediate copies)."""
+    m = prepared.message
+    out += HEADER.pack(
+        prepared.size,
+        MAGIC_V1,
+        prepared.crc,
+        m.queue_id,
+        m.flag,
+        queue_offset,
+        physical_offset,
+        m.sys_flag & ~(SYSFLAG_BORNHOST_V6 | SYSFLAG_STOREHOST_V6),
+        m.born_timestamp,
+        prepared.born_host,
+        m.born_host[1],
+        store_timestamp,
+        store_host,
+        store_port,
+        m.reconsume_times,
+        m.prepared_transaction_offset,
+        len(m.body),
+    )
+    out += m.body
+    out += _TOPIC_LEN.pack(len(prepared.topic))
+    out += prepared.topic
+    out += _PROPS_LEN.pack(len(prepared.properties))
+    out += prepared.properties
+
+
+def encode_record(
+    message: Message,
+    *,
+    queue_offset: int,
+    physical_offset: int,
+    store_timestamp: int,
+    store_host: tuple[str, int] = ("127.0.0.1", 10911),
+) -> bytes:
+    """One stored unit as bytes (convenience for tests and tools)."""
+    out = bytearray()
+    encode_into(
+        out,
+        prepare(message),
+        queue_offset=queue_offset,
+        physical_offset=physical_offset,
+        store_timestamp=store_timestamp,
+        store_host=host_bytes(store_host[0]),
+        store_port=store_host[1],
+    )
+    return bytes(out)
+
+
+def blank_record(length: int) -> bytes:
+    """The end-of-file filler: total size then the blank magic; the rest is left as is."""
+    return BLANK.pack(length, MAGIC_BLANK)
+
+
+def read_size_magic(buffer: bytes | bytearray | memoryview, offset: int) -> tuple[int, int]:
+    return _SIZE_MAGIC.unpack_from(buffer, offset)
+
+
+def check_record(
+    buffer: bytes | bytearray | memoryview, offset: int, *, limit: int, check_crc: bool = True
+) -> int:
+    """Validate the record at ``offset`` (which must end before ``limit``); return its size.
+
+    :raises CorruptRecord: bad magic, impossible size, inconsistent lengths or CRC mismatch.
+    """
+    if limit - offset < MIN_RECORD_SIZE:
+        raise CorruptRecord(offset, f"only {limit - offset} bytes left for a record")
+    size, magic = _SIZE_MAGIC.unpack_from(buffer, offset)
+    if magic != MAGIC_V1:
+        raise CorruptRecord(offset, f"magic {magic & 0xFFFFFFFF:#010x} is not a v1 message")
+    if size < MIN_RECORD_SIZE or offset + size > limit:
+        raise CorruptRecord(offset, f"size {size} does not fit in the {limit - offset} bytes left")
+    crc = struct.unpack_from(">i", buffer, offset + 8)[0]
+    body_len = struct.unpack_from(">i", buffer, offset + 84)[0]
+    if body_len < 0 or HEADER_SIZE + body_len + 3 > size:
+        raise CorruptRecord(offset, f"body length {body_len} exceeds record size {size}")
+    topic_len = buffer[offset + HEADER_SIZE + body_len]
+    props_at = offset + HEADER_SIZE + body_len + 1 + topic_len
+    if props_at + 2 > offset + size:
+        raise CorruptRecord(offset, "topic length runs past the record")
+    props_len = _PROPS_LEN.unpack_from(buffer, props_at)[0]
+    if props_len < 0 or props_at + 2 + props_len != offset + size:
+        raise CorruptRecord(offset, "lengths do not add up to the record size")
+    if check_crc:
+        body = memoryview(buffer)[offset + HEADER_SIZE : offset + HEADER_SIZE + body_len]
+        if body_crc(body) != crc:
+            raise CorruptRecord(offset, "body CRC mismatch")
+    return size
+
+
+def decode_dispatch(buffer: bytes | bytearray | memoryview, offset: int) -> DispatchRecord:
+    """Decode what derived views need from a record already checked by :func:`check_record`."""
+    (size, _, _, queue_id, _, queue_offset, physical_offset, sys_flag, _, _, _, store_ts, _, _, _,
+     prepared_tx, body_len) = HEADER.unpack_from(buffer, offset)  # fmt: skip
+    at = offset + HEADER_SIZE + body_len
+    topic_len = buffer[at]
+    topic = bytes(buffer[at + 1 : at + 1 + topic_len]).decode()
+    at += 1 + topic_len
+    props_len = _PROPS_LEN.unpack_from(buffer, at)[0]
+    props = decode_properties(buffer[at + 2 : at + 2 + props_len]) if props_len else {}
+    return DispatchRecord(
+        topic=topic,
+        queue_id=queue_id,
+        queue_offset=queue_offset,
+        physical_offset=physical_offset,
+        size=size,
+        tags_code=tags_code(props.get(PROPERTY_TAGS)),
+        store_timestamp=store_ts,
+        sys_flag=sys_flag,
+        keys=props.get(PROPERTY_KEYS, ""),
+        unique_key=props.get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX),
+        properties=props,
+        prepared_transaction_offset=prepared_tx,
+    )
+
+
+@attrs.frozen
+class StoredMessage:
+    """A fully decoded stored unit (admin tools, clients, tests)."""
+
+    size: int
+    body_crc: int
+    queue_id: int
+    flag: int
+    queue_offset: int
+    physical_offset: int
+    sys_flag: int
+    born_timestamp: int
+    born_host: tuple[str, int]
+    store_timestamp: int
+    store_host: tuple[str, int]
+    reconsume_times: int
+    prepared_transaction_offset: int
+    body: bytes
+    topic: str
+    properties: dict[str, str]
+
+    @property
+    def tags(self) -> str | None:
+        return self.properties.get(PROPERTY_TAGS)
+
+    @property
+    def keys(self) -> list[str]:
+        return self.properties.get(PROPERTY_KEYS, "").split()
+
+    @property
+    def unique_key(self) -> str | None:
+        return self.properties.get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX)
+
+    @property
+    def offset_msg_id(self) -> str:
+        return offset_msg_id(self.store_host, self.physical_offset)
+
+
+def decode_record(buffer: bytes | bytearray | memoryview, offset: int = 0) -> StoredMessage:
+    """Decode one stored unit completely (the body is returned as stored)."""
+    (size, magic, crc, queue_id, flag, queue_offset, physical_offset, sys_flag, born_ts, born_ip,
+     born_port, store_ts, store_ip, store_port, reconsume, prepared_tx,
+     body_len) = HEADER.unpack_from(buffer, offset)  # fmt: skip
+    if magic != MAGIC_V1:
+        raise CorruptRecord(offset, f"magic {magic & 0xFFFFFFFF:#010x} is not a v1 message")
+    at = offset + HEADER_SIZE
+    body = bytes(buffer[at : at + body_len])
+    at += body_len
+    topic_len = buffer[at]
+    topic = bytes(buffer[at + 1 : at + 1 + topic_len]).decode()
+    at += 1 + topic_len
+    props_len = _PROPS_LEN.unpack_from(buffer, at)[0]
+    props = decode_properties(buffer[at + 2 : at + 2 + props_len])
+    return StoredMessage(
+        size=size,
+        body_crc=crc,
+        queue_id=queue_id,
+        flag=flag,
+        queue_offset=queue_offset,
+        physical_offset=physical_offset,
+        sys_flag=sys_flag,
+        born_timestamp=born_ts,
+        born_host=(socket.inet_ntoa(born_ip), born_port),
+        store_timestamp=store_ts,
+        store_host=(socket.inet_ntoa(store_ip), store_port),
+        reconsume_times=reconsume,
+        prepared_transaction_offset=prepared_tx,
+        body=body,
+        topic=topic,
+        properties=props,
+    )
+
+
+def decode_records(data: bytes | bytearray | memoryview) -> list[StoredMessage]:
+    """Decode a concatenation of stored units (a PULL_MESSAGE body)."""
+    out = []
+    offset = 0
+    while offset < len(data):
+        message = decode_record(data, offset)
+        out.append(message)
+        offset += message.size
+    return out
+
+
+def offset_msg_id(store_host: tuple[str, int], physical_offset: int) -> str:
+    """RocketMQ's offset message id: store IPv4 + port + commit-log offset, 32 hex chars."""
+    return (host_bytes(store_host[0]) + struct.pack(">iq", store_host[1], physical_offset)).hex().upper()
+
+
+def parse_offset_msg_id(msg_id: str) -> tuple[tuple[str, int], int]:
+    """Inverse of :func:`offset_msg_id`.
+
+    :raises ValueError: not a 32-hex-character IPv4 offset id.
+    """
+    if len(msg_id) != 32:
+        raise ValueError(f"an offset message id has 32 hex characters, got {len(msg_id)}")
+    raw = bytes.fromhex(msg_id)
+    port, offset = struct.unpack(">iq", raw[4:])
+    return (socket.inet_ntoa(raw[:4]), port), offset
+
+
+def patch_offsets(record: bytearray, queue_offset: int, physical_offset: int) -> None:
+    """Rewrite queue and physical offsets of an encoded record in place."""
+    _OFFSETS.pack_into(record, 20, queue_offset, physical_offset)
+
+
+def iter_sizes(sizes: Sequence[int], start: int) -> list[int]:
+    """Physical offsets of consecutive records of ``sizes`` starting at ``start``."""
+    offsets = []
+    at = start
+    for size in sizes:
+        offsets.append(at)
+        at += size
+    return offsets

@@ -1,0 +1,118 @@
+"""trio building blocks shared by flush policies, replication and dispatch.
+
+A :class:`Watermark` is a monotone position (bytes written, flushed, replicated) that tasks can
+wait on. Group commit is "every put waits until ``flushed`` reaches its end offset": one flush
+releases every covered waiter, with no request queue and no polling.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import math
+
+import attrs
+import trio
+
+from kernel.errors import WatermarkFailed
+
+
+@attrs.frozen
+class WatermarkStatistics:
+    """Snapshot of a :class:`Watermark`."""
+
+    value: int
+    """The current position."""
+    waiters: int
+    """Tasks blocked in :meth:`Watermark.wait_reached`."""
+    failed: bool
+    """Whether :meth:`Watermark.fail` was called."""
+
+
+@attrs.define(eq=False)
+class Watermark:
+    """A monotone integer position that tasks can wait to reach.
+
+    ``advance`` is sync (it never blocks); ``wait_reached`` is async. Waiters are kept in a heap
+    keyed by target, so ``advance`` wakes exactly the covered ones in O(k log n).
+    Memory bound: one heap entry per blocked task.
+    """
+
+    _value: int = attrs.field(default=0, alias="value")
+    _waiters: list[tuple[int, int, trio.Event]] = attrs.field(factory=list, init=False)
+    _counter: itertools.count[int] = attrs.field(factory=itertools.count, init=False)
+    _failure: BaseException | None = attrs.field(default=None, init=False)
+
+    @property
+    def value(self) -> int:
+        return self._value
+
+    def advance(self, value: int) -> None:
+        """Move the position forward to ``value`` (never backward) and wake covered waiters."""
+        if value <= self._value:
+            return
+        self._value = value
+        waiters = self._waiters
+        while waiters and waiters[0][0] <= value:
+            heapq.heappop(waiters)[2].set()
+
+    def reset(self, value: int) -> None:
+        """Set the position to ``value`` even if lower; used only by recovery and truncation."""
+        self._value = value
+
+    def fail(self, error: BaseException) -> None:
+        """Wake every waiter with :class:`WatermarkFailed`; later waits fail too until cleared."""
+        self._failure = error
+        waiters, self._waiters = self._waiters, []
+        for _, _, event in waiters:
+            event.set()
+
+    def clear_failure(self) -> None:
+        self._failure = None
+
+    @property
+    def failure(self) -> BaseException | None:
+        return self._failure
+
+    def reached(self, target: int) -> bool:
+        return self._value >= target
+
+    async def wait_reached(self, target: int) -> int:
+        """Block until the position is at least ``target``; return the position then.
+
+        :raises WatermarkFailed: if :meth:`fail` was called before or while waiting.
+        """
+        if self._failure is not None:
+            raise WatermarkFailed(str(self._failure)) from self._failure
+        if self._value >= target:
+            await trio.lowlevel.checkpoint()
+            return self._value
+        event = trio.Event()
+        entry = (target, next(self._counter), event)
+        heapq.heappush(self._waiters, entry)
+        try:
+            await event.wait()
+        except BaseException:
+            # Cancelled: drop our heap entry so the heap does not grow with dead waiters.
+            if not event.is_set():
+                self._waiters.remove(entry)
+                heapq.heapify(self._waiters)
+            raise
+        if self._failure is not None:
+            raise WatermarkFailed(str(self._failure)) from self._failure
+        return self._value
+
+    async def wait_reached_or_timeout(self, target: int, timeout: float) -> bool:
+        """Like :meth:`wait_reached` with a deadline; return whether the target was reached."""
+        if math.isinf(timeout):
+            await self.wait_reached(target)
+            return True
+        with trio.move_on_after(timeout):
+            await self.wait_reached(target)
+            return True
+        return False
+
+    def statistics(self) -> WatermarkStatistics:
+        return WatermarkStatistics(
+            value=self._value, waiters=len(self._waiters), failed=self._failure is not None
+        )

@@ -1,0 +1,10 @@
+"""Test support for the kernel and for plugin authors (like ``trio.testing``).
+
+* :mod:`kernel.testing.memory_store`: the in-memory reference store (``store = "memory"``).
+* :mod:`kernel.testing.contracts`: ``check_message_store`` for store plugins.
+* :mod:`kernel.testing.helpers`: ``make_config``, ``make_context``, ``dispatch_all``.
+"""
+
+from kernel.testing.helpers import dispatch_all, make_config, make_context
+
+__all__ = ["dispatch_all", "make_config", "make_context"]

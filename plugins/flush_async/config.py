@@ -1,0 +1,19 @@
+"""``[flush_async]``: RocketMQ's real-time flush service settings."""
+
+from __future__ import annotations
+
+import attrs
+
+from kernel.config import fields
+
+
+@attrs.frozen(kw_only=True)
+class FlushAsyncConfig:
+    interval: float = fields.duration("500ms")
+    """``flushIntervalCommitLog``: how often the flusher looks for dirty pages."""
+    least_pages: int = fields.integer(4, minimum=0)
+    """``flushCommitLogLeastPages``: flush only when this many 4 KiB pages are dirty."""
+    thorough_interval: float = fields.duration("10s")
+    """``flushCommitLogThoroughInterval``: flush whatever is dirty at least this often."""
+    timed: bool = fields.boolean(True)
+    """``flushCommitLogTimed``: sleep the interval (true) or also wake on every append (false)."""

@@ -1,0 +1,81 @@
+"""Group commit: a put is acknowledged only after a flush covering its bytes.
+
+No request queue: each waiting put awaits ``store.positions.flushed`` reaching its end offset,
+and the flusher loop flushes whenever somebody waits. Puts arriving during a flush are covered
+by the next one, so one fsync releases a whole group.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import attrs
+import trio
+
+from kernel.abc import MessageStore
+from kernel.errors import FlushError, WatermarkFailed
+from kernel.model import AppendResult, Durability
+
+log = logging.getLogger(__name__)
+
+
+@attrs.frozen
+class GroupCommitStatistics:
+    flushes: int
+    """Flushes performed."""
+    released: int
+    """Puts acknowledged after a flush."""
+    timeouts: int
+    """Puts answered FLUSH_DISK_TIMEOUT."""
+    failures: int
+    """Flushes that failed."""
+
+
+@attrs.define(eq=False)
+class GroupCommitFlush:
+    """The ``"sync"`` flush policy (RocketMQ's SYNC_FLUSH)."""
+
+    store: MessageStore
+    timeout: float
+    name: str = "sync"
+    _wanted: trio.Event = attrs.field(factory=trio.Event, init=False)
+    _flushes: int = attrs.field(default=0, init=False)
+    _released: int = attrs.field(default=0, init=False)
+    _timeouts: int = attrs.field(default=0, init=False)
+    _failures: int = attrs.field(default=0, init=False)
+
+    async def run(self, *, task_status: trio.TaskStatus[Any] = trio.TASK_STATUS_IGNORED) -> None:
+        """Flush whenever a put waits. Error handling: a failed flush is logged and counted;
+        the store has already failed its ``flushed`` watermark, so waiters get FAILED."""
+        task_status.started()
+        while True:
+            await self._wanted.wait()
+            self._wanted = trio.Event()
+            try:
+                await self.store.flush()
+                self._flushes += 1
+            except FlushError as error:
+                self._failures += 1
+                log.error("sync flush failed: %s", error)
+
+    async def wait_durable(self, result: AppendResult, *, wait: bool) -> Durability:
+        flushed = self.store.positions.flushed
+        self._wanted.set()
+        if not wait:
+            return Durability.IN_PAGE_CACHE
+        try:
+            reached = await flushed.wait_reached_or_timeout(result.end_offset, self.timeout)
+        except WatermarkFailed:
+            return Durability.FAILED
+        if not reached:
+            self._timeouts += 1
+            return Durability.TIMEOUT
+        self._released += 1
+        return Durability.FLUSHED
+
+    async def final_flush(self) -> None:
+        await self.store.flush()
+
+    def statistics(self) -> GroupCommitStatistics:
+        return GroupCommitStatistics(self._flushes, self._released, self._timeouts, self._failures)

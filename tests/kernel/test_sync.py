@@ -1,0 +1,57 @@
+import pytest
+import trio
+import trio.testing
+
+from kernel.errors import WatermarkFailed
+from kernel.sync import Watermark
+
+
+async def test_one_advance_releases_every_covered_waiter():
+    mark = Watermark()
+    released: list[int] = []
+
+    async def waiter(target: int) -> None:
+        await mark.wait_reached(target)
+        released.append(target)
+
+    async with trio.open_nursery() as nursery:
+        for target in (10, 20, 30, 40):
+            nursery.start_soon(waiter, target)
+        await trio.testing.wait_all_tasks_blocked()
+        mark.advance(30)
+        await trio.testing.wait_all_tasks_blocked()
+        assert sorted(released) == [10, 20, 30]
+        assert mark.statistics().waiters == 1
+        mark.advance(100)
+    assert sorted(released) == [10, 20, 30, 40]
+
+
+async def test_never_moves_backwards_and_returns_at_once_when_reached():
+    mark = Watermark(value=50)
+    mark.advance(10)
+    assert mark.value == 50
+    assert await mark.wait_reached(40) == 50
+
+
+async def test_timeout_returns_false_and_forgets_the_waiter(autojump_clock):
+    mark = Watermark()
+    assert await mark.wait_reached_or_timeout(5, 1.0) is False
+    assert mark.statistics().waiters == 0
+
+
+async def test_failure_wakes_waiters_with_an_error():
+    mark = Watermark()
+
+    async def waiter() -> None:
+        with pytest.raises(WatermarkFailed, match="disk on fire"):
+            await mark.wait_reached(10)
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(waiter)
+        await trio.testing.wait_all_tasks_blocked()
+        mark.fail(OSError("disk on fire"))
+    with pytest.raises(WatermarkFailed):
+        await mark.wait_reached(1)
+    mark.clear_failure()
+    mark.advance(1)
+    assert await mark.wait_reached(1) == 1

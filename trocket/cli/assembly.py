@@ -1,0 +1,53 @@
+"""Shared by the CLI commands: config loading with overrides, and readable summaries."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from kernel import Broker, Config, default_config, load_config
+from kernel.config import unstructure
+
+
+def load(config_path: str | None, **overrides: Any) -> Config:
+    """The file's config (or the built-in defaults) with ``[broker]`` overrides applied."""
+    config = load_config(Path(config_path)) if config_path else default_config()
+    changes = {k: v for k, v in overrides.items() if v is not None}
+    return config.with_broker(**changes) if changes else config
+
+
+def describe_broker(broker: Broker) -> list[str]:
+    """What a newcomer needs to see: roles, plugins, chosen providers and their settings."""
+    cfg = broker.config.broker
+    lines = [f"config: {broker.config.source}", f"roles: {', '.join(sorted(cfg.roles))}"]
+    lines.append(f"plugins: {', '.join(broker.host.names) or 'none'}")
+    if "broker" in cfg.roles:
+        store = broker.host.select("store", broker.host.stores(), cfg.store)
+        flush = broker.host.select("flush", broker.host.flush_policies(), cfg.flush)
+        lines.append(
+            f"broker: {cfg.cluster_name}/{cfg.broker_name} id={cfg.broker_id} role={cfg.broker_role.value}"
+        )
+        lines.append(f"data dir: {cfg.data_dir.resolve()}")
+        lines.append(f"store: {store.name} ({store.description})")
+        settings = flush.settings(broker.ctx) if flush.settings else {}
+        shown = ", ".join(f"{k}={v}" for k, v in settings.items())
+        lines.append(f"flush: {flush.name} ({flush.description}){': ' + shown if shown else ''}")
+        lines.append(f"replicator: {cfg.replicator or 'none (standalone)'}")
+    for note in broker.config.notes:
+        lines.append(f"note: {note}")
+    return lines
+
+
+def section_lines(broker: Broker) -> list[str]:
+    lines = []
+    for table, (plugin, section) in sorted(broker.host.config_sections().items()):
+        values = unstructure(broker.ctx.plugin_config(section.type))
+        shown = ", ".join(f"{k}={_show(v)}" for k, v in values.items())
+        lines.append(f"[{table}] ({plugin}): {shown}")
+    return lines
+
+
+def _show(value: object) -> str:
+    if isinstance(value, tuple | frozenset):
+        return "[" + ", ".join(map(str, value)) + "]"
+    return str(value)
