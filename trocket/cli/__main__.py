@@ -1,0 +1,5 @@
+import sys
+
+from trocket.cli import main
+
+sys.exit(main())
