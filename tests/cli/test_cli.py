@@ -103,8 +103,11 @@ def test_config_check_properties_file_reports_ignored_keys(tmp_path):
         ("[broker]\nlisten_port = 'abc'\n", "[broker] listen_port: expected an integer"),
         ("[broker]\nplugins = ['no_such_plugin']\n", "unknown plugin 'no_such_plugin'"),
         ("[broker\n", "invalid TOML"),
-        (f"[broker]\nplugins = ['{MEMORY}', 'flush_async']\nstore = 'memory'\n[flush_async]\ninterval = 'x'\n",
-         "[flush_async] interval: expected a duration"),
+        (
+            f"[broker]\nplugins = ['{MEMORY}', 'flush_async']\nstore = 'memory'\n"
+            "[flush_async]\ninterval = 'x'\n",
+            "[flush_async] interval: expected a duration",
+        ),
     ],
 )
 def test_broken_config_gives_one_clear_line(tmp_path, body, expected):

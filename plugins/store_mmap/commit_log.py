@@ -1,0 +1,204 @@
+"""The commit log: every message of every topic, appended as RocketMQ v1 records.
+
+A batch is encoded into one buffer and written with one call per file it touches. A record
+never straddles files: when the next record (plus the 8-byte end marker) does not fit, the
+file is closed with a BLANK record and the record goes to the next file.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Sequence
+
+import attrs
+
+from kernel import record
+from kernel.errors import CorruptRecord, FlushError, StoreNotWritable
+from kernel.model import AppendResult, DispatchRecord, Message, QueueEntry
+from kernel.sync import Watermark
+from plugins.store_mmap.mapped_file import MappedFile
+from plugins.store_mmap.mapped_file_queue import MappedFileQueue
+
+log = logging.getLogger(__name__)
+
+END_FILE_MIN_BLANK_LENGTH = 8
+
+
+@attrs.define(eq=False)
+class LogPositions:
+    wrote: Watermark = attrs.field(factory=Watermark)
+    flushed: Watermark = attrs.field(factory=Watermark)
+
+
+@attrs.define(eq=False)
+class CommitLog:
+    """Appends, reads and flushes; recovery lives in :mod:`plugins.store_mmap.recovery`."""
+
+    files: MappedFileQueue
+    store_host: tuple[str, int]
+    positions: LogPositions = attrs.field(factory=LogPositions)
+    queue_offsets: dict[tuple[str, int], int] = attrs.field(factory=dict)
+    """Next queue offset per (topic, queue id), assigned at append time."""
+    read_only_reason: str = ""
+    last_append_timestamp: int = 0
+    flushed_timestamp: int = 0
+    """Store time of the newest message covered by the last flush (checkpoint field)."""
+    _host_bytes: bytes = attrs.field(init=False)
+
+    def __attrs_post_init__(self) -> None:
+        self._host_bytes = record.host_bytes(self.store_host[0])
+
+    @property
+    def file_size(self) -> int:
+        return self.files.file_size
+
+    def append(self, messages: Sequence[Message]) -> AppendResult:
+        """Append a batch; blocking only for page-cache writes (no fsync).
+
+        :raises StoreNotWritable: read-only store, a record larger than a file, or a write
+            error (which also makes the store read-only). Positions never move past bytes that
+            were not written.
+        """
+        if self.read_only_reason:
+            raise StoreNotWritable(self.read_only_reason)
+        try:
+            prepared = [record.prepare(m) for m in messages]
+        except ValueError as error:
+            raise StoreNotWritable(f"message refused: {error}") from None
+        limit = self.file_size - END_FILE_MIN_BLANK_LENGTH
+        for p in prepared:
+            if p.size > limit:
+                raise StoreNotWritable(
+                    f"a {p.size}-byte record cannot fit in a {self.file_size}-byte commit-log file"
+                )
+        now = int(time.time() * 1000)
+        next_offsets: dict[tuple[str, int], int] = {}
+        offsets: list[int] = []
+        sizes: list[int] = []
+        queue_offsets: list[int] = []
+        try:
+            active = self.files.writable_file(self.positions.wrote.value)
+            buffer = bytearray()
+            base = active.start + active.wrote
+            for p in prepared:
+                if active.wrote + len(buffer) + p.size > limit:
+                    active.write(buffer)
+                    self._close_file(active)
+                    active = self.files.roll(active)
+                    buffer = bytearray()
+                    base = active.start
+                key = (p.message.topic, p.message.queue_id)
+                queue_offset = next_offsets.get(key)
+                if queue_offset is None:
+                    queue_offset = self.queue_offsets.get(key, 0)
+                physical = base + len(buffer)
+                record.encode_into(
+                    buffer,
+                    p,
+                    queue_offset=queue_offset,
+                    physical_offset=physical,
+                    store_timestamp=now,
+                    store_host=self._host_bytes,
+                    store_port=self.store_host[1],
+                )
+                next_offsets[key] = queue_offset + 1
+                offsets.append(physical)
+                sizes.append(p.size)
+                queue_offsets.append(queue_offset)
+            active.write(buffer)
+        except OSError as error:
+            self.read_only_reason = f"commit log write failed ({error}); the store is read-only"
+            log.error("%s", self.read_only_reason)
+            raise StoreNotWritable(self.read_only_reason) from error
+        self.queue_offsets.update(next_offsets)
+        end = active.start + active.wrote
+        self.last_append_timestamp = now
+        self.positions.wrote.advance(end)
+        ids = [record.offset_msg_id(self.store_host, o) for o in offsets]
+        return AppendResult(offsets, sizes, queue_offsets, now, end, ids)
+
+    def _close_file(self, mapped: MappedFile) -> None:
+        """End ``mapped`` with the BLANK record covering the rest of the file."""
+        remaining = mapped.size - mapped.wrote
+        mapped.write(record.blank_record(remaining))
+        mapped.wrote = mapped.size
+
+    # --- flushing ---------------------------------------------------------------------------
+
+    def dirty_bytes(self) -> int:
+        return self.positions.wrote.value - self.positions.flushed.value
+
+    def flush_blocking(self) -> tuple[int, int]:
+        """Flush every file with unflushed bytes (worker thread). Returns (flushed offset, the
+        store timestamp it covers). Files are held while flushed, so they cannot be unmapped.
+
+        :raises FlushError: on an OS error; the flushed position stays where it was.
+        """
+        covered_ts = self.last_append_timestamp
+        flushed = self.positions.flushed.value
+        for mapped in list(self.files.files):
+            if mapped.end <= flushed or mapped.flushed >= mapped.wrote:
+                if mapped.start + mapped.flushed > flushed:
+                    flushed = mapped.start + mapped.flushed
+                continue
+            if not mapped.hold():
+                continue
+            try:
+                flushed = mapped.start + mapped.flush_blocking()
+            except OSError as error:
+                raise FlushError(f"flush of {mapped.path} failed: {error}") from error
+            finally:
+                mapped.release()
+        return flushed, covered_ts
+
+    # --- reading ----------------------------------------------------------------------------
+
+    def read_entries(self, entries: Sequence[QueueEntry]) -> list[bytes]:
+        """Stored records for consume-queue entries, each checked (magic, lengths, CRC).
+
+        :raises CorruptRecord: a record fails its check; it is never served.
+        """
+        out = []
+        find = self.files.find
+        for entry in entries:
+            mapped = find(entry.physical_offset)
+            position = entry.physical_offset - mapped.start
+            data = mapped.read(position, entry.size)
+            try:
+                record.check_record(data, 0, limit=len(data))
+            except CorruptRecord as error:
+                raise CorruptRecord(entry.physical_offset, error.reason, str(mapped.path)) from None
+            out.append(data)
+        return out
+
+    def read_at(self, offset: int) -> bytes:
+        """The record starting at commit-log ``offset`` (lookup by offset message id)."""
+        mapped = self.files.find(offset)
+        position = offset - mapped.start
+        limit = min(mapped.wrote, self.positions.wrote.value - mapped.start)
+        size = record.check_record(mapped.buffer, position, limit=limit)
+        return mapped.read(position, size)
+
+    def scan(self, offset: int, *, end: int, max_bytes: int) -> tuple[list[DispatchRecord], int]:
+        """Decode checked records from ``offset`` up to ``end``; skips end-of-file fillers."""
+        records: list[DispatchRecord] = []
+        at = offset
+        while at < end and (at - offset < max_bytes or not records):
+            mapped = self.files.find(at)
+            position = at - mapped.start
+            if position + END_FILE_MIN_BLANK_LENGTH > mapped.size:
+                at = mapped.end
+                continue
+            size, magic = record.read_size_magic(mapped.buffer, position)
+            if magic == record.MAGIC_BLANK:
+                at = mapped.end
+                continue
+            limit = min(mapped.size, end - mapped.start)
+            try:
+                size = record.check_record(mapped.buffer, position, limit=limit, check_crc=False)
+            except CorruptRecord as error:
+                raise CorruptRecord(at, error.reason, str(mapped.path)) from None
+            records.append(record.decode_dispatch(mapped.buffer, position))
+            at += size
+        return records, at

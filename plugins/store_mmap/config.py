@@ -1,0 +1,44 @@
+"""``[store_mmap]``: file sizes, paths, write path and retention settings of the mmap store."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import attrs
+
+from kernel.config import fields
+
+CQ_ENTRY_SIZE = 20
+
+
+def _multiple_of_entry(instance: object, attribute: attrs.Attribute[int], value: int) -> None:
+    if value % CQ_ENTRY_SIZE:
+        raise ValueError(
+            f"expected a multiple of {CQ_ENTRY_SIZE} bytes (one consume-queue entry), got {value}"
+        )
+
+
+@attrs.frozen(kw_only=True)
+class StoreMmapConfig:
+    commit_log_dir: Path | None = fields.path(None)
+    """``storePathCommitLog``; default ``<data_dir>/commitlog``."""
+    commit_log_file_size: int = fields.size("1GiB", minimum=4096)
+    """``mapedFileSizeCommitLog``: bytes per commit-log file."""
+    consume_queue_file_size: int = attrs.field(
+        default=300_000 * CQ_ENTRY_SIZE,
+        converter=fields.size(0, minimum=CQ_ENTRY_SIZE).converter,  # type: ignore[misc]
+        validator=_multiple_of_entry,
+    )
+    """``mapedFileSizeConsumeQueue``: bytes per consume-queue file (300 000 entries by default)."""
+    write_path: str = fields.choice("pwrite", ("pwrite", "mmap"))
+    """``pwrite``: each batch is encoded into a buffer and written with one ``pwrite``, flushed
+    with ``fdatasync``. ``mmap``: bytes are copied into the mapping and flushed with ``msync``.
+    Both are read through the mapping. See bench/store_append.py for the measured choice."""
+    check_crc_on_recover: bool = fields.boolean(True)
+    """``checkCRCOnRecover``: verify body CRCs while scanning the log at recovery."""
+    delete_when: str = fields.string("04")
+    """``deleteWhen``: hours (``04`` or ``04;16``) at which expired files are deleted."""
+    file_reserved_time: float = fields.duration("72h")
+    """``fileReservedTime``: commit-log files older than this are expired."""
+    disk_max_used_space_ratio: int = fields.ratio_percent(75, minimum=10, maximum=95)
+    """``diskMaxUsedSpaceRatio``: above this disk use, expired files are deleted at any hour."""

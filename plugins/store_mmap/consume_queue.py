@@ -1,0 +1,243 @@
+"""Consume queues: per (topic, queue id), 20-byte entries (commit-log offset, size, tag hash).
+
+Entry *n* sits at byte ``n * 20`` of the queue's logical sequence, split into files of
+``consume_queue_file_size`` bytes under ``consumequeue/<topic>/<queueId>/``. Queues are a
+derived view: :class:`ConsumeQueues` is fed by the kernel's dispatch loop and can always be
+rebuilt from the commit log. Re-dispatching an entry that exists is a no-op (idempotent).
+"""
+
+from __future__ import annotations
+
+import logging
+import struct
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import attrs
+import trio
+
+from kernel.model import DispatchRecord, QueueEntry
+from plugins.store_mmap.config import CQ_ENTRY_SIZE
+from plugins.store_mmap.mapped_file_queue import MappedFileQueue
+
+log = logging.getLogger(__name__)
+
+ENTRY = struct.Struct(">qiq")
+BLANK_ENTRY = ENTRY.pack(0, 0x7FFFFFFF, 0)
+
+
+@attrs.define(eq=False)
+class ConsumeQueue:
+    topic: str
+    queue_id: int
+    files: MappedFileQueue
+    min_queue_offset: int = 0
+
+    @property
+    def max_queue_offset(self) -> int:
+        return self.files.max_offset // CQ_ENTRY_SIZE
+
+    def recover(self) -> int:
+        """Find the end of the valid entries (the first all-zero or invalid entry) and set
+        positions there; returns the number of entries."""
+        for mapped in reversed(self.files.files):
+            data = mapped.buffer
+            count = mapped.size // CQ_ENTRY_SIZE
+            valid = 0
+            for index in range(count):
+                offset, size, _ = ENTRY.unpack_from(data, index * CQ_ENTRY_SIZE)
+                if offset < 0 or size <= 0:
+                    break
+                valid = index + 1
+            if valid:
+                self.files.truncate(mapped.start + valid * CQ_ENTRY_SIZE)
+                break
+        else:
+            self.files.truncate(self.files.min_offset)
+        if self.files.files:
+            self.min_queue_offset = max(self.min_queue_offset, self.files.min_offset // CQ_ENTRY_SIZE)
+        return self.max_queue_offset
+
+    def truncate_beyond(self, log_end: int) -> int:
+        """Drop entries pointing at or past ``log_end`` (the log lost its tail); returns how many."""
+        dropped = 0
+        while self.max_queue_offset > self.min_queue_offset:
+            last = self.lookup(self.max_queue_offset - 1, 1)[0]
+            if last.size == 0x7FFFFFFF or last.physical_offset + last.size <= log_end:
+                break
+            self.files.truncate((self.max_queue_offset - 1) * CQ_ENTRY_SIZE)
+            dropped += 1
+        return dropped
+
+    def correct_min_offset(self, log_min: int) -> None:
+        """Skip leading entries whose records were deleted from the log (RocketMQ's
+        ``correctMinOffset``)."""
+        while self.min_queue_offset < self.max_queue_offset:
+            batch = self.lookup(self.min_queue_offset, 1024)
+            for entry in batch:
+                if entry.physical_offset >= log_min and entry.size != 0x7FFFFFFF:
+                    self.min_queue_offset = entry.queue_offset
+                    return
+            self.min_queue_offset = batch[-1].queue_offset + 1
+
+    def last_physical_end(self) -> int:
+        if self.max_queue_offset <= self.min_queue_offset:
+            return 0
+        last = self.lookup(self.max_queue_offset - 1, 1)[0]
+        return last.physical_offset + last.size
+
+    def append(self, entries: bytes, count: int, first_queue_offset: int) -> None:
+        if first_queue_offset * CQ_ENTRY_SIZE != self.files.max_offset and self.files.files:
+            raise AssertionError("append at the wrong queue offset")
+        at = 0
+        start = first_queue_offset * CQ_ENTRY_SIZE
+        while at < len(entries):
+            mapped = self.files.writable_file(start)
+            room = mapped.size - mapped.wrote
+            chunk = entries[at : at + room]
+            mapped.write(chunk)
+            at += len(chunk)
+
+    def lookup(self, queue_offset: int, max_entries: int) -> list[QueueEntry]:
+        out: list[QueueEntry] = []
+        end = min(self.max_queue_offset, queue_offset + max_entries)
+        at = max(queue_offset, self.min_queue_offset)
+        while at < end:
+            byte_offset = at * CQ_ENTRY_SIZE
+            mapped = self.files.find(byte_offset)
+            first = (byte_offset - mapped.start) // CQ_ENTRY_SIZE
+            last = min(mapped.wrote // CQ_ENTRY_SIZE, first + (end - at))
+            view = mapped.read(first * CQ_ENTRY_SIZE, (last - first) * CQ_ENTRY_SIZE)
+            for i, (offset, size, tags) in enumerate(ENTRY.iter_unpack(view)):
+                out.append(QueueEntry(at + i, offset, size, tags))
+            at += last - first
+            if last == first:
+                break
+        return out
+
+    def flush_blocking(self) -> None:
+        for mapped in self.files.files:
+            if mapped.flushed < mapped.wrote and mapped.hold():
+                try:
+                    mapped.flush_blocking()
+                finally:
+                    mapped.release()
+
+
+@attrs.define(eq=False)
+class ConsumeQueues:
+    """All consume queues of a store, and the dispatcher that builds them."""
+
+    root: Path
+    file_size: int
+    on_persist: Callable[[int, int], None] | None = None
+    """Called after a durable flush with (dispatched log offset, newest store timestamp)."""
+    queues: dict[tuple[str, int], ConsumeQueue] = attrs.field(factory=dict)
+    name: str = "consume_queue"
+    _dispatched: int = 0
+    _newest_timestamp: int = 0
+
+    @classmethod
+    def load(cls, root: Path, file_size: int) -> ConsumeQueues:
+        root.mkdir(parents=True, exist_ok=True)
+        queues = cls(root, file_size)
+        for topic_dir in sorted(p for p in root.iterdir() if p.is_dir()):
+            for queue_dir in sorted(p for p in topic_dir.iterdir() if p.is_dir() and p.name.isdigit()):
+                key = (topic_dir.name, int(queue_dir.name))
+                files = MappedFileQueue.load(queue_dir, file_size)
+                queue = ConsumeQueue(key[0], key[1], files)
+                queue.recover()
+                queues.queues[key] = queue
+        return queues
+
+    def queue(self, topic: str, queue_id: int, *, create: bool = False) -> ConsumeQueue | None:
+        key = (topic, queue_id)
+        queue = self.queues.get(key)
+        if queue is None and create:
+            directory = self.root / topic / str(queue_id)
+            queue = ConsumeQueue(topic, queue_id, MappedFileQueue.load(directory, self.file_size))
+            self.queues[key] = queue
+        return queue
+
+    def set_dispatched(self, offset: int) -> None:
+        self._dispatched = offset
+
+    # --- Dispatcher protocol --------------------------------------------------------------
+
+    def dispatched_offset(self) -> int:
+        return self._dispatched
+
+    def dispatch(self, records: Sequence[DispatchRecord], end_offset: int) -> None:
+        grouped: dict[tuple[str, int], list[DispatchRecord]] = {}
+        for r in records:
+            grouped.setdefault((r.topic, r.queue_id), []).append(r)
+        for (topic, queue_id), items in grouped.items():
+            queue = self.queue(topic, queue_id, create=True)
+            assert queue is not None
+            expected = queue.max_queue_offset
+            fresh = [r for r in items if r.queue_offset >= expected]
+            if not fresh:
+                continue
+            if fresh[0].queue_offset != expected:
+                if queue.max_queue_offset == queue.min_queue_offset:
+                    # The queue's first entries are in log files already deleted (retention).
+                    self._start_at(queue, fresh[0].queue_offset)
+                else:
+                    log.error(
+                        "consume queue %s/%d expects offset %d but the log has %d; skipping the gap",
+                        topic,
+                        queue_id,
+                        expected,
+                        fresh[0].queue_offset,
+                    )
+                    continue
+            data = b"".join(ENTRY.pack(r.physical_offset, r.size, r.tags_code) for r in fresh)
+            queue.append(data, len(fresh), fresh[0].queue_offset)
+        if records:
+            self._newest_timestamp = records[-1].store_timestamp
+        self._dispatched = end_offset
+
+    def _start_at(self, queue: ConsumeQueue, queue_offset: int) -> None:
+        """Begin an empty queue at ``queue_offset``: the file holding it is created and the
+        entries before it are RocketMQ's blank entries (offset 0, size MAX_INT), which readers
+        skip as removed."""
+        queue.files.truncate(0)
+        queue.files.files = []
+        start = (queue_offset * CQ_ENTRY_SIZE // self.file_size) * self.file_size
+        queue.files.writable_file(start)
+        blanks = queue_offset - start // CQ_ENTRY_SIZE
+        queue.append(BLANK_ENTRY * blanks, blanks, start // CQ_ENTRY_SIZE)
+        queue.min_queue_offset = queue_offset
+
+    async def persist(self) -> None:
+        """Flush every queue, then (same worker thread) record the dispatched offset in the
+        checkpoint, so the checkpoint never claims entries that are not durable."""
+        dispatched, newest = self._dispatched, self._newest_timestamp
+        queues = list(self.queues.values())
+        on_persist = self.on_persist
+
+        def flush_all() -> None:
+            for queue in queues:
+                queue.flush_blocking()
+            if on_persist is not None:
+                on_persist(dispatched, newest)
+
+        await trio.to_thread.run_sync(flush_all)
+
+    # --- reads ------------------------------------------------------------------------------
+
+    def lookup(self, topic: str, queue_id: int, queue_offset: int, max_entries: int) -> list[QueueEntry]:
+        queue = self.queues.get((topic, queue_id))
+        return [] if queue is None else queue.lookup(queue_offset, max_entries)
+
+    def min_offset(self, topic: str, queue_id: int) -> int:
+        queue = self.queues.get((topic, queue_id))
+        return 0 if queue is None else queue.min_queue_offset
+
+    def max_offset(self, topic: str, queue_id: int) -> int:
+        queue = self.queues.get((topic, queue_id))
+        return 0 if queue is None else queue.max_queue_offset
+
+    def close(self) -> None:
+        for queue in self.queues.values():
+            queue.files.close()

@@ -1,0 +1,146 @@
+"""One fixed-size store file, named by the 20-digit offset of its first byte.
+
+Positions inside the file: ``wrote`` (bytes appended), ``flushed`` (bytes known durable).
+Readers copy bytes out of a read-only-in-spirit ``mmap`` of the file; writers use ``pwrite``
+or the mapping (see :class:`~plugins.store_mmap.config.StoreMmapConfig.write_path`).
+
+Reference counting (RocketMQ's ``hold``/``release``): a flush running in a worker thread holds
+the file, and :meth:`destroy` defers unmapping until the last holder releases, so a file is
+never unmapped under a reader or a flush.
+"""
+
+from __future__ import annotations
+
+import logging
+import mmap
+import os
+from pathlib import Path
+
+import attrs
+
+log = logging.getLogger(__name__)
+
+PAGE_SIZE = mmap.PAGESIZE
+
+
+def file_name(offset: int) -> str:
+    return f"{offset:020d}"
+
+
+@attrs.define(eq=False)
+class MappedFile:
+    """See the module docstring."""
+
+    path: Path
+    start: int
+    """Global offset of the first byte (the file's name)."""
+    size: int
+    use_mmap_writes: bool = False
+    wrote: int = 0
+    flushed: int = 0
+    _fd: int = attrs.field(default=-1, init=False)
+    _map: mmap.mmap | None = attrs.field(default=None, init=False)
+    _refs: int = attrs.field(default=0, init=False)
+    _destroy_pending: bool = attrs.field(default=False, init=False)
+
+    @classmethod
+    def open(cls, path: Path, size: int, *, create: bool, use_mmap_writes: bool = False) -> MappedFile:
+        """Open (or create, allocating ``size`` bytes) and map the file.
+
+        :raises OSError: with the path in the message, e.g. ENOSPC while allocating.
+        """
+        start = int(path.name)
+        flags = os.O_RDWR | (os.O_CREAT if create else 0)
+        fd = os.open(path, flags, 0o644)
+        try:
+            current = os.fstat(fd).st_size
+            if current < size:
+                if not create:
+                    log.warning("%s is %d bytes, shorter than %d; extending", path, current, size)
+                os.posix_fallocate(fd, 0, size)
+            mapping = mmap.mmap(fd, size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+        except BaseException:
+            os.close(fd)
+            raise
+        mapped = cls(path=path, start=start, size=size, use_mmap_writes=use_mmap_writes)
+        mapped._fd = fd
+        mapped._map = mapping
+        return mapped
+
+    @property
+    def end(self) -> int:
+        """Global offset just past the file."""
+        return self.start + self.size
+
+    @property
+    def free(self) -> int:
+        return self.size - self.wrote
+
+    @property
+    def buffer(self) -> mmap.mmap:
+        if self._map is None:
+            raise ValueError(f"{self.path} is closed")
+        return self._map
+
+    def write(self, data: bytes | bytearray | memoryview) -> None:
+        """Append ``data`` at ``wrote``; the caller checked it fits."""
+        if self.use_mmap_writes:
+            self.buffer[self.wrote : self.wrote + len(data)] = data
+        else:
+            written = os.pwrite(self._fd, data, self.wrote)
+            if written != len(data):
+                raise OSError(f"short write to {self.path}: {written} of {len(data)} bytes")
+        self.wrote += len(data)
+
+    def read(self, position: int, size: int) -> bytes:
+        return self.buffer[position : position + size]
+
+    def flush_blocking(self) -> int:
+        """Make ``[flushed, wrote)`` durable; runs in a worker thread. Returns the new ``flushed``.
+
+        The position moves only when the OS reported success.
+        """
+        target = self.wrote
+        if target <= self.flushed:
+            return self.flushed
+        if self.use_mmap_writes:
+            begin = (self.flushed // PAGE_SIZE) * PAGE_SIZE
+            self.buffer.flush(begin, target - begin)
+        else:
+            os.fdatasync(self._fd)
+        self.flushed = target
+        return target
+
+    def hold(self) -> bool:
+        if self._map is None or self._destroy_pending:
+            return False
+        self._refs += 1
+        return True
+
+    def release(self) -> None:
+        self._refs -= 1
+        if self._refs == 0 and self._destroy_pending:
+            self._close()
+            self.path.unlink(missing_ok=True)
+
+    def close(self) -> None:
+        """Unmap and close (shutdown). Unwritten space stays allocated, as in RocketMQ."""
+        if self._refs:
+            self._destroy_pending = False
+            log.warning("%s closed while held %d times", self.path, self._refs)
+        self._close()
+
+    def destroy(self) -> None:
+        """Delete the file once nobody holds it (immediately if nobody does)."""
+        self._destroy_pending = True
+        if self._refs == 0:
+            self._close()
+            self.path.unlink(missing_ok=True)
+
+    def _close(self) -> None:
+        if self._map is not None:
+            self._map.close()
+            self._map = None
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1

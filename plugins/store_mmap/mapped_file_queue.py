@@ -1,0 +1,132 @@
+"""A directory of equally sized :class:`MappedFile` s forming one logical byte sequence.
+
+Used for the commit log (1 GiB files) and for each consume queue (6 000 000-byte files).
+Offsets are global; a file's name is the offset of its first byte.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from pathlib import Path
+
+import attrs
+
+from kernel.errors import OffsetOutOfRange, StoreError
+from plugins.store_mmap.mapped_file import MappedFile, file_name
+
+log = logging.getLogger(__name__)
+
+_NAME = re.compile(r"^\d{20}$")
+
+
+@attrs.define(eq=False)
+class MappedFileQueue:
+    directory: Path
+    file_size: int
+    use_mmap_writes: bool = False
+    files: list[MappedFile] = attrs.field(factory=list)
+
+    @classmethod
+    def load(cls, directory: Path, file_size: int, *, use_mmap_writes: bool = False) -> MappedFileQueue:
+        """Open every file of ``directory`` (created if missing), marked fully written.
+
+        Recovery then sets the real positions with :meth:`truncate`.
+
+        :raises StoreError: a file of the wrong size or a gap between files, naming the files.
+        """
+        directory.mkdir(parents=True, exist_ok=True)
+        queue = cls(directory, file_size, use_mmap_writes)
+        paths = sorted(p for p in directory.iterdir() if _NAME.match(p.name))
+        for path in paths:
+            actual = path.stat().st_size
+            if actual != file_size:
+                queue.close()
+                raise StoreError(
+                    f"{path} is {actual} bytes but files in {directory} are configured as "
+                    f"{file_size} bytes; was the file size setting changed?"
+                )
+            mapped = MappedFile.open(path, file_size, create=False, use_mmap_writes=use_mmap_writes)
+            mapped.wrote = mapped.flushed = file_size
+            if queue.files and queue.files[-1].end != mapped.start:
+                queue.close()
+                mapped.close()
+                raise StoreError(
+                    f"gap in {directory}: {queue.files[-1].path.name} is followed by {path.name}"
+                )
+            queue.files.append(mapped)
+        return queue
+
+    @property
+    def min_offset(self) -> int:
+        return self.files[0].start if self.files else 0
+
+    @property
+    def max_offset(self) -> int:
+        """Offset just past the last written byte."""
+        for mapped in reversed(self.files):
+            if mapped.wrote:
+                return mapped.start + mapped.wrote
+        return self.files[0].start if self.files else 0
+
+    def find(self, offset: int) -> MappedFile:
+        """The file holding ``offset``.
+
+        :raises OffsetOutOfRange: below the first file or beyond the last.
+        """
+        if not self.files or offset < self.files[0].start or offset >= self.files[-1].end:
+            raise OffsetOutOfRange(
+                f"offset {offset} is outside [{self.min_offset}, "
+                f"{self.files[-1].end if self.files else 0}) in {self.directory}"
+            )
+        index = (offset - self.files[0].start) // self.file_size
+        return self.files[index]
+
+    def writable_file(self, start_if_empty: int = 0) -> MappedFile:
+        """The file appends go to: the last non-full file (files are created on demand, with
+        the next one pre-allocated)."""
+        for mapped in self.files:
+            if mapped.wrote < mapped.size:
+                return mapped
+        start = self.files[-1].end if self.files else start_if_empty
+        mapped = self._create(start)
+        return mapped
+
+    def roll(self, full: MappedFile) -> MappedFile:
+        """The file after ``full``; creates it and pre-allocates the one after."""
+        index = self.files.index(full)
+        nxt = self.files[index + 1] if index + 1 < len(self.files) else self._create(full.end)
+        if nxt is self.files[-1]:
+            self._create(nxt.end)  # pre-allocate the next file so the next roll does not wait
+        return nxt
+
+    def _create(self, start: int) -> MappedFile:
+        path = self.directory / file_name(start)
+        mapped = MappedFile.open(path, self.file_size, create=True, use_mmap_writes=self.use_mmap_writes)
+        self.files.append(mapped)
+        log.info("created %s", path)
+        return mapped
+
+    def truncate(self, offset: int) -> None:
+        """Set positions so that ``offset`` is the end: later files are deleted, the file holding
+        ``offset`` is written up to it, earlier ones are full."""
+        keep = []
+        for mapped in self.files:
+            if mapped.start > offset or (mapped.start == offset and mapped is not self.files[0]):
+                mapped.destroy()
+                continue
+            position = min(offset - mapped.start, mapped.size)
+            mapped.wrote = mapped.flushed = position
+            keep.append(mapped)
+        self.files = keep
+
+    def delete_leading(self, count: int) -> list[MappedFile]:
+        """Delete the first ``count`` files (retention); returns them."""
+        gone, self.files = self.files[:count], self.files[count:]
+        for mapped in gone:
+            mapped.destroy()
+        return gone
+
+    def close(self) -> None:
+        for mapped in self.files:
+            mapped.close()

@@ -1,0 +1,192 @@
+"""Recovery: find the valid end of the commit log, repair the consume queues, and decide where
+the dispatch loop resumes.
+
+* Normal (clean stop): scan the last three files (and from the dispatch checkpoint if that is
+  earlier), validating magic, lengths and CRC.
+* Abnormal (abort marker present): scan from the file holding the checkpoint's dispatch
+  offset; a missing or zeroed checkpoint means a full scan from the first file.
+* Either way: the log is truncated at the first invalid record (a torn tail is never served),
+  consume-queue entries beyond the log end are dropped, queue offsets for new appends are
+  rebuilt, and missing consume-queue entries are re-dispatched by the kernel's dispatch loop
+  (deleted queues trigger a rebuild from the first log file).
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import struct
+import time
+from collections.abc import Callable
+
+import attrs
+
+from kernel import record
+from kernel.errors import CorruptRecord
+from kernel.model import RecoveryReport
+from plugins.store_mmap.checkpoint import Checkpoint
+from plugins.store_mmap.commit_log import END_FILE_MIN_BLANK_LENGTH, CommitLog
+from plugins.store_mmap.consume_queue import ConsumeQueues
+
+log = logging.getLogger(__name__)
+
+PROGRESS_EVERY = 256 * 1024 * 1024
+_QUEUE = struct.Struct(">i4xq")  # queueId @12, skip flag, queueOffset @20
+_BODY_LEN = struct.Struct(">i")
+
+
+@attrs.define
+class ScanResult:
+    end: int
+    records: int = 0
+    max_queue_offsets: dict[tuple[str, int], int] = attrs.field(factory=dict)
+    first_queue_offsets: dict[tuple[str, int], int] = attrs.field(factory=dict)
+    invalid: str = ""
+    truncated_bytes: int = 0
+
+
+def scan_log(
+    commit_log: CommitLog, start: int, *, check_crc: bool, progress: Callable[[int, int], None]
+) -> ScanResult:
+    """Validate records from ``start`` (a file start) to the first invalid one."""
+    files = commit_log.files
+    result = ScanResult(end=start)
+    if not files.files:
+        return result
+    last_end = files.files[-1].end
+    at = start
+    next_progress = start + PROGRESS_EVERY
+    while at < last_end:
+        mapped = files.find(at)
+        buffer = mapped.buffer
+        position = at - mapped.start
+        if position + END_FILE_MIN_BLANK_LENGTH > mapped.size:
+            at = mapped.end
+            continue
+        size, magic = record.read_size_magic(buffer, position)
+        if magic == record.MAGIC_BLANK:
+            at = mapped.end
+            continue
+        if size == 0 and magic == 0:
+            break
+        try:
+            record.check_record(buffer, position, limit=mapped.size, check_crc=check_crc)
+        except CorruptRecord as error:
+            result.invalid = f"{mapped.path.name} offset {at}: {error.reason}"
+            tail = bytes(buffer[position : min(mapped.size, position + (1 << 20))]).rstrip(b"\0")
+            result.truncated_bytes = len(tail)
+            break
+        queue_id, queue_offset = _QUEUE.unpack_from(buffer, position + 12)
+        body_len = _BODY_LEN.unpack_from(buffer, position + 84)[0]
+        topic_at = position + record.HEADER_SIZE + body_len
+        topic = bytes(buffer[topic_at + 1 : topic_at + 1 + buffer[topic_at]]).decode()
+        key = (topic, queue_id)
+        if key not in result.first_queue_offsets:
+            result.first_queue_offsets[key] = queue_offset
+        result.max_queue_offsets[key] = queue_offset
+        result.records += 1
+        at += size
+        if at >= next_progress:
+            progress(at - start, last_end - start)
+            next_progress = at + PROGRESS_EVERY
+    result.end = at
+    return result
+
+
+def recover_store(
+    commit_log: CommitLog,
+    queues: ConsumeQueues,
+    checkpoint: Checkpoint,
+    *,
+    clean_shutdown: bool,
+    check_crc: bool,
+) -> RecoveryReport:
+    started = time.monotonic()
+    files = commit_log.files
+    notes: list[str] = []
+
+    def progress(done: int, total: int) -> None:
+        log.info("recovery: scanned %d of %d MiB", done >> 20, total >> 20)
+
+    if not files.files:
+        if queues.queues:
+            notes.append(f"no commit-log files: destroyed {len(queues.queues)} consume queues")
+            queues.close()
+            for topic_dir in list(queues.root.iterdir()):
+                shutil.rmtree(topic_dir, ignore_errors=True)
+            queues.queues.clear()
+        queues.set_dispatched(0)
+        return RecoveryReport(clean_shutdown, 0, 0, notes=tuple(notes))
+
+    log_min = files.min_offset
+    last_end = files.files[-1].end
+
+    def file_start(offset: int) -> int:
+        offset = min(max(offset, log_min), last_end - 1)
+        return files.find(offset).start
+
+    if clean_shutdown:
+        start = files.files[max(0, len(files.files) - 3)].start
+        if not checkpoint.is_zero:
+            start = min(start, file_start(checkpoint.dispatched_offset))
+    elif checkpoint.is_zero:
+        start = log_min
+        notes.append("checkpoint missing or zeroed: scanning the whole log")
+    else:
+        start = file_start(checkpoint.dispatched_offset)
+
+    scan = scan_log(commit_log, start, check_crc=check_crc, progress=progress)
+    gap = _queues_missing_entries(queues, scan)
+    if (gap or not queues.queues) and start > log_min and scan.records:
+        notes.append(
+            f"consume queues missing entries ({gap or 'none on disk'}): rebuilding from the first file"
+        )
+        start = log_min
+        scan = scan_log(commit_log, start, check_crc=check_crc, progress=progress)
+        gap = gap or "rebuild"
+    if scan.invalid:
+        notes.append(f"invalid record at {scan.invalid}; log truncated there")
+
+    end = scan.end
+    files.truncate(end)
+    commit_log.positions.wrote.reset(end)
+    commit_log.positions.flushed.reset(end)
+
+    dropped = 0
+    for queue in queues.queues.values():
+        dropped += queue.truncate_beyond(end)
+        queue.correct_min_offset(log_min)
+    if dropped:
+        notes.append(f"dropped {dropped} consume-queue entries beyond the log end")
+
+    table = {key: queue.max_queue_offset for key, queue in queues.queues.items()}
+    for key, last in scan.max_queue_offsets.items():
+        table[key] = max(table.get(key, 0), last + 1)
+    commit_log.queue_offsets = table
+
+    dispatch_from = log_min if gap else min(max(checkpoint.dispatched_offset, log_min), end)
+    if not clean_shutdown or gap:
+        dispatch_from = min(dispatch_from, start)
+    queues.set_dispatched(dispatch_from)
+    elapsed = time.monotonic() - started
+    notes.append(f"scanned {scan.records} records from offset {start} in {elapsed:.3f}s")
+    return RecoveryReport(
+        clean_shutdown=clean_shutdown,
+        log_min_offset=log_min,
+        log_max_offset=end,
+        records_scanned=scan.records,
+        truncated_bytes=scan.truncated_bytes,
+        redispatch_from=dispatch_from,
+        notes=tuple(notes),
+    )
+
+
+def _queues_missing_entries(queues: ConsumeQueues, scan: ScanResult) -> str:
+    """A queue whose first record in the scanned range is beyond its consume queue's end lost
+    entries before the scan start (its files were deleted)."""
+    for key, first in scan.first_queue_offsets.items():
+        queue = queues.queues.get(key)
+        have = queue.max_queue_offset if queue is not None else 0
+        if have < first:
+            return f"{key[0]}/{key[1]} has {have} entries, the log continues at {first}"
+    return ""
