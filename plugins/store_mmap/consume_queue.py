@@ -159,6 +159,14 @@ class ConsumeQueues:
             self.queues[key] = queue
         return queue
 
+    def destroy(self, key: tuple[str, int]) -> None:
+        """Delete a queue's files (it is rebuilt from the log by the dispatch loop)."""
+        queue = self.queues.pop(key, None)
+        if queue is not None:
+            for mapped in queue.files.files:
+                mapped.destroy()
+            queue.files.files = []
+
     def set_dispatched(self, offset: int) -> None:
         self._dispatched = offset
 

@@ -164,9 +164,9 @@ def recover_store(
         table[key] = max(table.get(key, 0), last + 1)
     commit_log.queue_offsets = table
 
-    dispatch_from = log_min if gap else min(max(checkpoint.dispatched_offset, log_min), end)
-    if not clean_shutdown or gap:
-        dispatch_from = min(dispatch_from, start)
+    # Re-dispatch from the scan start at the latest: entries that exist are skipped, and queues
+    # deleted while the broker was down are rebuilt (dispatching is idempotent).
+    dispatch_from = log_min if gap else min(max(checkpoint.dispatched_offset, log_min), start, end)
     queues.set_dispatched(dispatch_from)
     elapsed = time.monotonic() - started
     notes.append(f"scanned {scan.records} records from offset {start} in {elapsed:.3f}s")
@@ -182,11 +182,21 @@ def recover_store(
 
 
 def _queues_missing_entries(queues: ConsumeQueues, scan: ScanResult) -> str:
-    """A queue whose first record in the scanned range is beyond its consume queue's end lost
-    entries before the scan start (its files were deleted)."""
+    """Queues that lost entries: a queue whose first record in the scanned range lies beyond its
+    end (files deleted at the tail), or before its first entry (files deleted at the head).
+    Head-damaged queues are destroyed so the dispatch loop rebuilds them from the log."""
+    problems = []
     for key, first in scan.first_queue_offsets.items():
         queue = queues.queues.get(key)
-        have = queue.max_queue_offset if queue is not None else 0
-        if have < first:
-            return f"{key[0]}/{key[1]} has {have} entries, the log continues at {first}"
-    return ""
+        if queue is None:
+            if first > 0:
+                problems.append(f"{key[0]}/{key[1]} is missing, the log continues at {first}")
+            continue
+        if queue.max_queue_offset < first:
+            problems.append(
+                f"{key[0]}/{key[1]} has {queue.max_queue_offset} entries, the log continues at {first}"
+            )
+        elif queue.min_queue_offset > first:
+            problems.append(f"{key[0]}/{key[1]} starts at {queue.min_queue_offset}, the log has {first}")
+            queues.destroy(key)
+    return "; ".join(problems)

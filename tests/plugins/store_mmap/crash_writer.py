@@ -1,0 +1,47 @@
+"""Run by test_crash.py in a subprocess: a real broker on store_mmap appending under load.
+
+Prints one line per acknowledged put: ``ack <topic> <queue> <queue offset> <physical> <body>``,
+flushed at once, so the parent knows exactly what was acknowledged before it SIGKILLs us.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import trio
+
+from kernel import Broker, Message, MessageBatch
+from kernel.testing import make_config
+
+
+async def main(data_dir: str, flush: str) -> None:
+    config = make_config(
+        broker={"plugins": ["store_mmap", "flush_sync", "flush_async"], "data_dir": data_dir, "flush": flush},
+        store_mmap={"commit_log_file_size": "64KiB", "consume_queue_file_size": 2000},
+        flush_async={"interval": "50ms"},
+    )
+    broker = Broker.assemble(config)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(broker.run)
+        print("ready", flush=True)
+
+        async def producer(index: int) -> None:
+            sequence = 0
+            while True:
+                body = f"p{index}-{sequence}-".encode().ljust(60 + sequence % 200, b"z")
+                batch = MessageBatch([Message("Crash", body, queue_id=index % 3, properties={"KEYS": "k"})])
+                result = await broker.put(batch)
+                if result.ok:
+                    a = result.append
+                    line = (
+                        f"ack Crash {index % 3} {a.queue_offsets[0]} {a.physical_offsets[0]} {body.decode()}"
+                    )
+                    print(line, flush=True)
+                sequence += 1
+
+        for index in range(6):
+            nursery.start_soon(producer, index)
+
+
+if __name__ == "__main__":
+    trio.run(main, sys.argv[1], sys.argv[2])

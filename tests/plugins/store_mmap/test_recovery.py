@@ -1,0 +1,145 @@
+"""Recovery scenarios of rocketmq-features.md Part 2 (AS-01..AS-07) on real files."""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+
+from kernel import pull, record
+from kernel.model import GetStatus
+
+from .helpers import clean_close, messages, opened
+
+
+async def fill(root, queues=((("A", 0), 20), (("A", 1), 15), (("B", 0), 10))):
+    """Write messages spread over several small files, then stop cleanly."""
+    async with opened(root) as (store, _):
+        for (topic, queue_id), count in queues:
+            for start in range(0, count, 5):
+                await store.append(messages(topic, queue_id, 5, start=start))
+        await clean_close(store)
+        return store.positions.wrote.value
+
+
+async def read_all(store, topic, queue_id):
+    got = await pull.get_messages(store, topic, queue_id, 0, max_count=1000)
+    if got.status is not GetStatus.FOUND:
+        return []
+    return [record.decode_record(r) for r in got.records]
+
+
+async def assert_intact(store, *, a0=20, a1=15, b0=10):
+    for (topic, queue_id), count in ((("A", 0), a0), (("A", 1), a1), (("B", 0), b0)):
+        assert store.max_queue_offset(topic, queue_id) == count, (topic, queue_id)
+        decoded = await read_all(store, topic, queue_id)
+        assert [m.body for m in decoded] == [m.body for m in messages(topic, queue_id, count)]
+        assert [m.queue_offset for m in decoded] == list(range(count))
+
+
+async def test_as01_clean_restart_keeps_every_offset(tmp_path):
+    end = await fill(tmp_path)
+    async with opened(tmp_path) as (store, report):
+        assert report.clean_shutdown and report.log_max_offset == end
+        assert store.positions.wrote.value == end
+        await assert_intact(store)
+        more = await store.append(messages("A", 0, 1, start=20))
+        assert more.queue_offsets == [20] and more.first_offset >= end
+
+
+def corrupt_last_record(root):
+    """Flip a body byte of the newest record (CRC mismatch), like a torn last write."""
+    files = sorted((root / "commitlog").iterdir())
+    for path in reversed(files):
+        data = bytearray(path.read_bytes())
+        offsets, at = [], 0
+        while at + 8 <= len(data):
+            size, magic = record.read_size_magic(data, at)
+            if magic != record.MAGIC_V1:
+                break
+            offsets.append(at)
+            at += size
+        if offsets:
+            data[offsets[-1] + record.HEADER_SIZE] ^= 0xFF
+            path.write_bytes(bytes(data))
+            return record.decode_record(bytes(data), offsets[-1])
+    raise AssertionError("no record to corrupt")
+
+
+@pytest.mark.parametrize("clean", [True, False], ids=["as02-clean-marker", "as03-crash-marker"])
+async def test_corrupt_last_record_is_truncated_and_its_offset_reused(tmp_path, clean):
+    await fill(tmp_path)
+    victim = corrupt_last_record(tmp_path)
+    assert (victim.topic, victim.queue_id, victim.queue_offset) == ("B", 0, 9)
+    async with opened(tmp_path, clean=clean) as (store, report):
+        assert any("body CRC mismatch" in note for note in report.notes), report.notes
+        assert report.log_max_offset == victim.physical_offset
+        await assert_intact(store, b0=9)
+        again = await store.append(messages("B", 0, 1, start=9))
+        assert again.queue_offsets == [9] and again.first_offset == victim.physical_offset
+    async with opened(tmp_path) as (store, _):
+        await assert_intact(store)
+
+
+async def test_as05_zeroed_checkpoint_crash_and_a_deleted_consume_queue_file(tmp_path):
+    await fill(tmp_path)
+    (tmp_path / "checkpoint").write_bytes(bytes(4096))
+    cq_dir = tmp_path / "consumequeue" / "A" / "0"
+    first = sorted(cq_dir.iterdir())[0]
+    first.unlink()
+    async with opened(tmp_path, clean=False) as (store, report):
+        assert any("whole log" in note for note in report.notes)
+        await assert_intact(store)
+
+
+async def test_as05_one_queue_directory_deleted_after_a_clean_stop(tmp_path):
+    await fill(tmp_path)
+    shutil.rmtree(tmp_path / "consumequeue" / "A" / "1")
+    async with opened(tmp_path) as (store, report):
+        await assert_intact(store)
+
+
+async def test_as06_all_consume_queues_deleted_are_rebuilt(tmp_path):
+    await fill(tmp_path)
+    shutil.rmtree(tmp_path / "consumequeue")
+    async with opened(tmp_path) as (store, report):
+        await assert_intact(store)
+        more = await store.append(messages("A", 1, 1, start=15))
+        assert more.queue_offsets == [15]
+
+
+async def test_as07_trailing_log_files_lost_after_a_crash(tmp_path):
+    await fill(tmp_path)
+    files = sorted((tmp_path / "commitlog").iterdir())
+    surviving_end = int(files[2].name)
+    for path in files[2:]:
+        path.unlink()
+    async with opened(tmp_path, clean=False) as (store, report):
+        assert report.log_max_offset <= surviving_end
+        assert any("beyond the log end" in note for note in report.notes), report.notes
+        for topic, queue_id in (("A", 0), ("A", 1), ("B", 0)):
+            decoded = await read_all(store, topic, queue_id)
+            assert all(m.physical_offset + m.size <= report.log_max_offset for m in decoded)
+            assert [m.queue_offset for m in decoded] == list(range(len(decoded)))
+            nxt = await store.append(messages(topic, queue_id, 1, start=99))
+            assert nxt.queue_offsets == [len(decoded)]
+
+
+async def test_as07_all_log_files_lost_empties_the_queues(tmp_path):
+    await fill(tmp_path)
+    shutil.rmtree(tmp_path / "commitlog")
+    async with opened(tmp_path, clean=False) as (store, report):
+        assert any("destroyed" in note for note in report.notes)
+        for topic, queue_id in (("A", 0), ("A", 1), ("B", 0)):
+            assert store.max_queue_offset(topic, queue_id) == 0
+        first = await store.append(messages("A", 0, 1))
+        assert first.queue_offsets == [0] and first.first_offset == 0
+
+
+async def test_a_file_of_the_wrong_size_is_a_clear_error(tmp_path):
+    await fill(tmp_path)
+    from kernel.errors import StoreError
+
+    with pytest.raises(StoreError, match="was the file size setting changed"):
+        async with opened(tmp_path, commit_log_file_size=8192):
+            pass
