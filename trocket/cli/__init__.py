@@ -38,12 +38,28 @@ def main(argv: Sequence[str] | None = None) -> int:
     except TrocketError as error:
         print(f"trocket: error: {error}", file=sys.stderr)
         return 2
+    except BaseExceptionGroup as group:
+        # Errors raised inside the broker's nurseries arrive grouped; expected ones (a locked
+        # store, a bad file) still deserve one clear line each, not a traceback.
+        expected, rest = group.split(TrocketError)
+        if expected is None or rest is not None:
+            raise
+        for error in _leaves(expected):
+            print(f"trocket: error: {error}", file=sys.stderr)
+        return 2
     except KeyboardInterrupt:
         return 130
     except BrokenPipeError:
         # Output piped into `head` and closed early: not an error worth a traceback.
         sys.stderr.close()
         return 0
+
+
+def _leaves(group: BaseExceptionGroup[BaseException]) -> list[BaseException]:
+    out: list[BaseException] = []
+    for error in group.exceptions:
+        out.extend(_leaves(error) if isinstance(error, BaseExceptionGroup) else [error])
+    return out
 
 
 if __name__ == "__main__":

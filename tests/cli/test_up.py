@@ -1,0 +1,71 @@
+"""`trocket up` as a newcomer runs it: from an empty directory, Ctrl-C to stop."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def start_up(cwd: Path) -> tuple[subprocess.Popen[str], list[str]]:
+    process = subprocess.Popen(
+        [sys.executable, "-m", "trocket", "up"],
+        cwd=cwd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"},
+    )
+    assert process.stdout is not None
+    lines: list[str] = []
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        line = process.stdout.readline()
+        if not line:
+            break
+        lines.append(line)
+        if line.startswith("ready"):
+            return process, lines
+    process.kill()
+    process.communicate()
+    raise AssertionError("trocket up did not become ready:\n" + "".join(lines))
+
+
+def test_up_runs_the_embedded_default_and_says_what_is_missing(tmp_path):
+    process, lines = start_up(tmp_path)
+    output = "".join(lines)
+    assert "roles: broker, namesrv" in output
+    assert f"data dir: {tmp_path / 'data'}" in output
+    assert "store: mmap" in output and "flush: async" in output
+    assert "not available: network ingress" in output, "never pretends to serve clients"
+    assert (tmp_path / "data" / "abort").exists() and (tmp_path / "data" / "commitlog").is_dir()
+    process.send_signal(signal.SIGINT)
+    rest, _ = process.communicate(timeout=60)
+    assert process.returncode == 0, rest
+    assert "stopped cleanly" in rest
+    assert not (tmp_path / "data" / "abort").exists()
+
+
+def test_a_second_up_on_the_same_data_dir_is_refused_in_one_line(tmp_path):
+    first, _ = start_up(tmp_path)
+    try:
+        second = subprocess.run(
+            [sys.executable, "-m", "trocket", "up"],
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"},
+        )
+        assert second.returncode == 2
+        errors = [line for line in second.stderr.splitlines() if line.startswith("trocket: error:")]
+        assert len(errors) == 1 and "another broker is using this store directory" in errors[0]
+        assert "Traceback" not in second.stderr
+    finally:
+        first.send_signal(signal.SIGTERM)
+        first.communicate(timeout=60)
+    assert first.returncode == 0
