@@ -87,22 +87,25 @@ async def test_two_brokers_in_one_process_share_nothing(tmp_path):
     assert all(b.clean_stop for b in brokers)
 
 
-def _start_broker_process(tmp_path: Path) -> tuple[subprocess.Popen[str], Path]:
+def _start_broker_process(tmp_path: Path, *extra_plugins: str) -> tuple[subprocess.Popen[str], Path]:
     data = tmp_path / "data"
     config = tmp_path / "broker.toml"
+    plugins = ", ".join(f'"{p}"' for p in (MEMORY_STORE, "flush_async", *extra_plugins))
     config.write_text(
         textwrap.dedent(
             f"""
             [broker]
-            plugins = ["{MEMORY_STORE}", "flush_async"]
+            plugins = [{plugins}]
             store = "memory"
             data_dir = "{data}"
+            graceful_timeout = "60s"
             """
         )
     )
     process = subprocess.Popen(
         [sys.executable, "-m", "trocket.cli", "broker", "-c", str(config)],
         cwd=REPO,
+        env={**os.environ, "PYTHONPATH": f"{REPO}:{REPO / 'tests' / 'example_plugin'}"},
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
@@ -146,3 +149,16 @@ def test_sigkill_leaves_the_abort_marker(tmp_path):
     output, _ = process.communicate(timeout=30)
     assert process.returncode == 0, output
     assert not (data / "abort").exists()
+
+
+def test_a_second_signal_forces_exit_and_keeps_the_abort_marker(tmp_path):
+    process, data = _start_broker_process(tmp_path, "slow_drain")
+    process.send_signal(signal.SIGTERM)
+    assert process.stdout is not None
+    for line in process.stdout:
+        if "draining" in line:
+            break
+    process.send_signal(signal.SIGTERM)
+    output, _ = process.communicate(timeout=30)
+    assert process.returncode == 128 + signal.SIGTERM, output
+    assert (data / "abort").exists(), "a forced exit is not a clean stop"
