@@ -74,8 +74,29 @@ def tags_code(tags: str | None) -> int:
     return java_string_hash(tags) if tags else 0
 
 
+class MessagePropertiesView:
+    """Typed access to the reserved properties, shared by messages to store and stored ones."""
+
+    __slots__ = ()
+    properties: dict[str, str]
+
+    @property
+    def tags(self) -> str | None:
+        return self.properties.get(PROPERTY_TAGS)
+
+    @property
+    def keys(self) -> list[str]:
+        """``KEYS`` split on spaces (RocketMQ's separator)."""
+        return self.properties.get(PROPERTY_KEYS, "").split()
+
+    @property
+    def unique_key(self) -> str | None:
+        """The client's ``UNIQ_KEY``: what users call the message id."""
+        return self.properties.get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX)
+
+
 @attrs.define
-class Message:
+class Message(MessagePropertiesView):
     """One message as the put path sees it, before it is stored.
 
     Mutable and validator-free on purpose: it is created per message and ``trocket_before_append``
@@ -94,18 +115,6 @@ class Message:
     born_host: tuple[str, int] = ("127.0.0.1", 0)
     reconsume_times: int = 0
     prepared_transaction_offset: int = 0
-
-    @property
-    def tags(self) -> str | None:
-        return self.properties.get(PROPERTY_TAGS)
-
-    @property
-    def keys(self) -> list[str]:
-        return self.properties.get(PROPERTY_KEYS, "").split()
-
-    @property
-    def unique_key(self) -> str | None:
-        return self.properties.get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX)
 
     @property
     def wait_store_ok(self) -> bool:

@@ -32,6 +32,7 @@ from kernel.model import (
     SYSFLAG_STOREHOST_V6,
     DispatchRecord,
     Message,
+    MessagePropertiesView,
     decode_properties,
     encode_properties,
     tags_code,
@@ -227,7 +228,7 @@ def decode_dispatch(buffer: bytes | bytearray | memoryview, offset: int) -> Disp
 
 
 @attrs.frozen
-class StoredMessage:
+class StoredMessage(MessagePropertiesView):
     """A fully decoded stored unit (admin tools, clients, tests)."""
 
     size: int
@@ -246,18 +247,6 @@ class StoredMessage:
     body: bytes
     topic: str
     properties: dict[str, str]
-
-    @property
-    def tags(self) -> str | None:
-        return self.properties.get(PROPERTY_TAGS)
-
-    @property
-    def keys(self) -> list[str]:
-        return self.properties.get(PROPERTY_KEYS, "").split()
-
-    @property
-    def unique_key(self) -> str | None:
-        return self.properties.get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX)
 
     @property
     def offset_msg_id(self) -> str:

@@ -116,3 +116,11 @@ class Watermark:
         return WatermarkStatistics(
             value=self._value, waiters=len(self._waiters), failed=self._failure is not None
         )
+
+
+@attrs.define(eq=False)
+class LogPositions:
+    """The waitable positions of a commit log (see :class:`kernel.abc.LogPositions`)."""
+
+    wrote: Watermark = attrs.field(factory=Watermark)
+    flushed: Watermark = attrs.field(factory=Watermark)

@@ -32,13 +32,7 @@ from kernel.model import (
     Watermarks,
 )
 from kernel.plugin import hookimpl
-from kernel.sync import Watermark
-
-
-@attrs.define(eq=False)
-class MemoryPositions:
-    wrote: Watermark = attrs.field(factory=Watermark)
-    flushed: Watermark = attrs.field(factory=Watermark)
+from kernel.sync import LogPositions
 
 
 @attrs.define(eq=False)
@@ -78,7 +72,7 @@ class MemoryStore:
     store_host: tuple[str, int] = ("127.0.0.1", 10911)
     flush_delay: float = 0.0
     fail_next_flush: bool = False
-    positions: MemoryPositions = attrs.field(factory=MemoryPositions)
+    positions: LogPositions = attrs.field(factory=LogPositions)
     _log: bytearray = attrs.field(factory=bytearray, init=False)
     _next_queue_offset: dict[tuple[str, int], int] = attrs.field(factory=dict, init=False)
     _index: MemoryQueueIndex = attrs.field(factory=MemoryQueueIndex, init=False)

@@ -16,19 +16,13 @@ import attrs
 from kernel import record
 from kernel.errors import CorruptRecord, FlushError, StoreNotWritable
 from kernel.model import AppendResult, DispatchRecord, Message, QueueEntry
-from kernel.sync import Watermark
+from kernel.sync import LogPositions
 from plugins.store_mmap.mapped_file import MappedFile
 from plugins.store_mmap.mapped_file_queue import MappedFileQueue
 
 log = logging.getLogger(__name__)
 
 END_FILE_MIN_BLANK_LENGTH = 8
-
-
-@attrs.define(eq=False)
-class LogPositions:
-    wrote: Watermark = attrs.field(factory=Watermark)
-    flushed: Watermark = attrs.field(factory=Watermark)
 
 
 @attrs.define(eq=False)

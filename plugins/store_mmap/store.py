@@ -19,8 +19,9 @@ import trio
 from kernel.context import BrokerContext
 from kernel.errors import FlushError
 from kernel.model import AppendResult, DispatchRecord, Message, QueueEntry, RecoveryReport, Watermarks
+from kernel.sync import LogPositions
 from plugins.store_mmap.checkpoint import Checkpoint
-from plugins.store_mmap.commit_log import CommitLog, LogPositions
+from plugins.store_mmap.commit_log import CommitLog
 from plugins.store_mmap.config import StoreMmapConfig
 from plugins.store_mmap.consume_queue import ConsumeQueues
 from plugins.store_mmap.lock import StoreLock
