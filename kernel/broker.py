@@ -200,7 +200,7 @@ class Broker:
             if drained:
                 # Anything appended after the last dispatch (none once ingress stopped) is
                 # dispatched now, so the clean-stop promise "views match the log" holds.
-                end = self._dispatch._limit_watermark().value
+                end = self._dispatch.limit().value
                 offset = self._dispatch.dispatched.value
                 while offset < end:
                     offset = await self._dispatch.dispatch_once(offset, end)

@@ -53,7 +53,8 @@ class DispatchService:
     _batches: int = attrs.field(default=0, init=False)
     _records: int = attrs.field(default=0, init=False)
 
-    def _limit_watermark(self) -> Watermark:
+    def limit(self) -> Watermark:
+        """The position dispatch may reach: flushed with ``visible_after_flush``, else wrote."""
         positions = self.store.positions
         return positions.flushed if self.visible_after_flush else positions.wrote
 
@@ -77,7 +78,7 @@ class DispatchService:
         async with trio.open_nursery() as nursery:
             nursery.start_soon(self._persist_periodically)
             task_status.started()
-            limit = self._limit_watermark()
+            limit = self.limit()
             while True:
                 end = limit.value
                 if offset >= end:
@@ -103,7 +104,7 @@ class DispatchService:
 
     async def drain(self) -> None:
         """Wait until everything visible has been dispatched (used by graceful shutdown)."""
-        await self.dispatched.wait_reached(self._limit_watermark().value)
+        await self.dispatched.wait_reached(self.limit().value)
 
     async def persist(self) -> None:
         for dispatcher in self.dispatchers:

@@ -71,12 +71,19 @@ def validate(batch: MessageBatch, max_message_size: int) -> Rejection | None:
             )
         if not message.topic or len(message.topic.encode()) > MAX_TOPIC_BYTES:
             return Rejection(PutStatus.MESSAGE_ILLEGAL, f"topic {message.topic!r} is empty or too long")
-        if message.properties and len(encode_properties(message.properties)) > MAX_PROPERTIES_SIZE:
+        if message.properties and _properties_too_large(message.properties):
             return Rejection(
                 PutStatus.PROPERTIES_SIZE_EXCEEDED,
                 f"properties exceed {MAX_PROPERTIES_SIZE} bytes",
             )
     return None
+
+
+def _properties_too_large(properties: dict[str, str]) -> bool:
+    """Exact check only when a cheap bound (4 UTF-8 bytes per character) cannot rule it out,
+    so the usual small property map is not encoded twice per put."""
+    chars = sum(len(k) + len(v) + 2 for k, v in properties.items())
+    return chars * 4 > MAX_PROPERTIES_SIZE and len(encode_properties(properties)) > MAX_PROPERTIES_SIZE
 
 
 @attrs.define(eq=False)

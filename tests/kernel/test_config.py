@@ -2,22 +2,14 @@
 
 from __future__ import annotations
 
-import textwrap
-from pathlib import Path
-
 import pytest
 
 from kernel import Broker, BrokerRole, ConfigError, load_config
 from plugins.flush_async.config import FlushAsyncConfig
 from plugins.flush_sync.config import FlushSyncConfig
+from tests.support import write
 
 MEMORY = "kernel.testing.memory_store"
-
-
-def write(tmp_path: Path, name: str, text: str) -> Path:
-    path = tmp_path / name
-    path.write_text(textwrap.dedent(text))
-    return path
 
 
 def test_toml_broker_table_and_plugin_tables(tmp_path):
@@ -166,10 +158,17 @@ def test_properties_are_mapped_onto_the_model(tmp_path):
     assert b.auto_create_topic_enable is False
     assert b.message_delay_level == (1.0, 5.0, 10.0)
     assert config.sections["flush_sync"] == {"timeout": "2500ms"}
-    if "store_mmap" in b.plugins:
-        assert config.sections["store_mmap"]["commit_log_file_size"] == 1073741824
-        assert config.sections["store_mmap"]["file_reserved_time"] == "48h"
-        assert config.sections["store_mmap"]["disk_max_used_space_ratio"] == 88
+    assert "store_mmap" in b.plugins
+    assert config.sections["store_mmap"]["commit_log_file_size"] == 1073741824
+    assert config.sections["store_mmap"]["file_reserved_time"] == "48h"
+    assert config.sections["store_mmap"]["disk_max_used_space_ratio"] == 88
+    broker = Broker.assemble(config)
+    from plugins.store_mmap.config import StoreMmapConfig
+
+    store = broker.ctx.plugin_config(StoreMmapConfig)
+    assert store.commit_log_dir == tmp_path / "store" / "commitlog"
+    assert store.consume_queue_file_size == 6000000 and store.file_reserved_time == 48 * 3600
+    assert store.delete_when == "04" and store.disk_max_used_space_ratio == 88
     # Keys for plugins this broker does not load are reported, not silently dropped.
     notes = "\n".join(config.notes)
     assert "flushIntervalCommitLog" in notes and "'flush_async'" in notes
