@@ -1,0 +1,144 @@
+"""Commit-log append throughput of store_mmap, next to raw sequential writes in the same run.
+
+Prints msgs/s and MB/s for 128 B and 1 KiB bodies, single appends and batches of 32, for both
+write paths (pwrite, mmap), each with its ratio to the raw sequential write bandwidth of the
+same disk measured here. A second table compares the durable flush primitive of each path
+(pwrite+fdatasync vs mmap+msync), per flush of 4 KiB and 64 KiB.
+
+    ./run bench store_append [--seconds 2] [--dir /path/on/the/disk]
+"""
+
+from __future__ import annotations
+
+import argparse
+import mmap
+import os
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+import trio
+
+from kernel.context import BrokerContext
+from kernel.model import Message
+from kernel.testing import make_config, make_context
+from plugins.store_mmap.store import open_mmap_store
+
+FILE_SIZE = 256 * 1024 * 1024
+
+
+def store_context(root: Path, **store_table: object) -> BrokerContext:
+    config = make_config(
+        broker={"plugins": ["store_mmap", "flush_async"], "data_dir": str(root)}, store_mmap=store_table
+    )
+    return make_context(config)
+
+
+def raw_write_bandwidth(directory: Path, seconds: float) -> float:
+    """Bytes/s of 1 MiB sequential os.write calls into a pre-allocated file (page cache)."""
+    path = directory / "raw.bin"
+    chunk = os.urandom(1 << 20)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    os.posix_fallocate(fd, 0, FILE_SIZE)
+    written = 0
+    start = time.perf_counter()
+    while time.perf_counter() - start < seconds:
+        if written + len(chunk) > FILE_SIZE:
+            os.lseek(fd, 0, os.SEEK_SET)
+            written = 0
+        written += os.write(fd, chunk)
+    elapsed = time.perf_counter() - start
+    total = written
+    os.close(fd)
+    path.unlink()
+    return total / elapsed if elapsed else 0.0
+
+
+async def append_rate(
+    directory: Path, write_path: str, body_size: int, batch: int, seconds: float
+) -> tuple[float, float]:
+    ctx = store_context(directory, commit_log_file_size=FILE_SIZE, write_path=write_path)
+    body = b"x" * body_size
+    messages = [Message("Bench", body, queue_id=i % 4, properties={"TAGS": "t"}) for i in range(batch)]
+    count = 0
+    size = 0
+    async with open_mmap_store(ctx) as store:
+        await store.recover(clean_shutdown=True)
+        start = time.perf_counter()
+        while time.perf_counter() - start < seconds:
+            result = store.commit_log.append(messages)
+            count += batch
+            size += sum(result.sizes)
+            if store.positions.wrote.value > FILE_SIZE * 3:
+                break
+        elapsed = time.perf_counter() - start
+    return count / elapsed, size / elapsed
+
+
+def flush_latency(directory: Path, use_mmap: bool, dirty: int, rounds: int) -> list[float]:
+    path = directory / f"flush-{use_mmap}.bin"
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    os.posix_fallocate(fd, 0, 64 * 1024 * 1024)
+    mapping = mmap.mmap(fd, 64 * 1024 * 1024)
+    payload = os.urandom(dirty)
+    position = 0
+    samples = []
+    for _ in range(rounds):
+        if use_mmap:
+            mapping[position : position + dirty] = payload
+            start = time.perf_counter()
+            begin = position // mmap.PAGESIZE * mmap.PAGESIZE
+            mapping.flush(begin, position + dirty - begin)
+        else:
+            os.pwrite(fd, payload, position)
+            start = time.perf_counter()
+            os.fdatasync(fd)
+        samples.append(time.perf_counter() - start)
+        position = (position + dirty) % (60 * 1024 * 1024)
+    mapping.close()
+    os.close(fd)
+    path.unlink()
+    return samples
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seconds", type=float, default=2.0, help="per measurement")
+    parser.add_argument("--dir", type=Path, default=None, help="directory on the disk to measure")
+    parser.add_argument("--flush-rounds", type=int, default=200)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(dir=args.dir) as tmp:
+        base = Path(tmp)
+        raw = raw_write_bandwidth(base, args.seconds)
+        print(f"raw sequential write (1 MiB os.write, page cache): {raw / 1e6:,.0f} MB/s")
+        print()
+        print(f"{'path':7} {'body':>6} {'batch':>5} {'msgs/s':>12} {'MB/s':>9} {'vs raw':>7}")
+        for write_path in ("pwrite", "mmap"):
+            for body_size in (128, 1024):
+                for batch in (1, 32):
+                    directory = base / f"{write_path}-{body_size}-{batch}"
+                    rate, bandwidth = trio.run(
+                        append_rate, directory, write_path, body_size, batch, args.seconds
+                    )
+                    print(
+                        f"{write_path:7} {body_size:>6} {batch:>5} {rate:>12,.0f} {bandwidth / 1e6:>9,.1f} "
+                        f"{bandwidth / raw:>7.3f}"
+                    )
+        print()
+        print(f"{'durable flush':24} {'dirty':>7} {'p50 ms':>8} {'p99 ms':>8} {'flushes/s':>10}")
+        results = {}
+        for use_mmap, name in ((False, "pwrite + fdatasync"), (True, "mmap + msync")):
+            for dirty in (4096, 65536):
+                samples = sorted(flush_latency(base, use_mmap, dirty, args.flush_rounds))
+                p50 = statistics.median(samples)
+                p99 = samples[int(len(samples) * 0.99) - 1]
+                results[(use_mmap, dirty)] = p50
+                print(f"{name:24} {dirty:>7} {p50 * 1e3:>8.3f} {p99 * 1e3:>8.3f} {1 / p50:>10,.0f}")
+        for dirty in (4096, 65536):
+            ratio = results[(True, dirty)] / results[(False, dirty)]
+            print(f"msync/fdatasync p50 ratio at {dirty} bytes: {ratio:.2f}x")
+
+
+if __name__ == "__main__":
+    main()
