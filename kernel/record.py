@@ -165,6 +165,11 @@ def blank_record(length: int) -> bytes:
     return BLANK.pack(length, MAGIC_BLANK)
 
 
+def read_store_timestamp(buffer: bytes | bytearray | memoryview, offset: int) -> int:
+    """The store timestamp of the record at ``offset`` (IPv4 layout)."""
+    return _STORE_TS.unpack_from(buffer, offset + 56)[0]
+
+
 def read_size_magic(buffer: bytes | bytearray | memoryview, offset: int) -> tuple[int, int]:
     return _SIZE_MAGIC.unpack_from(buffer, offset)
 

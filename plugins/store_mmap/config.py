@@ -34,6 +34,12 @@ class StoreMmapConfig:
     """``pwrite``: each batch is encoded into a buffer and written with one ``pwrite``, flushed
     with ``fdatasync``. ``mmap``: bytes are copied into the mapping and flushed with ``msync``.
     Both are read through the mapping. See bench/store_append.py for the measured choice."""
+    message_index_enable: bool = fields.boolean(True)
+    """``messageIndexEnable``: build the key index (queries by key and unique key)."""
+    index_hash_slots: int = fields.integer(5_000_000, minimum=1)
+    """``maxHashSlotNum``: hash slots per index file."""
+    index_max_entries: int = fields.integer(20_000_000, minimum=2)
+    """``maxIndexNum``: entries per index file; a full file is followed by a new one."""
     check_crc_on_recover: bool = fields.boolean(True)
     """``checkCRCOnRecover``: verify body CRCs while scanning the log at recovery."""
     delete_when: str = fields.string("04")

@@ -27,6 +27,7 @@ from kernel.model import RecoveryReport
 from plugins.store_mmap.checkpoint import Checkpoint
 from plugins.store_mmap.commit_log import END_FILE_MIN_BLANK_LENGTH, CommitLog
 from plugins.store_mmap.consume_queue import ConsumeQueues
+from plugins.store_mmap.index_file import IndexService
 
 log = logging.getLogger(__name__)
 
@@ -100,6 +101,7 @@ def recover_store(
     *,
     clean_shutdown: bool,
     check_crc: bool,
+    index: IndexService | None = None,
 ) -> RecoveryReport:
     started = time.monotonic()
     files = commit_log.files
@@ -116,6 +118,9 @@ def recover_store(
                 shutil.rmtree(topic_dir, ignore_errors=True)
             queues.queues.clear()
         queues.set_dispatched(0)
+        if index is not None:
+            index.drop_beyond(0)
+            index.set_dispatched(0)
         return RecoveryReport(clean_shutdown, 0, 0, notes=tuple(notes))
 
     log_min = files.min_offset
@@ -168,6 +173,13 @@ def recover_store(
     # deleted while the broker was down are rebuilt (dispatching is idempotent).
     dispatch_from = log_min if gap else min(max(checkpoint.dispatched_offset, log_min), start, end)
     queues.set_dispatched(dispatch_from)
+    if index is not None:
+        if not clean_shutdown:
+            dropped_files = index.drop_newer_than(checkpoint.index_timestamp)
+            if dropped_files:
+                notes.append(f"dropped {dropped_files} index files newer than the checkpoint; rebuilding")
+        index.drop_beyond(end)
+        index.set_dispatched(index.resume_offset(log_min))
     elapsed = time.monotonic() - started
     notes.append(f"scanned {scan.records} records from offset {start} in {elapsed:.3f}s")
     return RecoveryReport(

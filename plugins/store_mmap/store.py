@@ -16,6 +16,7 @@ from pathlib import Path
 import attrs
 import trio
 
+from kernel import record
 from kernel.context import BrokerContext
 from kernel.errors import FlushError
 from kernel.model import AppendResult, DispatchRecord, Message, QueueEntry, RecoveryReport, Watermarks
@@ -24,6 +25,7 @@ from plugins.store_mmap.checkpoint import Checkpoint
 from plugins.store_mmap.commit_log import CommitLog
 from plugins.store_mmap.config import StoreMmapConfig
 from plugins.store_mmap.consume_queue import ConsumeQueues
+from plugins.store_mmap.index_file import IndexService
 from plugins.store_mmap.lock import StoreLock
 from plugins.store_mmap.mapped_file import PAGE_SIZE
 from plugins.store_mmap.mapped_file_queue import MappedFileQueue
@@ -50,6 +52,7 @@ class MmapStore:
     commit_log: CommitLog
     queues: ConsumeQueues
     checkpoint: Checkpoint
+    index: IndexService | None = None
     _flush_lock: trio.Lock = attrs.field(factory=trio.Lock, init=False)
 
     @property
@@ -68,6 +71,7 @@ class MmapStore:
                 self.checkpoint,
                 clean_shutdown=clean_shutdown,
                 check_crc=self.config.check_crc_on_recover,
+                index=self.index,
             )
         )
         for note in report.notes:
@@ -128,12 +132,65 @@ class MmapStore:
         await trio.lowlevel.checkpoint()
         return self.commit_log.scan(offset, end=end, max_bytes=max_bytes)
 
-    def dispatchers(self) -> Sequence[ConsumeQueues]:
-        return [self.queues]
+    def dispatchers(self) -> Sequence[ConsumeQueues | IndexService]:
+        # The index persists first, so the checkpoint written by the queues' persist covers it.
+        return [self.queues] if self.index is None else [self.index, self.queues]
+
+    # --- queries ----------------------------------------------------------------------------
+
+    async def query_by_key(
+        self, topic: str, key: str, *, max_num: int = 32, begin: int = 0, end: int = 2**62
+    ) -> list[bytes]:
+        """Records of ``topic`` whose ``KEYS`` contain ``key`` or whose ``UNIQ_KEY`` is ``key``,
+        stored within [begin, end] (ms), newest first. Empty if the index is disabled."""
+        await trio.lowlevel.checkpoint()
+        if self.index is None:
+            return []
+        out = []
+        for offset in self.index.query(f"{topic}#{key}", max_num * 2, begin, end):
+            if offset < self.commit_log.files.min_offset or offset >= self.positions.wrote.value:
+                continue
+            data = self.commit_log.read_at(offset)
+            message = record.decode_record(data)
+            if message.topic == topic and (key in message.keys or message.unique_key == key):
+                out.append(data)
+                if len(out) >= max_num:
+                    break
+        return out
+
+    def store_time(self, topic: str, queue_id: int, queue_offset: int) -> int:
+        """Store timestamp (ms) of the message at ``queue_offset``, or -1 if there is none."""
+        entries = self.queues.lookup(topic, queue_id, queue_offset, 1)
+        if not entries or entries[0].physical_offset < self.commit_log.files.min_offset:
+            return -1
+        return self._store_time_at(entries[0].physical_offset)
+
+    def _store_time_at(self, physical_offset: int) -> int:
+        mapped = self.commit_log.files.find(physical_offset)
+        return record.read_store_timestamp(mapped.buffer, physical_offset - mapped.start)
+
+    def offset_by_time(self, topic: str, queue_id: int, timestamp: int) -> int:
+        """The first queue offset whose message was stored at or after ``timestamp`` (ms);
+        the max offset if all are older; 0 for an unknown queue (binary search)."""
+        low = self.queues.min_offset(topic, queue_id)
+        high = self.queues.max_offset(topic, queue_id)
+        while low < high:
+            middle = (low + high) // 2
+            stored = self.store_time(topic, queue_id, middle)
+            if stored == -1 or stored < timestamp:
+                low = middle + 1
+            else:
+                high = middle
+        return low
 
     def _on_queues_persisted(self, dispatched: int, newest_timestamp: int) -> None:
-        """Runs in the persist worker thread after the consume queues were flushed."""
+        """Runs in the persist worker thread after the consume queues (and, before them in the
+        same persist round, the index) were flushed."""
         self.checkpoint.logics_timestamp = max(self.checkpoint.logics_timestamp, newest_timestamp)
+        if self.index is not None:
+            self.checkpoint.index_timestamp = max(
+                self.checkpoint.index_timestamp, self.index.flushed_timestamp
+            )
         self.checkpoint.dispatched_offset = dispatched
         self.checkpoint.save(self.checkpoint_path)
 
@@ -150,6 +207,8 @@ class MmapStore:
     def close(self) -> None:
         self.commit_log.files.close()
         self.queues.close()
+        if self.index is not None:
+            self.index.close()
 
 
 @asynccontextmanager
@@ -173,8 +232,11 @@ async def open_mmap_store(ctx: BrokerContext) -> AsyncIterator[MmapStore]:
         except BaseException:
             files.close()
             raise
+        index = None
+        if config.message_index_enable:
+            index = IndexService.load(root / "index", config.index_hash_slots, config.index_max_entries)
         commit_log = CommitLog(files, (ctx.broker.listen_host, ctx.broker.listen_port))
-        store = MmapStore(root, config, commit_log, queues, Checkpoint.load(root / "checkpoint"))
+        store = MmapStore(root, config, commit_log, queues, Checkpoint.load(root / "checkpoint"), index)
         queues.on_persist = store._on_queues_persisted
         try:
             yield store

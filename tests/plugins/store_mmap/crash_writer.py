@@ -17,7 +17,12 @@ from kernel.testing import make_config
 async def main(data_dir: str, flush: str) -> None:
     config = make_config(
         broker={"plugins": ["store_mmap", "flush_sync", "flush_async"], "data_dir": data_dir, "flush": flush},
-        store_mmap={"commit_log_file_size": "64KiB", "consume_queue_file_size": 2000},
+        store_mmap={
+            "commit_log_file_size": "64KiB",
+            "consume_queue_file_size": 2000,
+            "index_hash_slots": 1000,
+            "index_max_entries": 100_000,
+        },
         flush_async={"interval": "50ms"},
     )
     broker = Broker.assemble(config)

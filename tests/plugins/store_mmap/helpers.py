@@ -13,7 +13,12 @@ from kernel.model import Message, RecoveryReport
 from kernel.testing import dispatch_all, make_config
 from plugins.store_mmap.store import MmapStore, open_mmap_store
 
-SMALL = {"commit_log_file_size": 4096, "consume_queue_file_size": 200}
+SMALL = {
+    "commit_log_file_size": 4096,
+    "consume_queue_file_size": 200,
+    "index_hash_slots": 64,
+    "index_max_entries": 100,
+}
 
 
 def store_context(root: Path, **store_table: Any) -> BrokerContext:

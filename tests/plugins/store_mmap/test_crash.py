@@ -49,7 +49,12 @@ def run_and_kill(data_dir: Path, flush: str, acks_wanted: int) -> list[tuple[str
 async def verify(data_dir: Path, acks) -> None:
     config = make_config(
         broker={"plugins": ["store_mmap", "flush_async"], "data_dir": str(data_dir), "flush": "async"},
-        store_mmap={"commit_log_file_size": "64KiB", "consume_queue_file_size": 2000},
+        store_mmap={
+            "commit_log_file_size": "64KiB",
+            "consume_queue_file_size": 2000,
+            "index_hash_slots": 1000,
+            "index_max_entries": 100_000,
+        },
     )
     broker = Broker.assemble(config)
     async with trio.open_nursery() as nursery:

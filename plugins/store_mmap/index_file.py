@@ -1,0 +1,292 @@
+"""RocketMQ's index files: a hash index from ``topic#key`` to commit-log offsets.
+
+File layout (RocketMQ 4.x ``IndexFile``), named by creation time ``yyyyMMddHHmmssSSS``::
+
+    header 40 bytes: beginTimestamp q, endTimestamp q, beginPhyOffset q, endPhyOffset q,
+                     hashSlotCount i, indexCount i
+    slots:   hashSlotNum x 4 bytes, the newest entry number for that slot (0 = empty)
+    entries: indexNum x 20 bytes: keyHash i, phyOffset q, timeDiff i (seconds since
+             beginTimestamp), prevIndex i (the previous entry of the same slot, 0 = none)
+
+Entry numbers start at 1. Keys are ``topic#UNIQ_KEY`` and ``topic#k`` for each token of
+``KEYS``; the hash is Java's ``String.hashCode`` made non-negative. A full file is followed by
+a new one. The index is a derived view: :class:`IndexService` is fed by the dispatch loop and
+rebuilt from the log after a crash.
+"""
+
+from __future__ import annotations
+
+import logging
+import mmap
+import os
+import struct
+import time
+from collections.abc import Sequence
+from datetime import datetime
+from pathlib import Path
+
+import attrs
+import trio
+
+from kernel.model import SYSFLAG_TRANSACTION_ROLLBACK, DispatchRecord, java_string_hash
+
+log = logging.getLogger(__name__)
+
+HEADER = struct.Struct(">qqqqii")
+HEADER_SIZE = 40
+SLOT = struct.Struct(">i")
+ENTRY = struct.Struct(">iqii")
+ENTRY_SIZE = 20
+_TRANSACTION_TYPE = 0xC
+
+
+def key_hash(key: str) -> int:
+    value = abs(java_string_hash(key))
+    return value if value >= 0 and value < 2**31 else 0
+
+
+def index_keys(record: DispatchRecord) -> list[str]:
+    keys = []
+    if record.unique_key:
+        keys.append(f"{record.topic}#{record.unique_key}")
+    for token in record.keys.split():
+        keys.append(f"{record.topic}#{token}")
+    return keys
+
+
+@attrs.define(eq=False)
+class IndexFile:
+    path: Path
+    slots: int
+    max_entries: int
+    begin_timestamp: int = 0
+    end_timestamp: int = 0
+    begin_offset: int = 0
+    end_offset: int = 0
+    count: int = 1
+    _fd: int = -1
+    _map: mmap.mmap | None = None
+
+    @property
+    def size(self) -> int:
+        return HEADER_SIZE + self.slots * 4 + self.max_entries * ENTRY_SIZE
+
+    @classmethod
+    def open(cls, path: Path, slots: int, max_entries: int, *, create: bool) -> IndexFile:
+        index = cls(path, slots, max_entries)
+        fd = os.open(path, os.O_RDWR | (os.O_CREAT if create else 0), 0o644)
+        try:
+            if os.fstat(fd).st_size != index.size:
+                if not create:
+                    raise ValueError(f"{path} is not a {index.size}-byte index file (slots/entries changed?)")
+                os.ftruncate(fd, index.size)
+            index._map = mmap.mmap(fd, index.size)
+        except BaseException:
+            os.close(fd)
+            raise
+        index._fd = fd
+        if not create:
+            (
+                index.begin_timestamp,
+                index.end_timestamp,
+                index.begin_offset,
+                index.end_offset,
+                slot_count,
+                index.count,
+            ) = HEADER.unpack_from(index._map, 0)
+            index.count = max(index.count, 1)
+        return index
+
+    @property
+    def full(self) -> bool:
+        return self.count >= self.max_entries
+
+    def put(self, key: str, physical_offset: int, store_timestamp: int) -> bool:
+        """Add one key; False when the file is full."""
+        if self.full:
+            return False
+        assert self._map is not None
+        hashed = key_hash(key)
+        slot_at = HEADER_SIZE + (hashed % self.slots) * 4
+        previous = SLOT.unpack_from(self._map, slot_at)[0]
+        if previous <= 0 or previous > self.count:
+            previous = 0
+        if self.count <= 1:
+            self.begin_timestamp = store_timestamp
+            self.begin_offset = physical_offset
+        diff = max(0, (store_timestamp - self.begin_timestamp) // 1000)
+        entry_at = HEADER_SIZE + self.slots * 4 + self.count * ENTRY_SIZE
+        ENTRY.pack_into(self._map, entry_at, hashed, physical_offset, min(diff, 2**31 - 1), previous)
+        SLOT.pack_into(self._map, slot_at, self.count)
+        self.count += 1
+        self.end_timestamp = store_timestamp
+        self.end_offset = physical_offset
+        self._write_header()
+        return True
+
+    def _write_header(self) -> None:
+        assert self._map is not None
+        HEADER.pack_into(
+            self._map,
+            0,
+            self.begin_timestamp,
+            self.end_timestamp,
+            self.begin_offset,
+            self.end_offset,
+            self.slots,
+            self.count,
+        )
+
+    def overlaps(self, begin: int, end: int) -> bool:
+        return self.count > 1 and self.begin_timestamp <= end and self.end_timestamp >= begin
+
+    def lookup(self, key: str, max_num: int, begin: int, end: int) -> list[int]:
+        """Commit-log offsets whose key hashes like ``key``, stored within [begin, end] ms,
+        newest first (the caller checks the real key: hashes collide)."""
+        assert self._map is not None
+        hashed = key_hash(key)
+        slot_at = HEADER_SIZE + (hashed % self.slots) * 4
+        number = SLOT.unpack_from(self._map, slot_at)[0]
+        found: list[int] = []
+        seen = 0
+        while 0 < number < self.count and len(found) < max_num and seen < self.count:
+            seen += 1
+            entry_at = HEADER_SIZE + self.slots * 4 + number * ENTRY_SIZE
+            entry_hash, offset, diff, previous = ENTRY.unpack_from(self._map, entry_at)
+            stored = self.begin_timestamp + diff * 1000
+            if entry_hash == hashed and begin - 999 <= stored <= end:
+                found.append(offset)
+            if previous <= 0 or previous >= number:
+                break
+            number = previous
+        return found
+
+    def flush_blocking(self) -> None:
+        if self._map is not None:
+            self._map.flush()
+
+    def close(self) -> None:
+        if self._map is not None:
+            self._map.close()
+            self._map = None
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+
+
+def _file_name(now_ms: int) -> str:
+    stamp = datetime.fromtimestamp(now_ms / 1000)
+    return stamp.strftime("%Y%m%d%H%M%S") + f"{now_ms % 1000:03d}"
+
+
+@attrs.define(eq=False)
+class IndexService:
+    """All index files of a store; the ``index`` dispatcher."""
+
+    directory: Path
+    slots: int
+    max_entries: int
+    files: list[IndexFile] = attrs.field(factory=list)
+    name: str = "index"
+    _dispatched: int = 0
+    _newest_timestamp: int = 0
+    flushed_timestamp: int = 0
+    """Store time of the newest record whose keys are durable (checkpoint's index field)."""
+
+    @classmethod
+    def load(cls, directory: Path, slots: int, max_entries: int) -> IndexService:
+        directory.mkdir(parents=True, exist_ok=True)
+        service = cls(directory, slots, max_entries)
+        for path in sorted(p for p in directory.iterdir() if p.name.isdigit()):
+            service.files.append(IndexFile.open(path, slots, max_entries, create=False))
+        return service
+
+    def drop_newer_than(self, timestamp: int) -> int:
+        """Abnormal recovery: files written after the checkpoint may be torn; delete them so
+        the dispatch loop rebuilds them. Returns how many were dropped."""
+        keep, dropped = [], 0
+        for index in self.files:
+            if index.end_timestamp > timestamp:
+                index.close()
+                index.path.unlink(missing_ok=True)
+                dropped += 1
+            else:
+                keep.append(index)
+        self.files = keep
+        return dropped
+
+    def drop_beyond(self, log_end: int) -> None:
+        """Files indexing offsets the log no longer has are rebuilt from the log."""
+        keep = []
+        for index in self.files:
+            if index.end_offset >= log_end and index.count > 1:
+                index.close()
+                index.path.unlink(missing_ok=True)
+            else:
+                keep.append(index)
+        self.files = keep
+
+    def resume_offset(self, log_min: int) -> int:
+        """Where dispatch must resume for the index (the last indexed record is skipped)."""
+        if not self.files or self.files[-1].count <= 1:
+            return log_min
+        return max(self.files[-1].end_offset, log_min)
+
+    def set_dispatched(self, offset: int) -> None:
+        self._dispatched = offset
+
+    # --- Dispatcher protocol --------------------------------------------------------------
+
+    def dispatched_offset(self) -> int:
+        return self._dispatched
+
+    def dispatch(self, records: Sequence[DispatchRecord], end_offset: int) -> None:
+        last = self.files[-1].end_offset if self.files and self.files[-1].count > 1 else -1
+        for record in records:
+            if record.physical_offset <= last:
+                continue
+            if record.sys_flag & _TRANSACTION_TYPE == SYSFLAG_TRANSACTION_ROLLBACK:
+                continue
+            for key in index_keys(record):
+                self._put(key, record.physical_offset, record.store_timestamp)
+            self._newest_timestamp = record.store_timestamp
+        self._dispatched = end_offset
+
+    def _put(self, key: str, offset: int, timestamp: int) -> None:
+        if not self.files or self.files[-1].full:
+            self._new_file()
+        if not self.files[-1].put(key, offset, timestamp):
+            self._new_file()
+            self.files[-1].put(key, offset, timestamp)
+
+    def _new_file(self) -> None:
+        now = int(time.time() * 1000)
+        name = _file_name(now)
+        while (self.directory / name).exists() or (self.files and name <= self.files[-1].path.name):
+            now += 1
+            name = _file_name(now)
+        self.files.append(IndexFile.open(self.directory / name, self.slots, self.max_entries, create=True))
+        log.info("created index file %s", name)
+
+    async def persist(self) -> None:
+        files, newest = list(self.files), self._newest_timestamp
+        await trio.to_thread.run_sync(lambda: [f.flush_blocking() for f in files])
+        self.flushed_timestamp = max(self.flushed_timestamp, newest)
+
+    @property
+    def newest_timestamp(self) -> int:
+        return self._newest_timestamp
+
+    def query(self, key: str, max_num: int, begin: int, end: int) -> list[int]:
+        """Offsets for ``key`` (``topic#k``) newest first, across files overlapping the range."""
+        found: list[int] = []
+        for index in reversed(self.files):
+            if len(found) >= max_num:
+                break
+            if index.overlaps(begin, end):
+                found.extend(index.lookup(key, max_num - len(found), begin, end))
+        return found
+
+    def close(self) -> None:
+        for index in self.files:
+            index.close()

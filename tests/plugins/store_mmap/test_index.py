@@ -1,0 +1,104 @@
+"""Index files and queries: by key, by unique key, by time range, offset by timestamp."""
+
+from __future__ import annotations
+
+import struct
+
+import trio
+
+from kernel import Message, record
+from plugins.store_mmap.index_file import HEADER, key_hash
+
+from .helpers import clean_close, messages, opened
+
+
+async def test_query_by_key_and_unique_key(tmp_path):
+    async with opened(tmp_path) as (store, _):
+        await store.append(messages("T", 0, 30))
+        await store.append([Message("Other", b"o", properties={"KEYS": "key7", "UNIQ_KEY": "UX"})])
+        await clean_close(store)
+        found = [record.decode_record(r) for r in await store.query_by_key("T", "key7")]
+        assert [m.body for m in found] == [messages("T", 0, 30)[7].body]
+        by_uniq = await store.query_by_key("T", f"U{12:031d}")
+        assert [record.decode_record(r).queue_offset for r in by_uniq] == [12]
+        assert await store.query_by_key("T", "missing") == []
+        assert [record.decode_record(r).topic for r in await store.query_by_key("Other", "key7")] == ["Other"]
+
+
+async def test_shared_key_returns_all_newest_first_and_max_num_caps(tmp_path):
+    async with opened(tmp_path) as (store, _):
+        batch = [Message("T", f"b{i}".encode(), properties={"KEYS": "order-1 extra"}) for i in range(10)]
+        await store.append(batch)
+        await clean_close(store)
+        found = [record.decode_record(r).body for r in await store.query_by_key("T", "order-1")]
+        assert found == [f"b{i}".encode() for i in reversed(range(10))]
+        assert len(await store.query_by_key("T", "order-1", max_num=3)) == 3
+
+
+async def test_full_index_file_rolls_to_a_new_file(tmp_path):
+    async with opened(tmp_path) as (store, _):
+        for start in range(0, 150, 10):
+            await store.append(messages("T", 0, 10, start=start))
+        await clean_close(store)
+        files = sorted((tmp_path / "index").iterdir())
+        assert len(files) >= 3, "100-entry files and 300 keys (UNIQ_KEY + KEYS per message)"
+        assert all(len(p.name) == 17 and p.name.isdigit() for p in files)
+        header = HEADER.unpack_from(files[0].read_bytes(), 0)
+        assert header[4] == 64 and header[5] == 100  # slot count, entries used (index 0 unused)
+        found = await store.query_by_key("T", "key3")
+        assert [record.decode_record(r).queue_offset for r in found] == [3]
+        assert len(await store.query_by_key("T", "key149")) == 1
+
+
+async def test_time_range_filters(tmp_path):
+    async with opened(tmp_path) as (store, _):
+        first = await store.append(messages("T", 0, 1))
+        await trio.sleep(1.1)
+        second = await store.append(messages("T", 0, 1, start=1))
+        await clean_close(store)
+        assert len(await store.query_by_key("T", "key0", begin=0, end=first.store_timestamp)) == 1
+        assert len(await store.query_by_key("T", "key1", begin=second.store_timestamp, end=2**62)) == 1
+        assert await store.query_by_key("T", "key0", begin=second.store_timestamp + 2000, end=2**62) == []
+
+
+async def test_offset_by_timestamp_binary_search(tmp_path):
+    async with opened(tmp_path) as (store, _):
+        stamps = []
+        for i in range(4):
+            result = await store.append(messages("T", 0, 2, start=i * 2))
+            stamps.append(result.store_timestamp)
+            await trio.sleep(0.02)
+        await clean_close(store)
+        assert store.offset_by_time("T", 0, stamps[0]) == 0
+        assert store.offset_by_time("T", 0, stamps[2]) == 4
+        assert store.offset_by_time("T", 0, stamps[1] - 1) == 2, "slightly earlier maps to the next entry"
+        assert store.offset_by_time("T", 0, 0) == 0, "much earlier maps to the first entry"
+        assert store.offset_by_time("T", 0, stamps[-1] + 10_000) == 8
+        assert store.offset_by_time("missing", 0, stamps[0]) == 0
+        assert store.store_time("T", 0, 3) == stamps[1]
+        assert store.store_time("T", 0, 99) == -1
+
+
+async def test_index_is_rebuilt_after_a_crash(tmp_path):
+    async with opened(tmp_path) as (store, _):
+        await store.append(messages("T", 0, 20))
+        await clean_close(store)
+    # Crash before the index of later messages was persisted: add files' worth of messages
+    # without persisting, then delete the index directory entirely.
+    import shutil
+
+    shutil.rmtree(tmp_path / "index")
+    async with opened(tmp_path, clean=False) as (store, _):
+        found = await store.query_by_key("T", "key15")
+        assert [record.decode_record(r).queue_offset for r in found] == [15]
+
+
+def test_key_hash_is_javas_non_negative_hash():
+    assert key_hash("TopicTest#key") == abs(struct.unpack(">i", struct.pack(">I", _java("TopicTest#key")))[0])
+
+
+def _java(text: str) -> int:
+    h = 0
+    for char in text:
+        h = (31 * h + ord(char)) & 0xFFFFFFFF
+    return h
