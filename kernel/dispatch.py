@@ -22,6 +22,7 @@ log = logging.getLogger(__name__)
 
 BATCH_BYTES = 1024 * 1024
 PERSIST_INTERVAL = 1.0
+RETRY_DELAY = 1.0
 
 
 @attrs.frozen
@@ -34,6 +35,8 @@ class DispatchStatistics:
     """RocketMQ's ``dispatchBehindBytes``: bytes written but not yet dispatched."""
     batches: int
     records: int
+    errors: int
+    """Dispatch batches that failed with an I/O error and were retried."""
 
 
 @attrs.define(eq=False)
@@ -52,6 +55,7 @@ class DispatchService:
     dispatched: Watermark = attrs.field(factory=Watermark, init=False)
     _batches: int = attrs.field(default=0, init=False)
     _records: int = attrs.field(default=0, init=False)
+    _errors: int = attrs.field(default=0, init=False)
 
     def limit(self) -> Watermark:
         """The position dispatch may reach: flushed with ``visible_after_flush``, else wrote."""
@@ -84,7 +88,16 @@ class DispatchService:
                 if offset >= end:
                     await limit.wait_reached(offset + 1)
                     continue
-                offset = await self.dispatch_once(offset, end)
+                try:
+                    offset = await self.dispatch_once(offset, end)
+                except OSError as error:
+                    # A view could not be written (disk full, I/O error). Dispatching is
+                    # idempotent, so the same batch is retried; the log itself is intact.
+                    self._errors += 1
+                    log.error(
+                        "dispatch at offset %d failed: %s; retrying in %.1fs", offset, error, RETRY_DELAY
+                    )
+                    await trio.sleep(RETRY_DELAY)
 
     async def dispatch_once(self, offset: int, end: int) -> int:
         """Dispatch one batch from ``offset`` (not past ``end``); return the next offset."""
@@ -122,4 +135,5 @@ class DispatchService:
             behind_bytes=max(0, wrote - self.dispatched.value),
             batches=self._batches,
             records=self._records,
+            errors=self._errors,
         )

@@ -35,6 +35,9 @@ class CommitLog:
     queue_offsets: dict[tuple[str, int], int] = attrs.field(factory=dict)
     """Next queue offset per (topic, queue id), assigned at append time."""
     read_only_reason: str = ""
+    """Set after a write or flush error: writes stay refused until restart."""
+    disk_full_reason: str = ""
+    """Set by the retention service above the disk warning level; cleared when space returns."""
     last_append_timestamp: int = 0
     flushed_timestamp: int = 0
     """Store time of the newest message covered by the last flush (checkpoint field)."""
@@ -54,8 +57,8 @@ class CommitLog:
             error (which also makes the store read-only). Positions never move past bytes that
             were not written.
         """
-        if self.read_only_reason:
-            raise StoreNotWritable(self.read_only_reason)
+        if self.read_only_reason or self.disk_full_reason:
+            raise StoreNotWritable(self.read_only_reason or self.disk_full_reason)
         try:
             prepared = [record.prepare(m) for m in messages]
         except ValueError as error:
@@ -73,6 +76,13 @@ class CommitLog:
         queue_offsets: list[int] = []
         try:
             active = self.files.writable_file(self.positions.wrote.value)
+            incoming = sum(p.size for p in prepared)
+            self.files.ensure_room(active, incoming, len(prepared), max(p.size for p in prepared))
+        except OSError as error:
+            raise StoreNotWritable(
+                f"cannot create the next commit-log file ({error}); disk full? nothing was written"
+            ) from error
+        try:
             buffer = bytearray()
             base = active.start + active.wrote
             for p in prepared:

@@ -48,3 +48,13 @@ class StoreMmapConfig:
     """``fileReservedTime``: commit-log files older than this are expired."""
     disk_max_used_space_ratio: int = fields.ratio_percent(75, minimum=10, maximum=95)
     """``diskMaxUsedSpaceRatio``: above this disk use, expired files are deleted at any hour."""
+    disk_space_clean_forcibly_ratio: int = fields.ratio_percent(85, minimum=10, maximum=100)
+    """Above this disk use, files are deleted even before they expire (never the active one)."""
+    clean_file_forcibly_enable: bool = fields.boolean(True)
+    """``cleanFileForciblyEnable``."""
+    disk_space_warning_level_ratio: int = fields.ratio_percent(90, minimum=1, maximum=100)
+    """Above this disk use, writes are refused ("disk full") until space is freed; reads go on."""
+    clean_interval: float = fields.duration("10s")
+    """``cleanResourceInterval``: how often retention and the disk checks run."""
+    delete_files_per_run: int = fields.integer(10, minimum=1)
+    """Commit-log files deleted per retention run at most."""

@@ -80,6 +80,20 @@ class ConsumeQueue:
                     return
             self.min_queue_offset = batch[-1].queue_offset + 1
 
+    def delete_files_below(self, log_min: int) -> None:
+        """Remove leading files whose entries all point below ``log_min``; move the minimum."""
+        count = 0
+        for mapped in self.files.files[:-1]:
+            last_entry = (mapped.start + mapped.wrote) // CQ_ENTRY_SIZE - 1
+            entry = self.lookup(last_entry, 1)
+            if not entry or entry[0].physical_offset + entry[0].size > log_min:
+                break
+            count += 1
+        if count:
+            self.files.delete_leading(count)
+            self.min_queue_offset = max(self.min_queue_offset, self.files.min_offset // CQ_ENTRY_SIZE)
+        self.correct_min_offset(log_min)
+
     def last_physical_end(self) -> int:
         if self.max_queue_offset <= self.min_queue_offset:
             return 0

@@ -79,10 +79,14 @@ class IndexFile:
             if os.fstat(fd).st_size != index.size:
                 if not create:
                     raise ValueError(f"{path} is not a {index.size}-byte index file (slots/entries changed?)")
-                os.ftruncate(fd, index.size)
+                # Really allocate (not a sparse ftruncate): writing a hole of a mapped file on a
+                # full disk kills the process with SIGBUS; fallocate fails with ENOSPC instead.
+                os.posix_fallocate(fd, 0, index.size)
             index._map = mmap.mmap(fd, index.size)
         except BaseException:
             os.close(fd)
+            if create:
+                path.unlink(missing_ok=True)
             raise
         index._fd = fd
         if not create:
@@ -192,6 +196,8 @@ class IndexService:
     _newest_timestamp: int = 0
     flushed_timestamp: int = 0
     """Store time of the newest record whose keys are durable (checkpoint's index field)."""
+    degraded: str = ""
+    """Why keys are currently not being indexed (a new index file could not be allocated)."""
 
     @classmethod
     def load(cls, directory: Path, slots: int, max_entries: int) -> IndexService:
@@ -226,6 +232,17 @@ class IndexService:
                 keep.append(index)
         self.files = keep
 
+    def delete_files_below(self, log_min: int) -> None:
+        """Retention: drop index files (never the newest) whose entries all precede ``log_min``."""
+        keep = []
+        for index in self.files:
+            if index is not self.files[-1] and index.end_offset < log_min:
+                index.close()
+                index.path.unlink(missing_ok=True)
+            else:
+                keep.append(index)
+        self.files = keep
+
     def resume_offset(self, log_min: int) -> int:
         """Where dispatch must resume for the index (the last indexed record is skipped)."""
         if not self.files or self.files[-1].count <= 1:
@@ -254,19 +271,35 @@ class IndexService:
 
     def _put(self, key: str, offset: int, timestamp: int) -> None:
         if not self.files or self.files[-1].full:
-            self._new_file()
-        if not self.files[-1].put(key, offset, timestamp):
-            self._new_file()
-            self.files[-1].put(key, offset, timestamp)
+            if not self._new_file():
+                return
+        self.files[-1].put(key, offset, timestamp)
 
-    def _new_file(self) -> None:
+    def _new_file(self) -> bool:
+        """Start a new index file; on an allocation failure (disk full) indexing pauses, the
+        reason is kept in ``degraded`` and the messages stay readable by queue and offset."""
         now = int(time.time() * 1000)
         name = _file_name(now)
         while (self.directory / name).exists() or (self.files and name <= self.files[-1].path.name):
             now += 1
             name = _file_name(now)
-        self.files.append(IndexFile.open(self.directory / name, self.slots, self.max_entries, create=True))
+        try:
+            index = IndexFile.open(self.directory / name, self.slots, self.max_entries, create=True)
+        except OSError as error:
+            if not self.degraded:
+                log.error(
+                    "cannot allocate index file %s (%s): keys are not indexed until space returns",
+                    name,
+                    error,
+                )
+            self.degraded = f"index file allocation failed: {error}"
+            return False
+        if self.degraded:
+            log.warning("index files can be allocated again; indexing resumes")
+            self.degraded = ""
+        self.files.append(index)
         log.info("created index file %s", name)
+        return True
 
     async def persist(self) -> None:
         files, newest = list(self.files), self._newest_timestamp

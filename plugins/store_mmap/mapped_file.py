@@ -61,6 +61,9 @@ class MappedFile:
             mapping = mmap.mmap(fd, size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
         except BaseException:
             os.close(fd)
+            if create:
+                # Never leave a half-created file behind: the next start would refuse it.
+                path.unlink(missing_ok=True)
             raise
         mapped = cls(path=path, start=start, size=size, use_mmap_writes=use_mmap_writes)
         mapped._fd = fd

@@ -93,12 +93,30 @@ class MappedFileQueue:
         return mapped
 
     def roll(self, full: MappedFile) -> MappedFile:
-        """The file after ``full``; creates it and pre-allocates the one after."""
+        """The file after ``full`` (created if needed); then pre-allocates the one after, best
+        effort: a failure there (disk full) is logged and retried at the next roll."""
         index = self.files.index(full)
         nxt = self.files[index + 1] if index + 1 < len(self.files) else self._create(full.end)
         if nxt is self.files[-1]:
-            self._create(nxt.end)  # pre-allocate the next file so the next roll does not wait
+            try:
+                self._create(nxt.end)
+            except OSError as error:
+                log.warning("could not pre-allocate the file after %s: %s", nxt.path, error)
         return nxt
+
+    def ensure_room(self, active: MappedFile, incoming: int, records: int, largest: int) -> None:
+        """Create the files a write of ``records`` records (``incoming`` bytes, the largest
+        ``largest``) starting in ``active`` can roll into, before anything is written, so a full
+        disk fails the write cleanly. Each roll may leave up to ``largest + 8`` bytes unused.
+
+        :raises OSError: a file could not be created (ENOSPC ...); nothing was written.
+        """
+        needed = max(0, incoming - active.free + largest + 8)
+        usable = max(1, self.file_size - largest - 8)
+        files_after = min(records, -(-needed // usable)) if incoming > active.free - largest - 8 else 0
+        index = self.files.index(active)
+        while len(self.files) - 1 - index < files_after:
+            self._create(self.files[-1].end)
 
     def _create(self, start: int) -> MappedFile:
         path = self.directory / file_name(start)

@@ -108,8 +108,18 @@ class MmapStore:
         return Watermarks(self.commit_log.files.min_offset, wrote, wrote, self.positions.flushed.value)
 
     def writable(self) -> tuple[bool, str]:
-        reason = self.commit_log.read_only_reason
+        reason = self.commit_log.read_only_reason or self.commit_log.disk_full_reason
         return (not reason, reason)
+
+    def delete_log_head(self, count: int) -> None:
+        """Delete the first ``count`` commit-log files and every derived file wholly below the
+        new log minimum (retention)."""
+        self.commit_log.files.delete_leading(count)
+        log_min = self.commit_log.files.min_offset
+        for queue in self.queues.queues.values():
+            queue.delete_files_below(log_min)
+        if self.index is not None:
+            self.index.delete_files_below(log_min)
 
     def lookup(self, topic: str, queue_id: int, queue_offset: int, max_entries: int) -> list[QueueEntry]:
         return self.queues.lookup(topic, queue_id, queue_offset, max_entries)
@@ -201,7 +211,7 @@ class MmapStore:
             flushed=self.positions.flushed.value,
             commit_log_files=len(self.commit_log.files.files),
             consume_queues=len(self.queues.queues),
-            read_only=self.commit_log.read_only_reason,
+            read_only=self.commit_log.read_only_reason or self.commit_log.disk_full_reason,
         )
 
     def close(self) -> None:

@@ -1,0 +1,60 @@
+"""Small JSON state files (``config/topics.json``, ``consumerOffset.json``, ...) written safely.
+
+A write goes to ``name.tmp``, is fsynced, the current file becomes ``name.bak`` and the
+temporary file is renamed over the name, then the directory is fsynced: a crash at any point
+leaves either the old or the new content readable. Loading falls back to ``.bak`` when the
+main file is missing or corrupt, and names the file when both are unusable.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from pathlib import Path
+from typing import Any
+
+from kernel.errors import ConfigError
+
+log = logging.getLogger(__name__)
+
+
+def write_json_atomic(path: Path, data: Any) -> None:
+    """Durably replace ``path`` with ``data`` as JSON (blocking; call from a worker thread)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    payload = json.dumps(data, indent=2, sort_keys=True).encode()
+    temporary = path.with_name(path.name + ".tmp")
+    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        os.write(fd, payload)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    if path.exists():
+        os.replace(path, path.with_name(path.name + ".bak"))
+    os.replace(temporary, path)
+    directory = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(directory)
+    finally:
+        os.close(directory)
+
+
+def read_json_with_backup(path: Path) -> Any | None:
+    """The JSON content of ``path`` (or of ``path.bak`` if the main file is damaged); ``None``
+    when neither exists.
+
+    :raises ConfigError: both exist but neither parses; the message names both files.
+    """
+    problems = []
+    for candidate in (path, path.with_name(path.name + ".bak")):
+        try:
+            return json.loads(candidate.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            continue
+        except (OSError, ValueError) as error:
+            problems.append(f"{candidate}: {error}")
+            log.warning("cannot read %s (%s); trying the backup", candidate, error)
+    if problems:
+        raise ConfigError(str(path), None, "unreadable, and so is its backup: " + "; ".join(problems))
+    return None
