@@ -25,7 +25,7 @@ from kernel.model import Message
 from kernel.testing import make_config, make_context
 from plugins.store_mmap.store import open_mmap_store
 
-FILE_SIZE = 256 * 1024 * 1024
+FILE_SIZE = 64 * 1024 * 1024
 
 
 def store_context(root: Path, **store_table: object) -> BrokerContext:
@@ -36,23 +36,25 @@ def store_context(root: Path, **store_table: object) -> BrokerContext:
 
 
 def raw_write_bandwidth(directory: Path, seconds: float) -> float:
-    """Bytes/s of 1 MiB sequential os.write calls into a pre-allocated file (page cache)."""
+    """Bytes/s of 1 MiB sequential pwrite calls cycling over a 64 MiB pre-allocated region.
+
+    Cycling keeps the region in the page cache, so the figure is the ceiling a page-cache
+    append can reach here, not the disk's writeback rate (which throttles long runs)."""
+    region = 64 << 20
     path = directory / "raw.bin"
     chunk = os.urandom(1 << 20)
     fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-    os.posix_fallocate(fd, 0, FILE_SIZE)
+    os.posix_fallocate(fd, 0, region)
+    for position in range(0, region, len(chunk)):  # warm the region once
+        os.pwrite(fd, chunk, position)
     written = 0
     start = time.perf_counter()
     while time.perf_counter() - start < seconds:
-        if written + len(chunk) > FILE_SIZE:
-            os.lseek(fd, 0, os.SEEK_SET)
-            written = 0
-        written += os.write(fd, chunk)
+        written += os.pwrite(fd, chunk, written % region)
     elapsed = time.perf_counter() - start
-    total = written
     os.close(fd)
     path.unlink()
-    return total / elapsed if elapsed else 0.0
+    return written / elapsed if elapsed else 0.0
 
 
 async def append_rate(
@@ -70,7 +72,7 @@ async def append_rate(
             result = store.commit_log.append(messages)
             count += batch
             size += sum(result.sizes)
-            if store.positions.wrote.value > FILE_SIZE * 3:
+            if store.positions.wrote.value > FILE_SIZE * 8:
                 break
         elapsed = time.perf_counter() - start
     return count / elapsed, size / elapsed
@@ -111,7 +113,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory(dir=args.dir) as tmp:
         base = Path(tmp)
         raw = raw_write_bandwidth(base, args.seconds)
-        print(f"raw sequential write (1 MiB os.write, page cache): {raw / 1e6:,.0f} MB/s")
+        print(f"raw sequential write (1 MiB pwrite into cached pages): {raw / 1e6:,.0f} MB/s")
         print()
         print(f"{'path':7} {'body':>6} {'batch':>5} {'msgs/s':>12} {'MB/s':>9} {'vs raw':>7}")
         for write_path in ("pwrite", "mmap"):

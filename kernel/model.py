@@ -229,7 +229,14 @@ class AppendResult:
     queue_offsets: list[int]
     store_timestamp: int
     end_offset: int
-    msg_ids: list[str] = attrs.field(factory=list)
+    store_host: tuple[str, int] = ("127.0.0.1", 10911)
+
+    @property
+    def msg_ids(self) -> list[str]:
+        """RocketMQ offset message ids (store host + physical offset), computed on demand."""
+        from kernel.record import offset_msg_id
+
+        return [offset_msg_id(self.store_host, offset) for offset in self.physical_offsets]
 
     @property
     def first_offset(self) -> int:

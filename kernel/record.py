@@ -71,71 +71,77 @@ def host_bytes(host: str) -> bytes:
         return socket.inet_aton(socket.gethostbyname(host))
 
 
-@attrs.define
-class PreparedMessage:
-    """A message with its variable parts encoded once; sized before offsets are assigned."""
+@attrs.define(eq=False)
+class RecordEncoder:
+    """Batch encoder for one store host, with the per-topic and per-host byte strings cached
+    (the put path encodes every message once, with no intermediate objects)."""
 
-    message: Message
-    topic: bytes
-    properties: bytes
-    size: int
-    crc: int
-    born_host: bytes
+    store_host: tuple[str, int]
+    _store_ip: bytes = attrs.field(init=False)
+    _topics: dict[str, bytes] = attrs.field(factory=dict, init=False)
+    _hosts: dict[str, bytes] = attrs.field(factory=dict, init=False)
 
+    def __attrs_post_init__(self) -> None:
+        self._store_ip = host_bytes(self.store_host[0])
 
-def prepare(message: Message) -> PreparedMessage:
-    """Encode the variable parts of ``message`` and compute its stored size and body CRC.
+    def measure(self, message: Message) -> tuple[bytes, bytes, int]:
+        """(topic bytes, properties bytes, stored size) of ``message``.
 
-    :raises ValueError: topic longer than 127 bytes or properties over 32767 bytes.
-    """
-    topic = message.topic.encode()
-    if len(topic) > MAX_TOPIC_LENGTH:
-        raise ValueError(f"topic is {len(topic)} bytes; the v1 record allows {MAX_TOPIC_LENGTH}")
-    props = encode_properties(message.properties)
-    if len(props) > 32767:
-        raise ValueError(f"properties are {len(props)} bytes; the limit is 32767")
-    size = record_size(len(message.body), len(topic), len(props))
-    return PreparedMessage(
-        message, topic, props, size, body_crc(message.body), host_bytes(message.born_host[0])
-    )
+        :raises ValueError: topic over 127 bytes or properties over 32767 bytes.
+        """
+        topic = self._topics.get(message.topic)
+        if topic is None:
+            topic = message.topic.encode()
+            if len(topic) > MAX_TOPIC_LENGTH:
+                raise ValueError(f"topic is {len(topic)} bytes; the v1 record allows {MAX_TOPIC_LENGTH}")
+            if len(self._topics) < 100_000:
+                self._topics[message.topic] = topic
+        props = encode_properties(message.properties) if message.properties else b""
+        if len(props) > 32767:
+            raise ValueError(f"properties are {len(props)} bytes; the limit is 32767")
+        return topic, props, HEADER_SIZE + len(message.body) + 3 + len(topic) + len(props)
 
-
-def encode_into(
-    out: bytearray,
-    prepared: PreparedMessage,
-    *,
-    queue_offset: int,
-    physical_offset: int,
-    store_timestamp: int,
-    store_host: bytes,
-    store_port: int,
-) -> None:
-    """Append the stored unit for ``prepared`` to ``out`` (no intermediate copies)."""
-    m = prepared.message
-    out += HEADER.pack(
-        prepared.size,
-        MAGIC_V1,
-        prepared.crc,
-        m.queue_id,
-        m.flag,
-        queue_offset,
-        physical_offset,
-        m.sys_flag & ~(SYSFLAG_BORNHOST_V6 | SYSFLAG_STOREHOST_V6),
-        m.born_timestamp,
-        prepared.born_host,
-        m.born_host[1],
-        store_timestamp,
-        store_host,
-        store_port,
-        m.reconsume_times,
-        m.prepared_transaction_offset,
-        len(m.body),
-    )
-    out += m.body
-    out += _TOPIC_LEN.pack(len(prepared.topic))
-    out += prepared.topic
-    out += _PROPS_LEN.pack(len(prepared.properties))
-    out += prepared.properties
+    def encode(
+        self,
+        out: bytearray,
+        message: Message,
+        topic: bytes,
+        props: bytes,
+        size: int,
+        queue_offset: int,
+        physical_offset: int,
+        store_timestamp: int,
+    ) -> None:
+        born_ip = self._hosts.get(message.born_host[0])
+        if born_ip is None:
+            born_ip = host_bytes(message.born_host[0])
+            if len(self._hosts) < 100_000:
+                self._hosts[message.born_host[0]] = born_ip
+        body = message.body
+        out += HEADER.pack(
+            size,
+            MAGIC_V1,
+            zlib.crc32(body) & 0x7FFFFFFF,
+            message.queue_id,
+            message.flag,
+            queue_offset,
+            physical_offset,
+            message.sys_flag & ~(SYSFLAG_BORNHOST_V6 | SYSFLAG_STOREHOST_V6),
+            message.born_timestamp,
+            born_ip,
+            message.born_host[1],
+            store_timestamp,
+            self._store_ip,
+            self.store_host[1],
+            message.reconsume_times,
+            message.prepared_transaction_offset,
+            len(body),
+        )
+        out += body
+        out.append(len(topic))
+        out += topic
+        out += _PROPS_LEN.pack(len(props))
+        out += props
 
 
 def encode_record(
@@ -146,17 +152,11 @@ def encode_record(
     store_timestamp: int,
     store_host: tuple[str, int] = ("127.0.0.1", 10911),
 ) -> bytes:
-    """One stored unit as bytes (convenience for tests and tools)."""
+    """One stored unit as bytes (tools and tests; stores keep a :class:`RecordEncoder`)."""
+    encoder = RecordEncoder(store_host)
+    topic, props, size = encoder.measure(message)
     out = bytearray()
-    encode_into(
-        out,
-        prepare(message),
-        queue_offset=queue_offset,
-        physical_offset=physical_offset,
-        store_timestamp=store_timestamp,
-        store_host=host_bytes(store_host[0]),
-        store_port=store_host[1],
-    )
+    encoder.encode(out, message, topic, props, size, queue_offset, physical_offset, store_timestamp)
     return bytes(out)
 
 

@@ -78,10 +78,10 @@ class MemoryStore:
     _index: MemoryQueueIndex = attrs.field(factory=MemoryQueueIndex, init=False)
     _read_only: str = attrs.field(default="", init=False)
     _flushes: int = attrs.field(default=0, init=False)
-    _host_bytes: bytes = attrs.field(init=False)
+    _encoder: record.RecordEncoder = attrs.field(init=False)
 
     def __attrs_post_init__(self) -> None:
-        self._host_bytes = record.host_bytes(self.store_host[0])
+        self._encoder = record.RecordEncoder(self.store_host)
 
     async def recover(self, *, clean_shutdown: bool) -> RecoveryReport:
         await trio.lowlevel.checkpoint()
@@ -96,31 +96,22 @@ class MemoryStore:
         await trio.lowlevel.checkpoint()
         if self._read_only:
             raise StoreNotWritable(self._read_only)
-        prepared = [record.prepare(m) for m in messages]
+        measured = [self._encoder.measure(m) for m in messages]
         now = int(time.time() * 1000)
         start = len(self._log)
-        offsets, sizes, queue_offsets, ids = [], [], [], []
-        for p in prepared:
-            key = (p.message.topic, p.message.queue_id)
+        offsets, sizes, queue_offsets = [], [], []
+        for message, (topic, props, size) in zip(messages, measured, strict=True):
+            key = (message.topic, message.queue_id)
             queue_offset = self._next_queue_offset.get(key, 0)
             self._next_queue_offset[key] = queue_offset + 1
             physical = len(self._log)
-            record.encode_into(
-                self._log,
-                p,
-                queue_offset=queue_offset,
-                physical_offset=physical,
-                store_timestamp=now,
-                store_host=self._host_bytes,
-                store_port=self.store_host[1],
-            )
+            self._encoder.encode(self._log, message, topic, props, size, queue_offset, physical, now)
             offsets.append(physical)
-            sizes.append(p.size)
+            sizes.append(size)
             queue_offsets.append(queue_offset)
-            ids.append(record.offset_msg_id(self.store_host, physical))
         assert offsets[0] == start
         self.positions.wrote.advance(len(self._log))
-        return AppendResult(offsets, sizes, queue_offsets, now, len(self._log), ids)
+        return AppendResult(offsets, sizes, queue_offsets, now, len(self._log), self.store_host)
 
     async def flush(self, *, least_pages: int = 0) -> int:
         target = len(self._log)

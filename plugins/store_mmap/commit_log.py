@@ -41,10 +41,10 @@ class CommitLog:
     last_append_timestamp: int = 0
     flushed_timestamp: int = 0
     """Store time of the newest message covered by the last flush (checkpoint field)."""
-    _host_bytes: bytes = attrs.field(init=False)
+    _encoder: record.RecordEncoder = attrs.field(init=False)
 
     def __attrs_post_init__(self) -> None:
-        self._host_bytes = record.host_bytes(self.store_host[0])
+        self._encoder = record.RecordEncoder(self.store_host)
 
     @property
     def file_size(self) -> int:
@@ -59,16 +59,17 @@ class CommitLog:
         """
         if self.read_only_reason or self.disk_full_reason:
             raise StoreNotWritable(self.read_only_reason or self.disk_full_reason)
+        encoder = self._encoder
         try:
-            prepared = [record.prepare(m) for m in messages]
+            measured = [encoder.measure(m) for m in messages]
         except ValueError as error:
             raise StoreNotWritable(f"message refused: {error}") from None
         limit = self.file_size - END_FILE_MIN_BLANK_LENGTH
-        for p in prepared:
-            if p.size > limit:
-                raise StoreNotWritable(
-                    f"a {p.size}-byte record cannot fit in a {self.file_size}-byte commit-log file"
-                )
+        largest = max(size for _, _, size in measured)
+        if largest > limit:
+            raise StoreNotWritable(
+                f"a {largest}-byte record cannot fit in a {self.file_size}-byte commit-log file"
+            )
         now = int(time.time() * 1000)
         next_offsets: dict[tuple[str, int], int] = {}
         offsets: list[int] = []
@@ -76,8 +77,8 @@ class CommitLog:
         queue_offsets: list[int] = []
         try:
             active = self.files.writable_file(self.positions.wrote.value)
-            incoming = sum(p.size for p in prepared)
-            self.files.ensure_room(active, incoming, len(prepared), max(p.size for p in prepared))
+            incoming = sum(size for _, _, size in measured)
+            self.files.ensure_room(active, incoming, len(measured), largest)
         except OSError as error:
             raise StoreNotWritable(
                 f"cannot create the next commit-log file ({error}); disk full? nothing was written"
@@ -85,42 +86,36 @@ class CommitLog:
         try:
             buffer = bytearray()
             base = active.start + active.wrote
-            for p in prepared:
-                if active.wrote + len(buffer) + p.size > limit:
+            used = active.wrote
+            known = self.queue_offsets
+            for message, (topic, props, size) in zip(messages, measured, strict=True):
+                if used + len(buffer) + size > limit:
                     active.write(buffer)
                     self._close_file(active)
                     active = self.files.roll(active)
                     buffer = bytearray()
                     base = active.start
-                key = (p.message.topic, p.message.queue_id)
+                    used = 0
+                key = (message.topic, message.queue_id)
                 queue_offset = next_offsets.get(key)
                 if queue_offset is None:
-                    queue_offset = self.queue_offsets.get(key, 0)
+                    queue_offset = known.get(key, 0)
                 physical = base + len(buffer)
-                record.encode_into(
-                    buffer,
-                    p,
-                    queue_offset=queue_offset,
-                    physical_offset=physical,
-                    store_timestamp=now,
-                    store_host=self._host_bytes,
-                    store_port=self.store_host[1],
-                )
+                encoder.encode(buffer, message, topic, props, size, queue_offset, physical, now)
                 next_offsets[key] = queue_offset + 1
                 offsets.append(physical)
-                sizes.append(p.size)
+                sizes.append(size)
                 queue_offsets.append(queue_offset)
             active.write(buffer)
         except OSError as error:
             self.read_only_reason = f"commit log write failed ({error}); the store is read-only"
             log.error("%s", self.read_only_reason)
             raise StoreNotWritable(self.read_only_reason) from error
-        self.queue_offsets.update(next_offsets)
+        known.update(next_offsets)
         end = active.start + active.wrote
         self.last_append_timestamp = now
         self.positions.wrote.advance(end)
-        ids = [record.offset_msg_id(self.store_host, o) for o in offsets]
-        return AppendResult(offsets, sizes, queue_offsets, now, end, ids)
+        return AppendResult(offsets, sizes, queue_offsets, now, end, self.store_host)
 
     def _close_file(self, mapped: MappedFile) -> None:
         """End ``mapped`` with the BLANK record covering the rest of the file."""
