@@ -21,7 +21,7 @@ import mmap
 import os
 import struct
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime
 from pathlib import Path
 
@@ -207,41 +207,30 @@ class IndexService:
             service.files.append(IndexFile.open(path, slots, max_entries, create=False))
         return service
 
-    def drop_newer_than(self, timestamp: int) -> int:
-        """Abnormal recovery: files written after the checkpoint may be torn; delete them so
-        the dispatch loop rebuilds them. Returns how many were dropped."""
-        keep, dropped = [], 0
+    def _drop(self, doomed: Callable[[IndexFile], bool]) -> int:
+        """Close and delete the files ``doomed`` selects; returns how many."""
+        keep = [index for index in self.files if not doomed(index)]
         for index in self.files:
-            if index.end_timestamp > timestamp:
+            if index not in keep:
                 index.close()
                 index.path.unlink(missing_ok=True)
-                dropped += 1
-            else:
-                keep.append(index)
+        dropped = len(self.files) - len(keep)
         self.files = keep
         return dropped
 
+    def drop_newer_than(self, timestamp: int) -> int:
+        """Abnormal recovery: files written after the checkpoint may be torn; delete them so
+        the dispatch loop rebuilds them. Returns how many were dropped."""
+        return self._drop(lambda index: index.end_timestamp > timestamp)
+
     def drop_beyond(self, log_end: int) -> None:
         """Files indexing offsets the log no longer has are rebuilt from the log."""
-        keep = []
-        for index in self.files:
-            if index.end_offset >= log_end and index.count > 1:
-                index.close()
-                index.path.unlink(missing_ok=True)
-            else:
-                keep.append(index)
-        self.files = keep
+        self._drop(lambda index: index.end_offset >= log_end and index.count > 1)
 
     def delete_files_below(self, log_min: int) -> None:
         """Retention: drop index files (never the newest) whose entries all precede ``log_min``."""
-        keep = []
-        for index in self.files:
-            if index is not self.files[-1] and index.end_offset < log_min:
-                index.close()
-                index.path.unlink(missing_ok=True)
-            else:
-                keep.append(index)
-        self.files = keep
+        newest = self.files[-1] if self.files else None
+        self._drop(lambda index: index is not newest and index.end_offset < log_min)
 
     def resume_offset(self, log_min: int) -> int:
         """Where dispatch must resume for the index (the last indexed record is skipped)."""
