@@ -7,7 +7,7 @@ import struct
 import zlib
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kernel import CorruptRecord, Message
@@ -110,6 +110,7 @@ def test_offset_message_id_matches_rocketmq():
     assert parse_offset_msg_id("7F00000100004DC700000000000000BE") == (("127.0.0.1", 19911), 190)
 
 
+@settings(deadline=None)  # wall-clock deadlines make CI flaky on a busy 2-core machine
 @given(
     body=st.binary(max_size=2000),
     topic=st.text(alphabet="abcXYZ-_%0123456789", min_size=1, max_size=60),
