@@ -203,7 +203,14 @@ class IndexService:
     def load(cls, directory: Path, slots: int, max_entries: int) -> IndexService:
         directory.mkdir(parents=True, exist_ok=True)
         service = cls(directory, slots, max_entries)
-        for path in sorted(p for p in directory.iterdir() if p.name.isdigit()):
+        paths = sorted(p for p in directory.iterdir() if p.name.isdigit())
+        expected = IndexFile(Path(), slots, max_entries).size
+        for position, path in enumerate(paths):
+            if position == len(paths) - 1 and path.stat().st_size < expected:
+                # Interrupted allocation of the newest file: it is rebuilt from the log.
+                log.warning("removing %s: an index file left by an interrupted allocation", path)
+                path.unlink()
+                continue
             service.files.append(IndexFile.open(path, slots, max_entries, create=False))
         return service
 

@@ -38,8 +38,13 @@ class MappedFileQueue:
         directory.mkdir(parents=True, exist_ok=True)
         queue = cls(directory, file_size, use_mmap_writes)
         paths = sorted(p for p in directory.iterdir() if _NAME.match(p.name))
-        for path in paths:
+        for position, path in enumerate(paths):
             actual = path.stat().st_size
+            if actual < file_size and position == len(paths) - 1 and _all_zero(path):
+                # A crash between creating the newest file and allocating it: it never held data.
+                log.warning("removing %s: a %d-byte file left by an interrupted pre-allocation", path, actual)
+                path.unlink()
+                continue
             if actual != file_size:
                 queue.close()
                 raise StoreError(
@@ -148,3 +153,11 @@ class MappedFileQueue:
     def close(self) -> None:
         for mapped in self.files:
             mapped.close()
+
+
+def _all_zero(path: Path) -> bool:
+    with path.open("rb") as handle:
+        while chunk := handle.read(1 << 20):
+            if chunk.count(0) != len(chunk):
+                return False
+    return True

@@ -143,3 +143,33 @@ async def test_a_file_of_the_wrong_size_is_a_clear_error(tmp_path):
     with pytest.raises(StoreError, match="was the file size setting changed"):
         async with opened(tmp_path, commit_log_file_size=8192):
             pass
+
+
+async def test_a_half_created_newest_file_from_a_crash_is_removed(tmp_path):
+    """SIGKILL between creating a file and allocating it leaves a short, empty file."""
+    end = await fill(tmp_path)
+    files = sorted((tmp_path / "commitlog").iterdir())
+    stub = tmp_path / "commitlog" / f"{int(files[-1].name) + 4096:020d}"
+    stub.write_bytes(b"")
+    cq_dir = tmp_path / "consumequeue" / "A" / "0"
+    cq_files = sorted(cq_dir.iterdir())
+    (cq_dir / f"{int(cq_files[-1].name) + 200:020d}").write_bytes(bytes(64))
+    index_files = sorted((tmp_path / "index").iterdir())
+    (tmp_path / "index" / "99991231235959999").write_bytes(bytes(10))
+    async with opened(tmp_path, clean=False) as (store, report):
+        assert report.log_max_offset == end
+        assert not stub.exists()
+        await assert_intact(store)
+        assert len(list((tmp_path / "index").iterdir())) == len(index_files)
+
+
+async def test_a_short_file_with_data_is_still_refused(tmp_path):
+    await fill(tmp_path)
+    files = sorted((tmp_path / "commitlog").iterdir())
+    data = files[0].read_bytes()
+    files[0].write_bytes(data[:1000])
+    from kernel.errors import StoreError
+
+    with pytest.raises(StoreError, match="was the file size setting changed"):
+        async with opened(tmp_path):
+            pass
