@@ -8,7 +8,7 @@ Results, reports and statistics are ``attrs.frozen``.
 from __future__ import annotations
 
 import enum
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import attrs
@@ -457,7 +457,3 @@ def flatten(results: Iterable[Iterable[Any] | None]) -> list[Any]:
         if result is not None:
             out.extend(result)
     return out
-
-
-def as_sequence(value: Sequence[Any] | None) -> Sequence[Any]:
-    return () if value is None else value

@@ -26,10 +26,9 @@ from kernel.model import (
     Replication,
     encode_properties,
 )
+from kernel.record import MAX_TOPIC_LENGTH
 
 log = logging.getLogger(__name__)
-
-MAX_TOPIC_BYTES = 127
 
 
 @attrs.frozen
@@ -69,7 +68,7 @@ def validate(batch: MessageBatch, max_message_size: int) -> Rejection | None:
                 PutStatus.MESSAGE_ILLEGAL,
                 f"message body is {len(message.body)} bytes; maxMessageSize is {max_message_size}",
             )
-        if not message.topic or len(message.topic.encode()) > MAX_TOPIC_BYTES:
+        if not message.topic or len(message.topic.encode()) > MAX_TOPIC_LENGTH:
             return Rejection(PutStatus.MESSAGE_ILLEGAL, f"topic {message.topic!r} is empty or too long")
         if message.properties and _properties_too_large(message.properties):
             return Rejection(

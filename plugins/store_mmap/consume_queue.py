@@ -94,13 +94,8 @@ class ConsumeQueue:
             self.min_queue_offset = max(self.min_queue_offset, self.files.min_offset // CQ_ENTRY_SIZE)
         self.correct_min_offset(log_min)
 
-    def last_physical_end(self) -> int:
-        if self.max_queue_offset <= self.min_queue_offset:
-            return 0
-        last = self.lookup(self.max_queue_offset - 1, 1)[0]
-        return last.physical_offset + last.size
-
-    def append(self, entries: bytes, count: int, first_queue_offset: int) -> None:
+    def append(self, entries: bytes, first_queue_offset: int) -> None:
+        """Write encoded entries starting at ``first_queue_offset`` (the queue's end)."""
         if first_queue_offset * CQ_ENTRY_SIZE != self.files.max_offset and self.files.files:
             raise AssertionError("append at the wrong queue offset")
         at = 0
@@ -177,9 +172,7 @@ class ConsumeQueues:
         """Delete a queue's files (it is rebuilt from the log by the dispatch loop)."""
         queue = self.queues.pop(key, None)
         if queue is not None:
-            for mapped in queue.files.files:
-                mapped.destroy()
-            queue.files.files = []
+            queue.files.destroy_all()
 
     def set_dispatched(self, offset: int) -> None:
         self._dispatched = offset
@@ -214,7 +207,7 @@ class ConsumeQueues:
                     )
                     continue
             data = b"".join(ENTRY.pack(r.physical_offset, r.size, r.tags_code) for r in fresh)
-            queue.append(data, len(fresh), fresh[0].queue_offset)
+            queue.append(data, fresh[0].queue_offset)
         if records:
             self._newest_timestamp = records[-1].store_timestamp
         self._dispatched = end_offset
@@ -223,12 +216,11 @@ class ConsumeQueues:
         """Begin an empty queue at ``queue_offset``: the file holding it is created and the
         entries before it are RocketMQ's blank entries (offset 0, size MAX_INT), which readers
         skip as removed."""
-        queue.files.truncate(0)
-        queue.files.files = []
+        queue.files.destroy_all()
         start = (queue_offset * CQ_ENTRY_SIZE // self.file_size) * self.file_size
         queue.files.writable_file(start)
         blanks = queue_offset - start // CQ_ENTRY_SIZE
-        queue.append(BLANK_ENTRY * blanks, blanks, start // CQ_ENTRY_SIZE)
+        queue.append(BLANK_ENTRY * blanks, start // CQ_ENTRY_SIZE)
         queue.min_queue_offset = queue_offset
 
     async def persist(self) -> None:

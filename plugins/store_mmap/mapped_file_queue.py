@@ -143,6 +143,12 @@ class MappedFileQueue:
             keep.append(mapped)
         self.files = keep
 
+    def destroy_all(self) -> None:
+        """Delete every file (the queue is rebuilt or restarted elsewhere)."""
+        for mapped in self.files:
+            mapped.destroy()
+        self.files = []
+
     def delete_leading(self, count: int) -> list[MappedFile]:
         """Delete the first ``count`` files (retention); returns them."""
         gone, self.files = self.files[:count], self.files[count:]

@@ -15,14 +15,13 @@ from __future__ import annotations
 
 import logging
 import shutil
-import struct
 import time
-import zlib
 from collections.abc import Callable
 
 import attrs
 
 from kernel import record
+from kernel.errors import CorruptRecord
 from kernel.model import RecoveryReport
 from plugins.store_mmap.checkpoint import Checkpoint
 from plugins.store_mmap.commit_log import END_FILE_MIN_BLANK_LENGTH, CommitLog
@@ -32,7 +31,6 @@ from plugins.store_mmap.index_file import IndexService
 log = logging.getLogger(__name__)
 
 PROGRESS_EVERY = 256 * 1024 * 1024
-_PROPS_LEN = struct.Struct(">h")
 
 
 @attrs.define
@@ -50,8 +48,8 @@ def scan_log(
 ) -> ScanResult:
     """Validate records from ``start`` (a file start) to the first invalid one.
 
-    One header unpack per record checks magic, lengths and (optionally) the body CRC and
-    yields the queue bookkeeping, file by file, without per-record lookups.
+    Records are checked with :func:`kernel.record.check_header` (one header unpack each, whose
+    fields also give the queue bookkeeping), file by file, without per-record file lookups.
     """
     files = commit_log.files
     result = ScanResult(end=start)
@@ -62,55 +60,33 @@ def scan_log(
     topics: dict[bytes, str] = {}
     first_offsets = result.first_queue_offsets
     max_offsets = result.max_queue_offsets
-    unpack_header = record.HEADER.unpack_from
-    unpack_props = _PROPS_LEN.unpack_from
-    crc32 = zlib.crc32
+    check_header = record.check_header
     header_size = record.HEADER_SIZE
     at = start
     count = 0
     while at < last_end:
         mapped = files.find(at)
         buffer = mapped.buffer
-        view = memoryview(buffer)
         size_limit = mapped.size
         position = at - mapped.start
         stop = False
-        while True:
-            if position + END_FILE_MIN_BLANK_LENGTH > size_limit:
-                break
-            size, magic = record.read_size_magic(buffer, position)
-            if magic == record.MAGIC_BLANK or (size == 0 and magic == 0):
-                stop = magic != record.MAGIC_BLANK
-                break
-            reason = ""
-            if magic != record.MAGIC_V1:
-                reason = f"magic {magic & 0xFFFFFFFF:#010x} is not a v1 message"
-            elif size < record.MIN_RECORD_SIZE or position + size > size_limit:
-                reason = f"size {size} does not fit in the {size_limit - position} bytes left"
-            else:
-                fields = unpack_header(buffer, position)
-                body_len = fields[16]
-                topic_at = position + header_size + body_len
-                if body_len < 0 or topic_at + 3 > position + size:
-                    reason = f"body length {body_len} exceeds record size {size}"
-                else:
-                    topic_len = buffer[topic_at]
-                    props_at = topic_at + 1 + topic_len
-                    if props_at + 2 > position + size:
-                        reason = "topic length runs past the record"
-                    elif props_at + 2 + unpack_props(buffer, props_at)[0] != position + size:
-                        reason = "lengths do not add up to the record size"
-                    elif (
-                        check_crc and crc32(view[position + header_size : topic_at]) & 0x7FFFFFFF != fields[2]
-                    ):
-                        reason = "body CRC mismatch"
-            if reason:
-                result.invalid = f"{mapped.path.name} offset {mapped.start + position}: {reason}"
+        while position + END_FILE_MIN_BLANK_LENGTH <= size_limit:
+            try:
+                fields = check_header(buffer, position, size_limit, check_crc)
+            except CorruptRecord as error:
+                # Not a message: the file's BLANK filler, never-written zeros (the end of the
+                # log), or a torn/corrupt record. Checked here, once per file, not per record.
+                size, magic = record.read_size_magic(buffer, position)
+                if magic == record.MAGIC_BLANK or (size == 0 and magic == 0):
+                    stop = magic != record.MAGIC_BLANK
+                    break
+                result.invalid = f"{mapped.path.name} offset {mapped.start + position}: {error.reason}"
                 tail = bytes(buffer[position : min(size_limit, position + (1 << 20))]).rstrip(b"\0")
                 result.truncated_bytes = len(tail)
                 stop = True
                 break
-            raw_topic = buffer[topic_at + 1 : props_at]
+            topic_at = position + header_size + fields[16]
+            raw_topic = buffer[topic_at + 1 : topic_at + 1 + buffer[topic_at]]
             topic = topics.get(raw_topic)
             if topic is None:
                 topic = topics[raw_topic] = raw_topic.decode()
@@ -119,8 +95,7 @@ def scan_log(
                 first_offsets[key] = fields[5]
             max_offsets[key] = fields[5]
             count += 1
-            position += size
-        view.release()
+            position += fields[0]
         at = mapped.start + position
         if stop:
             break
