@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import logging
 import mmap
-import os
 import struct
 import time
 from collections.abc import Callable, Sequence
@@ -29,6 +28,7 @@ import attrs
 import trio
 
 from kernel.model import SYSFLAG_TRANSACTION_ROLLBACK, DispatchRecord, java_string_hash
+from plugins.store_mmap.mapped_file import MappedFile
 
 log = logging.getLogger(__name__)
 
@@ -64,8 +64,7 @@ class IndexFile:
     begin_offset: int = 0
     end_offset: int = 0
     count: int = 1
-    _fd: int = -1
-    _map: mmap.mmap | None = None
+    _file: MappedFile | None = None
 
     @property
     def size(self) -> int:
@@ -73,33 +72,31 @@ class IndexFile:
 
     @classmethod
     def open(cls, path: Path, slots: int, max_entries: int, *, create: bool) -> IndexFile:
+        """Open an index file, or create one (really allocated; see :class:`MappedFile`).
+
+        :raises ValueError: an existing file of another size (slot/entry settings changed).
+        :raises OSError: the file cannot be allocated (disk full).
+        """
         index = cls(path, slots, max_entries)
-        fd = os.open(path, os.O_RDWR | (os.O_CREAT if create else 0), 0o644)
-        try:
-            if os.fstat(fd).st_size != index.size:
-                if not create:
-                    raise ValueError(f"{path} is not a {index.size}-byte index file (slots/entries changed?)")
-                # Really allocate (not a sparse ftruncate): writing a hole of a mapped file on a
-                # full disk kills the process with SIGBUS; fallocate fails with ENOSPC instead.
-                os.posix_fallocate(fd, 0, index.size)
-            index._map = mmap.mmap(fd, index.size)
-        except BaseException:
-            os.close(fd)
-            if create:
-                path.unlink(missing_ok=True)
-            raise
-        index._fd = fd
+        if not create and path.stat().st_size != index.size:
+            raise ValueError(f"{path} is not a {index.size}-byte index file (slots/entries changed?)")
+        index._file = MappedFile.open(path, index.size, create=create, start=0)
         if not create:
             (
                 index.begin_timestamp,
                 index.end_timestamp,
                 index.begin_offset,
                 index.end_offset,
-                slot_count,
+                _slot_count,
                 index.count,
-            ) = HEADER.unpack_from(index._map, 0)
+            ) = HEADER.unpack_from(index._file.buffer, 0)
             index.count = max(index.count, 1)
         return index
+
+    @property
+    def _map(self) -> mmap.mmap:
+        assert self._file is not None, f"{self.path} is closed"
+        return self._file.buffer
 
     @property
     def full(self) -> bool:
@@ -109,7 +106,6 @@ class IndexFile:
         """Add one key; False when the file is full."""
         if self.full:
             return False
-        assert self._map is not None
         hashed = key_hash(key)
         slot_at = HEADER_SIZE + (hashed % self.slots) * 4
         previous = SLOT.unpack_from(self._map, slot_at)[0]
@@ -129,7 +125,6 @@ class IndexFile:
         return True
 
     def _write_header(self) -> None:
-        assert self._map is not None
         HEADER.pack_into(
             self._map,
             0,
@@ -147,7 +142,6 @@ class IndexFile:
     def lookup(self, key: str, max_num: int, begin: int, end: int) -> list[int]:
         """Commit-log offsets whose key hashes like ``key``, stored within [begin, end] ms,
         newest first (the caller checks the real key: hashes collide)."""
-        assert self._map is not None
         hashed = key_hash(key)
         slot_at = HEADER_SIZE + (hashed % self.slots) * 4
         number = SLOT.unpack_from(self._map, slot_at)[0]
@@ -166,16 +160,13 @@ class IndexFile:
         return found
 
     def flush_blocking(self) -> None:
-        if self._map is not None:
-            self._map.flush()
+        if self._file is not None:
+            self._file.buffer.flush()
 
     def close(self) -> None:
-        if self._map is not None:
-            self._map.close()
-            self._map = None
-        if self._fd >= 0:
-            os.close(self._fd)
-            self._fd = -1
+        if self._file is not None:
+            self._file.close()
+            self._file = None
 
 
 def _file_name(now_ms: int) -> str:

@@ -44,12 +44,18 @@ class MappedFile:
     _destroy_pending: bool = attrs.field(default=False, init=False)
 
     @classmethod
-    def open(cls, path: Path, size: int, *, create: bool, use_mmap_writes: bool = False) -> MappedFile:
+    def open(
+        cls, path: Path, size: int, *, create: bool, use_mmap_writes: bool = False, start: int | None = None
+    ) -> MappedFile:
         """Open (or create, allocating ``size`` bytes) and map the file.
+
+        Space is really allocated (``posix_fallocate``, never a sparse file): writing into a hole
+        of a mapped file on a full disk kills the process with SIGBUS, allocation fails with
+        ENOSPC instead. ``start`` defaults to the offset in the file's 20-digit name.
 
         :raises OSError: with the path in the message, e.g. ENOSPC while allocating.
         """
-        start = int(path.name)
+        start = int(path.name) if start is None else start
         flags = os.O_RDWR | (os.O_CREAT if create else 0)
         fd = os.open(path, flags, 0o644)
         try:

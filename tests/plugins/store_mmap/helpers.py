@@ -8,9 +8,8 @@ from pathlib import Path
 from typing import Any
 
 from kernel.context import BrokerContext
-from kernel.host import PluginHost
 from kernel.model import Message, RecoveryReport
-from kernel.testing import dispatch_all, make_config
+from kernel.testing import dispatch_all, make_config, make_context
 from plugins.store_mmap.store import MmapStore, open_mmap_store
 
 SMALL = {
@@ -26,8 +25,7 @@ def store_context(root: Path, **store_table: Any) -> BrokerContext:
         broker={"plugins": ["store_mmap", "flush_sync"], "data_dir": str(root), "flush": "sync"},
         store_mmap={**SMALL, **store_table},
     )
-    host = PluginHost.load(config.broker.plugins)
-    return BrokerContext(config=config, hook=host.hook, plugin_configs=host.validate_sections(config))
+    return make_context(config)
 
 
 @asynccontextmanager
