@@ -22,6 +22,7 @@ from kernel.abc import Dispatcher, FlushPolicy, MessageStore, Replicator
 from kernel.config import Config
 from kernel.context import BrokerContext
 from kernel.dispatch import DispatchService
+from kernel.errors import ConfigError
 from kernel.host import PluginHost
 from kernel.lifecycle import AbortMarker
 from kernel.model import (
@@ -103,8 +104,6 @@ class Broker:
         if cfg.replicator is not None:
             replicator = self.host.select("replicator", replicators, cfg.replicator)
         elif cfg.broker_role is not BrokerRole.ASYNC_MASTER:
-            from kernel.errors import ConfigError
-
             raise ConfigError(
                 self.config.source,
                 "broker.broker_role",

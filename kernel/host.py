@@ -27,6 +27,7 @@ from kernel import hookspecs
 from kernel.config import Config, structure
 from kernel.errors import (
     AmbiguousProvider,
+    ConfigError,
     DuplicateProvider,
     PluginContractError,
     PluginError,
@@ -157,8 +158,6 @@ class PluginHost:
 
         :raises ConfigError: a table nobody declared, an unknown key or a bad value.
         """
-        from kernel.errors import ConfigError
-
         declared = self.config_sections()
         for table in config.sections:
             if table not in declared:

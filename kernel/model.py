@@ -234,7 +234,7 @@ class AppendResult:
     @property
     def msg_ids(self) -> list[str]:
         """RocketMQ offset message ids (store host + physical offset), computed on demand."""
-        from kernel.record import offset_msg_id
+        from kernel.record import offset_msg_id  # here: kernel.record imports this module
 
         return [offset_msg_id(self.store_host, offset) for offset in self.physical_offsets]
 

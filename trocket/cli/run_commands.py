@@ -64,11 +64,8 @@ def serve(broker: Broker) -> int:
 
 
 async def _serve(broker: Broker) -> None:
-    async def announce(*, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        await run_until_signalled([broker], task_status=task_status)
-
     async with trio.open_nursery() as nursery:
-        await nursery.start(announce)
+        await nursery.start(run_until_signalled, [broker])
         if broker.recovery is not None:
             r = broker.recovery
             print(
