@@ -87,6 +87,10 @@ class MessageStore(Protocol):
     def dispatchers(self) -> Sequence[Dispatcher]:
         """The store's own derived views (consume queues, index), fed by the dispatch loop."""
 
+    def services(self) -> Sequence[Service]:
+        """The store's own background services (retention, disk checks), started in the
+        DERIVED phase whenever this store is the broker's store."""
+
     def statistics(self) -> Any: ...
 
 

@@ -179,7 +179,7 @@ class Broker:
                 *([replicator] if replicator else []),
                 *phases[Phase.DURABILITY],
             ]
-            phases[Phase.DERIVED] = [self._dispatch, *phases[Phase.DERIVED]]
+            phases[Phase.DERIVED] = [self._dispatch, *store.services(), *phases[Phase.DERIVED]]
             drained = False
             try:
                 await self._run_phases(phases, task_status)

@@ -171,6 +171,9 @@ class MemoryStore:
     def dispatchers(self) -> Sequence[MemoryQueueIndex]:
         return [self._index]
 
+    def services(self) -> Sequence[object]:
+        return []
+
     def statistics(self) -> MemoryStoreStatistics:
         return MemoryStoreStatistics(
             len(self._log), self.positions.flushed.value, len(self._index.queues), self._flushes

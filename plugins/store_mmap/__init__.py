@@ -5,10 +5,8 @@ Registers the ``"mmap"`` store (``[broker] store = "mmap"``) and the ``[store_mm
 
 from __future__ import annotations
 
-from kernel import BrokerContext, ConfigSection, Phase, ServiceSpec, StoreProvider, hookimpl
-from kernel.context import BrokerRuntime
+from kernel import ConfigSection, StoreProvider, hookimpl
 from plugins.store_mmap.config import StoreMmapConfig
-from plugins.store_mmap.retention import RetentionService
 from plugins.store_mmap.store import open_mmap_store
 
 
@@ -26,15 +24,3 @@ def trocket_register_stores() -> list[StoreProvider]:
             "RocketMQ 4.x commit log + consume queues on memory-mapped files",
         )
     ]
-
-
-@hookimpl
-def trocket_register_services(ctx: BrokerContext) -> list[ServiceSpec]:
-    if ctx.broker.store != "mmap":
-        return []
-    config = ctx.plugin_config(StoreMmapConfig)
-
-    def make(runtime: BrokerRuntime) -> RetentionService:
-        return RetentionService(runtime.store, config)
-
-    return [ServiceSpec("store_mmap.retention", Phase.DERIVED, make)]

@@ -61,6 +61,8 @@ class RetentionService:
     used_ratio: Callable[[Path], float] = disk_used_ratio
     manual_runs: int = 0
     """Set by an admin "delete expired files now" request: that many runs delete expired files."""
+    checks: int = 0
+    """Checks performed since start."""
 
     async def run(self, *, task_status: trio.TaskStatus[Any] = trio.TASK_STATUS_IGNORED) -> None:
         """Check and clean every ``clean_interval`` until cancelled."""
@@ -71,6 +73,7 @@ class RetentionService:
             self.check_once()
 
     def check_once(self) -> RetentionReport:
+        self.checks += 1
         store = self.store
         commit_log = store.commit_log
         directory = commit_log.files.directory

@@ -30,6 +30,7 @@ from plugins.store_mmap.lock import StoreLock
 from plugins.store_mmap.mapped_file import PAGE_SIZE
 from plugins.store_mmap.mapped_file_queue import MappedFileQueue
 from plugins.store_mmap.recovery import recover_store
+from plugins.store_mmap.retention import RetentionService
 
 log = logging.getLogger(__name__)
 
@@ -53,7 +54,11 @@ class MmapStore:
     queues: ConsumeQueues
     checkpoint: Checkpoint
     index: IndexService | None = None
+    retention: RetentionService = attrs.field(init=False)
     _flush_lock: trio.Lock = attrs.field(factory=trio.Lock, init=False)
+
+    def __attrs_post_init__(self) -> None:
+        self.retention = RetentionService(self, self.config)
 
     @property
     def positions(self) -> LogPositions:
@@ -192,6 +197,9 @@ class MmapStore:
             else:
                 high = middle
         return low
+
+    def services(self) -> Sequence[RetentionService]:
+        return [self.retention]
 
     def _on_queues_persisted(self, dispatched: int, newest_timestamp: int) -> None:
         """Runs in the persist worker thread after the consume queues (and, before them in the

@@ -218,7 +218,16 @@ def test_plugin_order_in_the_config_never_changes_behaviour(two_deciders, tmp_pa
 
 
 def test_module_state_is_not_shared_between_hosts():
+    """Same plugin module in two brokers: per-broker state lives in each context's stash."""
+    from kernel.context import StashKey
+    from kernel.testing import make_context
+
     first = PluginHost.load(["flush_sync"])
     second = PluginHost.load(["flush_sync"])
     assert first.pm is not second.pm
     assert sys.modules["plugins.flush_sync"] is first.pm.get_plugin("flush_sync")
+    key = StashKey[list[str]]("test.state")
+    one, two = make_context(), make_context()
+    one.stash.setdefault(key, []).append("broker one")
+    assert key not in two.stash
+    assert two.stash.get(key, []) == []

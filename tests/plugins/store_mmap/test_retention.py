@@ -160,3 +160,22 @@ async def test_index_allocation_failure_degrades_indexing_without_crashing(tiny_
         assert store.index.degraded == ""
         assert len(await store.query_by_key("T", "key5")) == 1
     shutil.rmtree(tmp_path / "store" / "index", ignore_errors=True)
+
+
+async def test_the_broker_runs_retention_for_its_mmap_store(tmp_path):
+    """The store brings its own retention service, also when `store` is not named in config."""
+    import trio
+
+    from kernel import Broker
+    from kernel.testing import make_config
+
+    config = make_config(
+        broker={"plugins": ["store_mmap", "flush_async"], "data_dir": str(tmp_path), "store": None},
+        store_mmap={"commit_log_file_size": 4096, "clean_interval": "10ms"},
+    )
+    broker = Broker.assemble(config)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(broker.run)
+        await trio.sleep(0.1)
+        assert broker.store.retention.checks >= 2
+        broker.request_stop()
