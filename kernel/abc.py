@@ -94,6 +94,29 @@ class MessageStore(Protocol):
     def statistics(self) -> Any: ...
 
 
+class QueryableStore(MessageStore, Protocol):
+    """Lookups the network layer serves to admin tools and clients (both built-in stores
+    implement them; a store without them answers those requests with an error)."""
+
+    async def read_record_at(self, offset: int) -> bytes:
+        """The verified record starting at commit-log ``offset``.
+
+        :raises kernel.errors.OffsetOutOfRange: no record starts there (or it was deleted).
+        """
+
+    async def query_by_key(
+        self, topic: str, key: str, *, max_num: int = 32, begin: int = 0, end: int = 2**62
+    ) -> list[bytes]:
+        """Records of ``topic`` whose ``KEYS`` contain ``key`` or whose ``UNIQ_KEY`` is ``key``,
+        stored within [begin, end] (ms), newest first."""
+
+    def store_time(self, topic: str, queue_id: int, queue_offset: int) -> int:
+        """Store timestamp (ms) of the message at ``queue_offset``, or -1 if there is none."""
+
+    def offset_by_time(self, topic: str, queue_id: int, timestamp: int) -> int:
+        """The first queue offset stored at or after ``timestamp`` (the max offset if none)."""
+
+
 class Dispatcher(Protocol):
     """A derived view rebuilt from the commit log by the kernel's dispatch loop."""
 

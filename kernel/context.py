@@ -93,6 +93,9 @@ class BrokerRuntime(Protocol):
 
     async def put(self, batch: MessageBatch) -> PutResult: ...
 
+    def statistics(self) -> Any:
+        """A snapshot of the broker's pipelines (see :class:`kernel.broker.BrokerStatistics`)."""
+
     async def get_messages(
         self,
         topic: str,

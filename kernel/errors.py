@@ -122,3 +122,19 @@ class ReplicationError(TrocketError):
 
 class WatermarkFailed(TrocketError):
     """A :class:`kernel.sync.Watermark` was failed while a caller waited on it."""
+
+
+class RemotingError(TrocketError):
+    """A remoting (network) call failed: the peer could not be reached, went away, or was slow."""
+
+
+class RemotingConnectError(RemotingError):
+    """No connection to an address could be made."""
+
+
+class RemotingTimeoutError(RemotingError):
+    """No response arrived within the request's timeout."""
+
+
+class RemotingClosedError(RemotingError):
+    """The connection closed while a request waited for its response."""

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -40,16 +41,17 @@ def write_json_atomic(path: Path, data: Any) -> None:
         os.close(directory)
 
 
-def read_json_with_backup(path: Path) -> Any | None:
+def read_json_with_backup(path: Path, *, preprocess: Callable[[str], str] | None = None) -> Any | None:
     """The JSON content of ``path`` (or of ``path.bak`` if the main file is damaged); ``None``
-    when neither exists.
+    when neither exists. ``preprocess`` may repair the text first (fastjson's unquoted keys).
 
     :raises ConfigError: both exist but neither parses; the message names both files.
     """
     problems = []
     for candidate in (path, path.with_name(path.name + ".bak")):
         try:
-            return json.loads(candidate.read_text(encoding="utf-8"))
+            text = candidate.read_text(encoding="utf-8")
+            return json.loads(preprocess(text) if preprocess else text)
         except FileNotFoundError:
             continue
         except (OSError, ValueError) as error:

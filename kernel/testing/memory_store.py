@@ -21,7 +21,7 @@ import trio
 
 from kernel import record
 from kernel.context import BrokerContext
-from kernel.errors import FlushError, StoreNotWritable
+from kernel.errors import FlushError, OffsetOutOfRange, StoreNotWritable
 from kernel.model import (
     AppendResult,
     DispatchRecord,
@@ -167,6 +167,40 @@ class MemoryStore:
             records.append(record.decode_dispatch(self._log, at))
             at += size
         return records, at
+
+    async def read_record_at(self, offset: int) -> bytes:
+        await trio.lowlevel.checkpoint()
+        if not 0 <= offset < len(self._log):
+            raise OffsetOutOfRange(f"no record at commit-log offset {offset} (log ends at {len(self._log)})")
+        size = record.check_record(self._log, offset, limit=len(self._log))
+        return bytes(self._log[offset : offset + size])
+
+    async def query_by_key(
+        self, topic: str, key: str, *, max_num: int = 32, begin: int = 0, end: int = 2**62
+    ) -> list[bytes]:
+        await trio.lowlevel.checkpoint()
+        found = []
+        for message in reversed(record.decode_records(bytes(self._log))):
+            if message.topic != topic or not begin <= message.store_timestamp <= end:
+                continue
+            if key in message.keys or message.unique_key == key:
+                found.append(
+                    bytes(self._log[message.physical_offset : message.physical_offset + message.size])
+                )
+                if len(found) >= max_num:
+                    break
+        return found
+
+    def store_time(self, topic: str, queue_id: int, queue_offset: int) -> int:
+        entries = self.lookup(topic, queue_id, queue_offset, 1)
+        return record.read_store_timestamp(self._log, entries[0].physical_offset) if entries else -1
+
+    def offset_by_time(self, topic: str, queue_id: int, timestamp: int) -> int:
+        queue = self._index.queues.get((topic, queue_id), [])
+        for entry in queue:
+            if record.read_store_timestamp(self._log, entry.physical_offset) >= timestamp:
+                return entry.queue_offset
+        return len(queue)
 
     def dispatchers(self) -> Sequence[MemoryQueueIndex]:
         return [self._index]

@@ -1,0 +1,41 @@
+"""RocketMQ's remoting protocol: frame codec, connection, server and client (shared by the
+broker's network plugin, the NameServer plugin, the admin CLI and the client SDK)."""
+
+from kernel.remoting.client import RemotingClient, split_address
+from kernel.remoting.codes import RequestCode, ResponseCode, code_name
+from kernel.remoting.command import (
+    FLAG_ONEWAY,
+    FLAG_RESPONSE,
+    SERIALIZE_JSON,
+    SERIALIZE_ROCKETMQ,
+    FrameDecoder,
+    FrameError,
+    RemotingCommand,
+    parse_bool,
+    string_fields,
+)
+from kernel.remoting.connection import Connection, Handler, Router, TransportLimits
+from kernel.remoting.server import RemotingServer, format_address
+
+__all__ = [
+    "FLAG_ONEWAY",
+    "FLAG_RESPONSE",
+    "SERIALIZE_JSON",
+    "SERIALIZE_ROCKETMQ",
+    "Connection",
+    "FrameDecoder",
+    "FrameError",
+    "Handler",
+    "RemotingClient",
+    "RemotingCommand",
+    "RemotingServer",
+    "RequestCode",
+    "ResponseCode",
+    "Router",
+    "TransportLimits",
+    "code_name",
+    "format_address",
+    "parse_bool",
+    "split_address",
+    "string_fields",
+]

@@ -1,0 +1,111 @@
+"""A remoting client: one connection per ``ip:port``, requests with per-request timeouts.
+
+Used by the broker (registering with NameServers, notifying consumers happens on server
+connections), the admin CLI and the client SDK. Connections are opened lazily and kept;
+a closed one is replaced on the next request.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+import attrs
+import trio
+
+from kernel.errors import RemotingConnectError
+from kernel.remoting.command import RemotingCommand
+from kernel.remoting.connection import Connection, Router, TransportLimits
+from kernel.remoting.server import format_address
+
+log = logging.getLogger(__name__)
+
+
+def split_address(address: str) -> tuple[str, int]:
+    """``"host:port"`` → (host, port), with a clear error for anything else."""
+    host, sep, port = address.rpartition(":")
+    if not sep or not host or not port.isdigit():
+        raise ValueError(f"address {address!r} is not host:port")
+    return host.strip("[]"), int(port)
+
+
+@attrs.define(eq=False)
+class RemotingClient:
+    """Open with ``async with RemotingClient.open() as client``."""
+
+    nursery: trio.Nursery
+    router: Router | None = None
+    """Serves requests the server sends on our connections (e.g. NOTIFY_CONSUMER_IDS_CHANGED)."""
+    limits: TransportLimits = TransportLimits()
+    connect_timeout: float = 3.0
+    _connections: dict[str, Connection] = attrs.field(factory=dict, init=False)
+    _locks: dict[str, trio.Lock] = attrs.field(factory=dict, init=False)
+
+    @classmethod
+    @asynccontextmanager
+    async def open(
+        cls,
+        router: Router | None = None,
+        *,
+        connect_timeout: float = 3.0,
+        limits: TransportLimits | None = None,
+    ) -> AsyncIterator[RemotingClient]:
+        async with trio.open_nursery() as nursery:
+            client = cls(nursery, router, limits or TransportLimits(), connect_timeout)
+            try:
+                yield client
+            finally:
+                client.close_all()
+                nursery.cancel_scope.cancel()
+
+    async def connection(self, address: str) -> Connection:
+        """The open connection to ``address``, connecting if needed.
+
+        :raises RemotingConnectError: the address is unreachable within ``connect_timeout``.
+        """
+        existing = self._connections.get(address)
+        if existing is not None and not existing.closed:
+            return existing
+        lock = self._locks.setdefault(address, trio.Lock())
+        async with lock:
+            existing = self._connections.get(address)
+            if existing is not None and not existing.closed:
+                return existing
+            host, port = split_address(address)
+            try:
+                with trio.fail_after(self.connect_timeout):
+                    stream = await trio.open_tcp_stream(host, port)
+            except (OSError, trio.TooSlowError) as error:
+                raise RemotingConnectError(f"cannot connect to {address}: {error or 'timed out'}") from None
+            connection = Connection(
+                stream,
+                address,
+                self.router,
+                self.limits,
+                local=format_address(stream.socket.getsockname()),
+            )
+            await self.nursery.start(connection.run)
+            self._connections[address] = connection
+            return connection
+
+    async def invoke(self, address: str, request: RemotingCommand, timeout: float = 3.0) -> RemotingCommand:
+        """Send ``request`` to ``address`` and return the response.
+
+        :raises RemotingConnectError, RemotingTimeoutError, RemotingClosedError: see names.
+        """
+        connection = await self.connection(address)
+        return await connection.request(request, timeout)
+
+    async def invoke_oneway(self, address: str, request: RemotingCommand) -> None:
+        connection = await self.connection(address)
+        connection.send_oneway(request)
+
+    def close(self, address: str, reason: str = "closed by client") -> None:
+        connection = self._connections.pop(address, None)
+        if connection is not None:
+            connection.close(reason)
+
+    def close_all(self) -> None:
+        for address in list(self._connections):
+            self.close(address, "client shutting down")

@@ -1,0 +1,253 @@
+"""RemotingCommand: RocketMQ's frame, with its JSON and binary (ROCKETMQ) header codecs.
+
+Layout: ``int total length | byte serialize type | 3-byte header length | header | body``.
+Requests from any client may carry a JSON or a binary header; a response uses the request's
+serialize type (the C++ client only understands JSON, and only sends JSON). Header extension
+fields are always strings here: RocketMQ decodes them as ``Map<String,String>``, the C++
+client sends some as JSON numbers, and it ignores non-string values in responses.
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+from collections.abc import Mapping
+
+import attrs
+
+from kernel.remoting.codes import LANGUAGES, OUR_LANGUAGE, OUR_VERSION
+
+SERIALIZE_JSON = 0
+SERIALIZE_ROCKETMQ = 1
+
+FLAG_RESPONSE = 0x1
+FLAG_ONEWAY = 0x2
+
+DEFAULT_MAX_FRAME_SIZE = 16 * 1024 * 1024
+_LENGTHS = struct.Struct(">iI")
+_BINARY_FIXED = struct.Struct(">hBhii")
+
+
+class FrameError(ValueError):
+    """A frame that cannot be decoded; the connection that sent it is closed."""
+
+
+@attrs.define(eq=False, slots=True)
+class RemotingCommand:
+    """One request or response. ``ext`` is RocketMQ's ``extFields``."""
+
+    code: int
+    ext: dict[str, str] = attrs.field(factory=dict)
+    body: bytes = b""
+    opaque: int = 0
+    flag: int = 0
+    remark: str | None = None
+    language: str = OUR_LANGUAGE
+    version: int = OUR_VERSION
+    serialize_type: int = SERIALIZE_JSON
+
+    @property
+    def is_response(self) -> bool:
+        return bool(self.flag & FLAG_RESPONSE)
+
+    @property
+    def is_oneway(self) -> bool:
+        return bool(self.flag & FLAG_ONEWAY)
+
+    @classmethod
+    def request(
+        cls, code: int, ext: Mapping[str, object] | None = None, body: bytes = b""
+    ) -> RemotingCommand:
+        return cls(code, string_fields(ext) if ext else {}, body)
+
+    def response(
+        self,
+        code: int = 0,
+        ext: Mapping[str, object] | None = None,
+        body: bytes = b"",
+        remark: str | None = None,
+    ) -> RemotingCommand:
+        """The response to this request: same opaque and serialize type, response flag set."""
+        return RemotingCommand(
+            code,
+            string_fields(ext) if ext else {},
+            body,
+            self.opaque,
+            FLAG_RESPONSE,
+            remark,
+            serialize_type=self.serialize_type,
+        )
+
+    def encode(self) -> bytes:
+        if self.serialize_type == SERIALIZE_ROCKETMQ:
+            header = _encode_binary_header(self)
+        else:
+            fields: dict[str, object] = {
+                "code": self.code,
+                "extFields": self.ext,
+                "flag": self.flag,
+                "language": self.language,
+                "opaque": self.opaque,
+                "serializeTypeCurrentRPC": "JSON",
+                "version": self.version,
+            }
+            if self.remark is not None:
+                fields["remark"] = self.remark
+            header = json.dumps(fields, separators=(",", ":"), ensure_ascii=False).encode()
+        return (
+            _LENGTHS.pack(4 + len(header) + len(self.body), (self.serialize_type << 24) | len(header))
+            + header
+            + self.body
+        )
+
+
+def string_fields(values: Mapping[str, object]) -> dict[str, str]:
+    """extFields as RocketMQ reads them: every value a string, booleans as ``true``/``false``,
+    ``None`` dropped."""
+    out: dict[str, str] = {}
+    for key, value in values.items():
+        if value is None:
+            continue
+        if type(value) is str:
+            out[key] = value
+        elif isinstance(value, bool):
+            out[key] = "true" if value else "false"
+        else:
+            out[key] = str(value)
+    return out
+
+
+def parse_bool(value: str | None, default: bool = False) -> bool:
+    """A boolean extField: Java's ``"true"`` and the C++ client's ``"1"`` are both true."""
+    if value is None or value == "":
+        return default
+    return value.lower() in ("true", "1")
+
+
+class FrameDecoder:
+    """Splits a byte stream into commands; feed it whatever the socket returned."""
+
+    def __init__(self, max_frame_size: int = DEFAULT_MAX_FRAME_SIZE) -> None:
+        self.max_frame_size = max_frame_size
+        self._buffer = bytearray()
+
+    @property
+    def buffered(self) -> int:
+        return len(self._buffer)
+
+    def feed(self, data: bytes) -> list[RemotingCommand]:
+        """Every complete frame now in the buffer, in order.
+
+        :raises FrameError: a length out of bounds, an unknown serialize type or a header that
+            does not decode; the stream cannot be resynchronised after that.
+        """
+        buffer = self._buffer
+        buffer += data
+        commands = []
+        position = 0
+        end = len(buffer)
+        while end - position >= 8:
+            total, word = _LENGTHS.unpack_from(buffer, position)
+            if total < 4 or total > self.max_frame_size:
+                raise FrameError(f"frame length {total} outside [4, {self.max_frame_size}]")
+            if end - position - 4 < total:
+                break
+            serialize_type, header_length = word >> 24, word & 0xFFFFFF
+            if header_length > total - 4:
+                raise FrameError(f"header length {header_length} exceeds frame length {total}")
+            start = position + 8
+            header = bytes(buffer[start : start + header_length])
+            body = bytes(buffer[start + header_length : position + 4 + total])
+            commands.append(decode_header(serialize_type, header, body))
+            position += 4 + total
+        if position:
+            del buffer[:position]
+        return commands
+
+
+def decode_header(serialize_type: int, header: bytes, body: bytes) -> RemotingCommand:
+    if serialize_type == SERIALIZE_JSON:
+        return _decode_json_header(header, body)
+    if serialize_type == SERIALIZE_ROCKETMQ:
+        return _decode_binary_header(header, body)
+    raise FrameError(f"unknown serialize type {serialize_type}")
+
+
+def _decode_json_header(header: bytes, body: bytes) -> RemotingCommand:
+    try:
+        fields = json.loads(header)
+    except (ValueError, UnicodeDecodeError) as error:
+        raise FrameError(f"header is not JSON: {error}") from None
+    if not isinstance(fields, dict):
+        raise FrameError("header is not a JSON object")
+    code, opaque, flag = fields.get("code"), fields.get("opaque", 0), fields.get("flag", 0)
+    for name, value in (("code", code), ("opaque", opaque), ("flag", flag)):
+        if type(value) is not int:
+            raise FrameError(f"header field {name!r} must be an integer, got {value!r}")
+    ext = fields.get("extFields") or {}
+    if not isinstance(ext, dict):
+        raise FrameError("header field 'extFields' must be an object")
+    remark = fields.get("remark")
+    language = fields.get("language", "OTHER")
+    version = fields.get("version", 0)
+    return RemotingCommand(
+        code,
+        string_fields(ext) if ext else {},
+        body,
+        opaque,
+        flag,
+        remark if isinstance(remark, str) else None,
+        language if isinstance(language, str) else "OTHER",
+        version if type(version) is int else 0,
+        SERIALIZE_JSON,
+    )
+
+
+def _decode_binary_header(header: bytes, body: bytes) -> RemotingCommand:
+    try:
+        code, language, version, opaque, flag = _BINARY_FIXED.unpack_from(header, 0)
+        position = _BINARY_FIXED.size
+        remark_length = struct.unpack_from(">i", header, position)[0]
+        position += 4
+        remark = header[position : position + remark_length].decode() if remark_length > 0 else None
+        position += max(remark_length, 0)
+        ext_length = struct.unpack_from(">i", header, position)[0]
+        position += 4
+        end = position + ext_length
+        if remark_length < 0 or ext_length < 0 or end > len(header):
+            raise FrameError("binary header lengths exceed the header")
+        ext: dict[str, str] = {}
+        while position < end:
+            key_length = struct.unpack_from(">h", header, position)[0]
+            position += 2
+            key = header[position : position + key_length].decode()
+            position += key_length
+            value_length = struct.unpack_from(">i", header, position)[0]
+            position += 4
+            value = header[position : position + value_length].decode()
+            position += value_length
+            if key_length < 0 or value_length < 0 or position > end:
+                raise FrameError("binary header field lengths exceed the header")
+            ext[key] = value
+    except (struct.error, UnicodeDecodeError) as error:
+        raise FrameError(f"binary header does not decode: {error}") from None
+    name = LANGUAGES[language] if language < len(LANGUAGES) else "OTHER"
+    return RemotingCommand(code, ext, body, opaque, flag, remark, name, version, SERIALIZE_ROCKETMQ)
+
+
+def _encode_binary_header(command: RemotingCommand) -> bytes:
+    language = (
+        LANGUAGES.index(command.language) if command.language in LANGUAGES else LANGUAGES.index("OTHER")
+    )
+    remark = (command.remark or "").encode()
+    fields = bytearray()
+    for key, value in command.ext.items():
+        k, v = key.encode(), value.encode()
+        fields += struct.pack(">h", len(k)) + k + struct.pack(">i", len(v)) + v
+    return (
+        _BINARY_FIXED.pack(command.code, language, command.version, command.opaque, command.flag)
+        + struct.pack(">i", len(remark))
+        + remark
+        + struct.pack(">i", len(fields))
+        + bytes(fields)
+    )

@@ -1,0 +1,260 @@
+"""One RocketMQ remoting connection, used by servers and clients alike.
+
+Both ends of a connection may send requests (the broker sends ``NOTIFY_CONSUMER_IDS_CHANGED``
+to a consumer), so a connection has one reader and one writer task and correlates responses
+by ``opaque``. Performance rules from the design: read in large chunks and decode every
+complete frame in the buffer; run request handlers concurrently up to ``max_in_flight``; the
+writer joins every response that is ready into one ``send_all``.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import attrs
+import trio
+
+from kernel.errors import RemotingClosedError, RemotingTimeoutError
+from kernel.remoting.codes import RequestCode, ResponseCode, code_name
+from kernel.remoting.command import (
+    DEFAULT_MAX_FRAME_SIZE,
+    FLAG_ONEWAY,
+    FrameDecoder,
+    FrameError,
+    RemotingCommand,
+)
+
+log = logging.getLogger(__name__)
+
+RECEIVE_CHUNK = 256 * 1024
+OUTBOX_HIGH_WATER = 64 * 1024 * 1024
+"""Handlers wait before queueing more once this many response bytes are unsent (a peer that
+does not read cannot make the broker buffer without bound)."""
+
+Handler = Callable[["Connection", RemotingCommand], Awaitable[RemotingCommand | None]]
+
+
+@attrs.frozen
+class TransportLimits:
+    """Per-connection limits (and the server's connection cap)."""
+
+    max_frame_size: int = DEFAULT_MAX_FRAME_SIZE
+    max_in_flight: int = 256
+    """Requests of one connection handled concurrently (held long-polling pulls count)."""
+    max_connections: int = 10000
+
+
+@attrs.define(eq=False)
+class Router:
+    """Request code → handler. Unknown codes get ``REQUEST_CODE_NOT_SUPPORTED``; a handler
+    that raises gets ``SYSTEM_ERROR`` with the error as remark, and the connection lives on."""
+
+    handlers: dict[int, Handler] = attrs.field(factory=dict)
+    name: str = "remoting"
+
+    def register(self, code: int, handler: Handler) -> None:
+        if code in self.handlers:
+            raise ValueError(f"{self.name}: a handler for {code_name(code)} is already registered")
+        self.handlers[code] = handler
+
+    async def handle(self, connection: Connection, request: RemotingCommand) -> RemotingCommand | None:
+        handler = self.handlers.get(request.code)
+        if handler is None:
+            return request.response(
+                ResponseCode.REQUEST_CODE_NOT_SUPPORTED, remark=f" request type {request.code} not supported"
+            )
+        try:
+            return await handler(connection, request)
+        except trio.Cancelled:
+            raise
+        except Exception as error:  # one bad request must not take the connection down
+            log.exception("%s: %s from %s failed", self.name, code_name(request.code), connection.peer)
+            return request.response(ResponseCode.SYSTEM_ERROR, remark=f"{type(error).__name__}: {error}")
+
+
+@attrs.define(eq=False)
+class _Pending:
+    done: trio.Event = attrs.field(factory=trio.Event)
+    response: RemotingCommand | None = None
+
+
+@attrs.define(eq=False)
+class Connection:
+    """A framed, bidirectional RocketMQ connection over a trio stream."""
+
+    stream: trio.abc.Stream
+    peer: str
+    """``ip:port`` of the other end (the born host of messages it sends)."""
+    router: Router | None = None
+    limits: TransportLimits = TransportLimits()
+    local: str = ""
+    attributes: dict[str, Any] = attrs.field(factory=dict)
+    """Per-connection state for handlers (a client id, a registered broker address)."""
+    on_close: list[Callable[[Connection], None]] = attrs.field(factory=list)
+    close_reason: str = ""
+    _outbox: list[bytes] = attrs.field(factory=list, init=False)
+    _outbox_bytes: int = attrs.field(default=0, init=False)
+    _wakeup: trio.Event = attrs.field(factory=trio.Event, init=False)
+    _drained: trio.Event = attrs.field(factory=trio.Event, init=False)
+    _pending: dict[int, _Pending] = attrs.field(factory=dict, init=False)
+    _opaque: itertools.count[int] = attrs.field(factory=itertools.count, init=False)
+    _closed: trio.Event = attrs.field(factory=trio.Event, init=False)
+    _cancel: trio.CancelScope | None = attrs.field(default=None, init=False)
+    requests_handled: int = attrs.field(default=0, init=False)
+
+    @property
+    def closed(self) -> bool:
+        return self._closed.is_set()
+
+    async def wait_closed(self) -> None:
+        await self._closed.wait()
+
+    async def run(self, *, task_status: trio.TaskStatus[Connection] = trio.TASK_STATUS_IGNORED) -> None:
+        """Serve the connection until the peer closes it, a frame is malformed, or
+        :meth:`close` is called. Handlers still running are cancelled then."""
+        try:
+            with trio.CancelScope() as self._cancel:
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(self._write_loop)
+                    task_status.started(self)
+                    await self._read_loop(nursery)
+                    nursery.cancel_scope.cancel()
+        finally:
+            self._finish()
+            with trio.CancelScope(shield=True):
+                await trio.aclose_forcefully(self.stream)
+
+    def close(self, reason: str) -> None:
+        """Close from any task; pending requests fail with :class:`RemotingClosedError`."""
+        if not self.close_reason:
+            self.close_reason = reason
+        if self._cancel is not None:
+            self._cancel.cancel()
+
+    def _finish(self) -> None:
+        if self._closed.is_set():
+            return
+        self._closed.set()
+        for pending in self._pending.values():
+            pending.done.set()
+        for callback in self.on_close:
+            try:
+                callback(self)
+            except Exception:  # a failing listener must not hide the others
+                log.exception("on-close callback of %s failed", self.peer)
+
+    async def _read_loop(self, nursery: trio.Nursery) -> None:
+        decoder = FrameDecoder(self.limits.max_frame_size)
+        limiter = trio.CapacityLimiter(self.limits.max_in_flight)
+        while True:
+            try:
+                data = await self.stream.receive_some(RECEIVE_CHUNK)
+            except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as error:
+                self.close_reason = self.close_reason or f"receive failed: {error}"
+                return
+            if not data:
+                self.close_reason = self.close_reason or "closed by peer"
+                return
+            try:
+                commands = decoder.feed(data)
+            except FrameError as error:
+                self.close_reason = f"malformed frame: {error}"
+                log.warning("closing connection from %s: malformed frame: %s", self.peer, error)
+                return
+            for command in commands:
+                if command.is_response:
+                    pending = self._pending.pop(command.opaque, None)
+                    if pending is not None:
+                        pending.response = command
+                        pending.done.set()
+                    continue
+                token = object()
+                await limiter.acquire_on_behalf_of(token)
+                nursery.start_soon(self._serve_request, command, limiter, token)
+
+    async def _serve_request(
+        self, request: RemotingCommand, limiter: trio.CapacityLimiter, token: object
+    ) -> None:
+        try:
+            if self.router is None:
+                response: RemotingCommand | None = request.response(
+                    ResponseCode.REQUEST_CODE_NOT_SUPPORTED, remark=" this end serves no requests"
+                )
+            else:
+                response = await self.router.handle(self, request)
+            self.requests_handled += 1
+            if response is not None and not request.is_oneway:
+                await self._wait_writable()
+                self._enqueue(response.encode())
+        finally:
+            limiter.release_on_behalf_of(token)
+
+    async def _wait_writable(self) -> None:
+        while self._outbox_bytes > OUTBOX_HIGH_WATER and not self.closed:
+            await self._drained.wait()
+
+    def _enqueue(self, data: bytes) -> None:
+        if self.closed:
+            return
+        self._outbox.append(data)
+        self._outbox_bytes += len(data)
+        self._wakeup.set()
+
+    async def _write_loop(self) -> None:
+        while True:
+            if not self._outbox:
+                self._wakeup = trio.Event()
+                await self._wakeup.wait()
+            chunks, self._outbox = self._outbox, []
+            self._outbox_bytes = 0
+            self._drained.set()
+            self._drained = trio.Event()
+            try:
+                await self.stream.send_all(chunks[0] if len(chunks) == 1 else b"".join(chunks))
+            except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as error:
+                self.close(f"send failed: {error}")
+                return
+
+    # --- requests from this end -------------------------------------------------------------
+
+    async def request(self, command: RemotingCommand, timeout: float) -> RemotingCommand:
+        """Send a request and wait for its response.
+
+        :raises RemotingTimeoutError: no response within ``timeout`` seconds.
+        :raises RemotingClosedError: the connection closed first.
+        """
+        if self.closed:
+            raise RemotingClosedError(f"connection to {self.peer} is closed ({self.close_reason})")
+        command.opaque = next(self._opaque) & 0x7FFFFFFF
+        command.flag = 0
+        pending = _Pending()
+        self._pending[command.opaque] = pending
+        try:
+            await self._wait_writable()
+            self._enqueue(command.encode())
+            with trio.move_on_after(timeout):
+                await pending.done.wait()
+        finally:
+            self._pending.pop(command.opaque, None)
+        if pending.response is not None:
+            return pending.response
+        if self.closed:
+            raise RemotingClosedError(
+                f"connection to {self.peer} closed before {code_name(command.code)} was answered "
+                f"({self.close_reason})"
+            )
+        raise RemotingTimeoutError(
+            f"{code_name(command.code)} to {self.peer}: no response within {timeout:g}s"
+        )
+
+    def send_oneway(self, command: RemotingCommand) -> None:
+        """Queue a request that expects no response (flag ``ONEWAY``)."""
+        command.opaque = next(self._opaque) & 0x7FFFFFFF
+        command.flag = FLAG_ONEWAY
+        self._enqueue(command.encode())
+
+
+__all__ = ["Connection", "Handler", "RequestCode", "Router", "TransportLimits"]

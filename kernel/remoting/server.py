@@ -1,0 +1,85 @@
+"""A trio TCP server speaking RocketMQ remoting: one :class:`Connection` per accepted socket."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+
+import attrs
+import trio
+
+from kernel.remoting.connection import Connection, Router, TransportLimits
+
+log = logging.getLogger(__name__)
+
+
+def format_address(sockaddr: object) -> str:
+    """``ip:port`` of a socket address tuple (IPv4 or IPv6)."""
+    if isinstance(sockaddr, tuple) and len(sockaddr) >= 2:
+        return f"{sockaddr[0]}:{sockaddr[1]}"
+    return str(sockaddr)
+
+
+@attrs.define(eq=False)
+class RemotingServer:
+    """Listens on ``host:port`` and serves every connection with ``router``.
+
+    ``port=0`` picks a free port; :attr:`port` holds the bound one once started. Over
+    ``limits.max_connections`` a new connection is closed at once (and logged).
+    """
+
+    name: str
+    host: str
+    port: int
+    router: Router
+    limits: TransportLimits = TransportLimits()
+    on_connect: list[Callable[[Connection], None]] = attrs.field(factory=list)
+    on_close: list[Callable[[Connection], None]] = attrs.field(factory=list)
+    connections: set[Connection] = attrs.field(factory=set, init=False)
+    refused: int = attrs.field(default=0, init=False)
+    accepted: int = attrs.field(default=0, init=False)
+
+    @property
+    def address(self) -> str:
+        return f"{self.host}:{self.port}"
+
+    async def run(self, *, task_status: trio.TaskStatus[RemotingServer] = trio.TASK_STATUS_IGNORED) -> None:
+        """Listen until cancelled; ``task_status.started`` once the socket is bound."""
+        try:
+            listeners = await trio.open_tcp_listeners(self.port, host=self.host)
+        except OSError as error:
+            raise OSError(
+                error.errno, f"{self.name}: cannot listen on {self.host}:{self.port}: {error.strerror}"
+            ) from None
+        self.port = listeners[0].socket.getsockname()[1]
+        log.info("%s listening on %s", self.name, self.address)
+        async with trio.open_nursery() as nursery:
+            task_status.started(self)
+            await trio.serve_listeners(self._serve, listeners, handler_nursery=nursery)
+
+    async def _serve(self, stream: trio.SocketStream) -> None:
+        peer = format_address(stream.socket.getpeername())
+        if len(self.connections) >= self.limits.max_connections:
+            self.refused += 1
+            log.warning(
+                "%s: refusing connection from %s: %d connections open (max_connections)",
+                self.name,
+                peer,
+                len(self.connections),
+            )
+            await trio.aclose_forcefully(stream)
+            return
+        self.accepted += 1
+        connection = Connection(
+            stream,
+            peer,
+            self.router,
+            self.limits,
+            local=format_address(stream.socket.getsockname()),
+            on_close=[self.connections.discard, *self.on_close],
+        )
+        self.connections.add(connection)
+        for callback in self.on_connect:
+            callback(connection)
+        await connection.run()
+        log.debug("%s: connection from %s closed: %s", self.name, peer, connection.close_reason)

@@ -1,0 +1,42 @@
+"""NameServer KV config (namespace → key → value), persisted to ``kvConfig.json``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import attrs
+import trio
+
+from kernel.persist import read_json_with_backup, write_json_atomic
+
+
+@attrs.define
+class KvConfig:
+    path: Path
+    table: dict[str, dict[str, str]] = attrs.field(factory=dict)
+
+    @classmethod
+    def load(cls, path: Path) -> KvConfig:
+        data = read_json_with_backup(path) or {}
+        table = data.get("configTable", {}) if isinstance(data, dict) else {}
+        return cls(path, {ns: {str(k): str(v) for k, v in kv.items()} for ns, kv in table.items()})
+
+    async def put(self, namespace: str, key: str, value: str) -> None:
+        self.table.setdefault(namespace, {})[key] = value
+        await self._persist()
+
+    def get(self, namespace: str, key: str) -> str | None:
+        return self.table.get(namespace, {}).get(key)
+
+    def namespace(self, namespace: str) -> dict[str, str]:
+        return dict(self.table.get(namespace, {}))
+
+    async def delete(self, namespace: str, key: str) -> None:
+        values = self.table.get(namespace)
+        if values is not None and values.pop(key, None) is not None:
+            if not values:
+                del self.table[namespace]
+            await self._persist()
+
+    async def _persist(self) -> None:
+        await trio.to_thread.run_sync(write_json_atomic, self.path, {"configTable": self.table})

@@ -1,0 +1,38 @@
+"""remoting: the broker's network ingress, speaking RocketMQ 4.x's remoting protocol.
+
+Serves producers, consumers and admin tools on ``[broker] listen_host:listen_port``,
+registers with every NameServer in ``[broker] namesrv_addr``, and keeps the broker's
+``config/topics.json``, ``subscriptionGroup.json`` and ``consumerOffset.json``. Settings in
+``[remoting]``.
+"""
+
+from __future__ import annotations
+
+from kernel import ConfigSection, DispatchRecord, Phase, ServiceSpec, hookimpl
+from kernel.context import BrokerContext, BrokerRuntime
+from plugins.remoting.config import RemotingConfig
+from plugins.remoting.service import NETWORK, BrokerNetwork
+
+__all__ = ["NETWORK", "BrokerNetwork", "RemotingConfig"]
+
+
+@hookimpl
+def trocket_config_sections() -> list[ConfigSection]:
+    return [ConfigSection("remoting", RemotingConfig)]
+
+
+@hookimpl
+def trocket_register_services(ctx: BrokerContext) -> list[ServiceSpec]:
+    def make(runtime: BrokerRuntime) -> BrokerNetwork:
+        network = BrokerNetwork.make(runtime)
+        runtime.ctx.stash[NETWORK] = network
+        return network
+
+    return [ServiceSpec("remoting", Phase.INGRESS, make)]
+
+
+@hookimpl
+def trocket_records_dispatched(records: list[DispatchRecord], ctx: BrokerContext) -> None:
+    network = ctx.stash.get(NETWORK, None)
+    if network is not None and network.waiters.waiting_queues():
+        network.waiters.notify({(r.topic, r.queue_id) for r in records})

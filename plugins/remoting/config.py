@@ -1,0 +1,37 @@
+"""``[remoting]``: the broker's network service (RocketMQ's BrokerConfig / NettyServerConfig)."""
+
+from __future__ import annotations
+
+import attrs
+
+from kernel.config import fields
+
+
+@attrs.frozen(kw_only=True)
+class RemotingConfig:
+    broker_permission: int = fields.integer(6, minimum=0, maximum=7)
+    """``brokerPermission``: 6 = read and write; without the write bit (2) sends get NO_PERMISSION."""
+    long_polling_enable: bool = fields.boolean(True)
+    """``longPollingEnable``: hold pulls on an empty queue until a message arrives."""
+    short_polling_time: float = fields.duration("1s")
+    """``shortPollingTimeMills``: how long a pull waits when long polling is off."""
+    max_suspend_time: float = fields.duration("15s")
+    """Upper bound for a client's ``suspendTimeoutMillis`` (RocketMQ's default client value)."""
+    register_period: float = fields.duration("30s")
+    """``registerNameServerPeriod``: how often the broker registers with every NameServer."""
+    channel_expiry: float = fields.duration("120s")
+    """A client connection silent (no heartbeat) for this long is dropped from its groups."""
+    channel_scan_interval: float = fields.duration("10s")
+    offset_persist_interval: float = fields.duration("5s")
+    """``flushConsumerOffsetInterval``: how often ``consumerOffset.json`` is written."""
+    lock_expiry: float = fields.duration("60s")
+    """Queue locks of orderly consumers expire after this long without renewal."""
+    auto_create_subscription_group: bool = fields.boolean(True)
+    max_frame_size: int = fields.size("16MiB", minimum=1024)
+    max_connections: int = fields.integer(10000, minimum=1)
+    max_in_flight: int = fields.integer(256, minimum=1)
+    """Requests of one connection handled concurrently (held pulls included)."""
+    max_pull_messages: int = fields.integer(32, minimum=1)
+    """Messages per pull at most, whatever the client asks (RocketMQ's in-memory limit)."""
+    max_pull_bytes: int = fields.size("256KiB", minimum=1024)
+    """Bytes per pull response (about; at least one message is returned)."""

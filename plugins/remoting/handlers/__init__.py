@@ -1,0 +1,52 @@
+"""The broker's request handlers, one module per concern; :func:`register_all` wires them."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING
+
+from kernel.remoting import Connection, RemotingCommand, RequestCode, Router
+from plugins.remoting.handlers import admin, consumer, pull, query, send, send_back
+
+if TYPE_CHECKING:
+    from plugins.remoting.service import BrokerNetwork
+
+NetHandler = Callable[["BrokerNetwork", Connection, RemotingCommand], Awaitable[RemotingCommand | None]]
+
+HANDLERS: dict[int, NetHandler] = {
+    RequestCode.SEND_MESSAGE: send.handle_send,
+    RequestCode.SEND_MESSAGE_V2: send.handle_send,
+    RequestCode.SEND_BATCH_MESSAGE: send.handle_send,
+    RequestCode.PULL_MESSAGE: pull.handle_pull,
+    RequestCode.QUERY_MESSAGE: query.query_message,
+    RequestCode.VIEW_MESSAGE_BY_ID: query.view_message,
+    RequestCode.HEART_BEAT: consumer.heartbeat,
+    RequestCode.UNREGISTER_CLIENT: consumer.unregister_client,
+    RequestCode.GET_CONSUMER_LIST_BY_GROUP: consumer.consumer_list,
+    RequestCode.LOCK_BATCH_MQ: consumer.lock_batch,
+    RequestCode.UNLOCK_BATCH_MQ: consumer.unlock_batch,
+    RequestCode.QUERY_CONSUMER_OFFSET: consumer.query_offset,
+    RequestCode.UPDATE_CONSUMER_OFFSET: consumer.update_offset,
+    RequestCode.GET_MAX_OFFSET: consumer.max_offset,
+    RequestCode.GET_MIN_OFFSET: consumer.min_offset,
+    RequestCode.SEARCH_OFFSET_BY_TIMESTAMP: consumer.search_offset,
+    RequestCode.GET_EARLIEST_MSG_STORETIME: consumer.earliest_store_time,
+    RequestCode.CONSUMER_SEND_MSG_BACK: send_back.handle_send_back,
+    RequestCode.UPDATE_AND_CREATE_TOPIC: admin.update_topic,
+    RequestCode.DELETE_TOPIC_IN_BROKER: admin.delete_topic,
+    RequestCode.GET_ALL_TOPIC_CONFIG: admin.all_topic_config,
+    RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP: admin.update_group,
+    RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG: admin.all_groups,
+    RequestCode.DELETE_SUBSCRIPTIONGROUP: admin.delete_group,
+    RequestCode.GET_ALL_CONSUMER_OFFSET: admin.all_consumer_offsets,
+    RequestCode.GET_BROKER_RUNTIME_INFO: admin.runtime_info,
+    RequestCode.GET_CONSUME_STATS: admin.consume_stats,
+    RequestCode.GET_TOPIC_STATS_INFO: admin.topic_stats,
+    RequestCode.GET_CONSUMER_CONNECTION_LIST: admin.consumer_connections,
+}
+
+
+def register_all(router: Router, net: BrokerNetwork) -> None:
+    for code, handler in HANDLERS.items():
+        router.register(code, functools.partial(handler, net))

@@ -1,0 +1,222 @@
+"""Admin requests: topics (17, 215, 21, 202), subscription groups (200, 201, 207), runtime
+info (28), consume stats (208), consumer connections (203), all consumer offsets (43).
+
+Bodies keyed by a MessageQueue use fastjson's object-key form (``{{"brokerName":..}:..}``),
+as RocketMQ's own admin tools expect; :func:`kernel.remoting.admin_json.loads` reads it.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING, Any
+
+import trio
+
+from kernel.remoting import Connection, RemotingCommand, ResponseCode
+from kernel.remoting.admin_json import dumps_queue_keyed
+from plugins.remoting.handlers.common import int_field, required
+from plugins.remoting.subscriptions import SubscriptionGroupConfig
+from plugins.remoting.topics import RETRY_PREFIX, TopicConfig, topic_problem
+
+if TYPE_CHECKING:
+    from plugins.remoting.service import BrokerNetwork
+
+VERSION_DESCRIPTION = "V4_9_8 (trocket)"
+
+
+def _json(data: Any) -> bytes:
+    return json.dumps(data, separators=(",", ":")).encode()
+
+
+async def update_topic(
+    net: BrokerNetwork, connection: Connection, request: RemotingCommand
+) -> RemotingCommand:
+    (topic,) = required(request, "topic")
+    problem = topic_problem(topic)
+    if problem:
+        return request.response(ResponseCode.SYSTEM_ERROR, remark=problem)
+    if topic == net.runtime.ctx.broker.cluster_name:
+        return request.response(
+            ResponseCode.SYSTEM_ERROR, remark=f"the topic[{topic}] is conflict with system reserved words"
+        )
+    config = TopicConfig(
+        topic,
+        int_field(request, "readQueueNums", 8),
+        int_field(request, "writeQueueNums", 8),
+        int_field(request, "perm", 6),
+        request.ext.get("topicFilterType", "SINGLE_TAG"),
+        int_field(request, "topicSysFlag", 0),
+        request.ext.get("order", "false").lower() == "true",
+    )
+    if not (1 <= config.read_queue_nums <= 1024 and 1 <= config.write_queue_nums <= 1024):
+        return request.response(ResponseCode.SYSTEM_ERROR, remark="queue numbers must be within [1, 1024]")
+    net.topics.update(config)
+    await net.topics_changed()
+    return request.response()
+
+
+async def delete_topic(
+    net: BrokerNetwork, connection: Connection, request: RemotingCommand
+) -> RemotingCommand:
+    (topic,) = required(request, "topic")
+    net.topics.delete(topic)
+    net.offsets.remove_topic(topic)
+    await net.topics_changed()
+    return request.response()
+
+
+async def all_topic_config(
+    net: BrokerNetwork, connection: Connection, request: RemotingCommand
+) -> RemotingCommand:
+    return request.response(body=_json(net.topics.snapshot()))
+
+
+async def update_group(
+    net: BrokerNetwork, connection: Connection, request: RemotingCommand
+) -> RemotingCommand:
+    try:
+        config = SubscriptionGroupConfig.from_json(json.loads(request.body))
+    except (ValueError, KeyError, TypeError) as error:
+        return request.response(
+            ResponseCode.SYSTEM_ERROR, remark=f"subscription group body is invalid: {error}"
+        )
+    net.groups.update(config)
+    await net.groups.persist()
+    return request.response()
+
+
+async def all_groups(net: BrokerNetwork, connection: Connection, request: RemotingCommand) -> RemotingCommand:
+    return request.response(body=_json(net.groups.snapshot()))
+
+
+async def delete_group(
+    net: BrokerNetwork, connection: Connection, request: RemotingCommand
+) -> RemotingCommand:
+    (group,) = required(request, "groupName")
+    net.groups.delete(group)
+    await net.groups.persist()
+    return request.response()
+
+
+async def all_consumer_offsets(
+    net: BrokerNetwork, connection: Connection, request: RemotingCommand
+) -> RemotingCommand:
+    return request.response(body=_json(net.offsets.snapshot()))
+
+
+async def runtime_info(
+    net: BrokerNetwork, connection: Connection, request: RemotingCommand
+) -> RemotingCommand:
+    runtime = net.runtime
+    stats = runtime.statistics()
+    marks = runtime.store.watermarks()
+    table: dict[str, Any] = {
+        "brokerVersionDesc": VERSION_DESCRIPTION,
+        "brokerVersion": "409",
+        "brokerName": runtime.ctx.broker.broker_name,
+        "brokerAddr": net.broker_addr,
+        "state": stats.state,
+        "commitLogMinOffset": marks.min_offset,
+        "commitLogMaxOffset": marks.wrote,
+        "commitLogFlushedOffset": marks.flushed,
+        "dispatchBehindBytes": getattr(stats.dispatch, "behind_bytes", 0),
+        "putMessageTimesTotal": getattr(stats.put, "messages", 0),
+        "putBatchesTotal": getattr(stats.put, "batches", 0),
+        "putStatus": json.dumps(getattr(stats.put, "by_status", {})),
+        "flushPolicy": getattr(stats.flush, "name", "") or runtime.ctx.broker.flush or "",
+        "brokerPermission": net.config.broker_permission,
+        "connections": len(net.server.connections) if net.server else 0,
+        "heldPulls": net.waiters.held,
+        "consumerGroups": len(net.clients.consumers),
+        "topics": len(net.topics.topics),
+        "uptimeSeconds": int(trio.current_time() - net.started_at),
+        "bootTimestamp": net.boot_timestamp,
+    }
+    return request.response(body=_json({"table": {k: str(v) for k, v in table.items()}}))
+
+
+async def consume_stats(
+    net: BrokerNetwork, connection: Connection, request: RemotingCommand
+) -> RemotingCommand:
+    (group,) = required(request, "consumerGroup")
+    wanted = request.ext.get("topic") or ""
+    topics = [wanted] if wanted else net.offsets.topics_of_group(group)
+    if not wanted:
+        consumer = net.clients.consumers.get(group)
+        if consumer is not None:
+            topics = sorted(set(topics) | set(consumer.subscriptions))
+    if not topics:
+        return request.response(
+            ResponseCode.SYSTEM_ERROR,
+            remark=f"group {group} has no committed offsets and no subscriptions here",
+        )
+    store = net.runtime.store
+    broker_name = net.runtime.ctx.broker.broker_name
+    entries = []
+    for topic in topics:
+        config = net.topics.get(topic)
+        if config is None:
+            continue
+        committed = net.offsets.queues(group, topic)
+        for queue_id in range(config.write_queue_nums):
+            broker_offset = store.max_queue_offset(topic, queue_id)
+            consumer_offset = committed.get(queue_id, 0)
+            last = getattr(store, "store_time", None)
+            last_ts = last(topic, queue_id, consumer_offset - 1) if last and consumer_offset > 0 else 0
+            entries.append(
+                (
+                    {"brokerName": broker_name, "queueId": queue_id, "topic": topic},
+                    {
+                        "brokerOffset": broker_offset,
+                        "consumerOffset": consumer_offset,
+                        "lastTimestamp": max(last_ts, 0),
+                    },
+                )
+            )
+    body = dumps_queue_keyed({"consumeTps": 0.0}, "offsetTable", entries)
+    return request.response(body=body)
+
+
+async def topic_stats(
+    net: BrokerNetwork, connection: Connection, request: RemotingCommand
+) -> RemotingCommand:
+    (topic,) = required(request, "topic")
+    config = net.topics.get(topic)
+    if config is None:
+        return request.response(ResponseCode.TOPIC_NOT_EXIST, remark=f"topic[{topic}] not exist")
+    store = net.runtime.store
+    broker_name = net.runtime.ctx.broker.broker_name
+    last = getattr(store, "store_time", None)
+    entries = []
+    for queue_id in range(config.write_queue_nums):
+        low, high = store.min_queue_offset(topic, queue_id), store.max_queue_offset(topic, queue_id)
+        updated = last(topic, queue_id, high - 1) if last and high > 0 else 0
+        entries.append(
+            (
+                {"brokerName": broker_name, "queueId": queue_id, "topic": topic},
+                {"lastUpdateTimestamp": max(updated, 0), "maxOffset": high, "minOffset": low},
+            )
+        )
+    return request.response(body=dumps_queue_keyed({}, "offsetTable", entries))
+
+
+async def consumer_connections(
+    net: BrokerNetwork, connection: Connection, request: RemotingCommand
+) -> RemotingCommand:
+    (group,) = required(request, "consumerGroup")
+    consumer = net.clients.consumers.get(group)
+    if consumer is None or not consumer.channels:
+        return request.response(
+            ResponseCode.CONSUMER_NOT_ONLINE, remark=f"the consumer group[{group}] not online"
+        )
+    body = {
+        "connectionSet": [c.to_json() for c in consumer.channels.values()],
+        "consumeFromWhere": consumer.consume_from_where,
+        "consumeType": consumer.consume_type,
+        "messageModel": consumer.message_model,
+        "subscriptionTable": {t: s.to_json() for t, s in sorted(consumer.subscriptions.items())},
+    }
+    return request.response(body=_json(body))
+
+
+__all__ = ["RETRY_PREFIX"]

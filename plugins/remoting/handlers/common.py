@@ -1,0 +1,56 @@
+"""Helpers shared by the broker's request handlers."""
+
+from __future__ import annotations
+
+from kernel.model import PutStatus
+from kernel.remoting import RemotingCommand, ResponseCode
+
+PUT_STATUS_CODES: dict[PutStatus, int] = {
+    PutStatus.PUT_OK: ResponseCode.SUCCESS,
+    PutStatus.FLUSH_DISK_TIMEOUT: ResponseCode.FLUSH_DISK_TIMEOUT,
+    PutStatus.FLUSH_SLAVE_TIMEOUT: ResponseCode.FLUSH_SLAVE_TIMEOUT,
+    PutStatus.SLAVE_NOT_AVAILABLE: ResponseCode.SLAVE_NOT_AVAILABLE,
+    PutStatus.SERVICE_NOT_AVAILABLE: ResponseCode.SERVICE_NOT_AVAILABLE,
+    PutStatus.CREATE_MAPPED_FILE_FAILED: ResponseCode.SYSTEM_ERROR,
+    PutStatus.MESSAGE_ILLEGAL: ResponseCode.MESSAGE_ILLEGAL,
+    PutStatus.PROPERTIES_SIZE_EXCEEDED: ResponseCode.MESSAGE_ILLEGAL,
+    PutStatus.OS_PAGE_CACHE_BUSY: ResponseCode.SYSTEM_BUSY,
+    PutStatus.UNKNOWN_ERROR: ResponseCode.SYSTEM_ERROR,
+}
+
+
+class RequestProblem(Exception):
+    """Raised inside a handler to answer with ``code`` and ``remark`` (a bad header field)."""
+
+    def __init__(self, code: int, remark: str) -> None:
+        super().__init__(remark)
+        self.code = code
+        self.remark = remark
+
+    def response_to(self, request: RemotingCommand) -> RemotingCommand:
+        return request.response(self.code, remark=self.remark)
+
+
+def required(request: RemotingCommand, *names: str) -> list[str]:
+    """The named ext fields, or a clear MESSAGE_ILLEGAL-style problem naming the missing ones."""
+    missing = [n for n in names if n not in request.ext]
+    if missing:
+        raise RequestProblem(
+            ResponseCode.SYSTEM_ERROR,
+            f"the request header is missing required field(s): {', '.join(missing)}",
+        )
+    return [request.ext[n] for n in names]
+
+
+def int_field(request: RemotingCommand, name: str, default: int | None = None) -> int:
+    value = request.ext.get(name)
+    if value is None or value == "":
+        if default is None:
+            raise RequestProblem(ResponseCode.SYSTEM_ERROR, f"the request header is missing field {name!r}")
+        return default
+    try:
+        return int(value)
+    except ValueError:
+        raise RequestProblem(
+            ResponseCode.SYSTEM_ERROR, f"header field {name!r} must be an integer, got {value!r}"
+        ) from None

@@ -1,0 +1,56 @@
+"""QUERY_MESSAGE (12) by key or unique key, and VIEW_MESSAGE_BY_ID (33) by commit-log offset."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from kernel.errors import CorruptRecord, OffsetOutOfRange
+from kernel.remoting import Connection, RemotingCommand, ResponseCode, parse_bool
+from plugins.remoting.handlers.common import int_field, required
+
+if TYPE_CHECKING:
+    from plugins.remoting.service import BrokerNetwork
+
+
+async def query_message(
+    net: BrokerNetwork, connection: Connection, request: RemotingCommand
+) -> RemotingCommand:
+    topic, key = required(request, "topic", "key")
+    max_num = int_field(request, "maxNum", 32)
+    if parse_bool(request.ext.get("_UNIQUE_KEY_QUERY")):
+        max_num = max(max_num, 1)
+    store = net.runtime.store
+    query = getattr(store, "query_by_key", None)
+    if query is None:
+        return request.response(
+            ResponseCode.SYSTEM_ERROR,
+            remark=f"the configured store ({type(store).__name__}) has no message index",
+        )
+    records = await query(
+        topic,
+        key,
+        max_num=max_num,
+        begin=int_field(request, "beginTimestamp", 0),
+        end=int_field(request, "endTimestamp", 2**62),
+    )
+    if not records:
+        return request.response(
+            ResponseCode.QUERY_NOT_FOUND, remark="can not find message, maybe time range not correct"
+        )
+    return request.response(
+        ext={"indexLastUpdateTimestamp": 0, "indexLastUpdatePhyoffset": 0}, body=b"".join(records)
+    )
+
+
+async def view_message(
+    net: BrokerNetwork, connection: Connection, request: RemotingCommand
+) -> RemotingCommand:
+    offset = int_field(request, "offset")
+    store = net.runtime.store
+    try:
+        data = await store.read_record_at(offset)  # type: ignore[attr-defined]
+    except (OffsetOutOfRange, CorruptRecord, AttributeError) as error:
+        return request.response(
+            ResponseCode.SYSTEM_ERROR, remark=f"can not find message by the offset, {offset}: {error}"
+        )
+    return request.response(body=data)

@@ -1,0 +1,182 @@
+"""SEND_MESSAGE (10), SEND_MESSAGE_V2 (310) and SEND_BATCH_MESSAGE (320).
+
+A batch is recognised by code 320 or by ``batch`` = ``"true"``/``"1"`` (the C++ 1.2 client
+marks batches only with ``"1"`` on code 10). Every success code (0, 10, 11, 12) carries
+``msgId``, ``queueId`` and ``queueOffset``: the C++ client crashes without them.
+"""
+
+from __future__ import annotations
+
+import random
+import struct
+from typing import TYPE_CHECKING
+
+from kernel.model import Message, MessageBatch, decode_properties
+from kernel.remoting import Connection, RemotingCommand, RequestCode, ResponseCode, parse_bool
+from plugins.remoting.handlers.common import PUT_STATUS_CODES, RequestProblem
+from plugins.remoting.topics import PERM_WRITE, TopicConfig, topic_problem
+
+if TYPE_CHECKING:
+    from plugins.remoting.service import BrokerNetwork
+
+V2_FIELDS = {
+    "a": "producerGroup",
+    "b": "topic",
+    "c": "defaultTopic",
+    "d": "defaultTopicQueueNums",
+    "e": "queueId",
+    "f": "sysFlag",
+    "g": "bornTimestamp",
+    "h": "flag",
+    "i": "properties",
+    "j": "reconsumeTimes",
+    "k": "unitMode",
+    "l": "maxReconsumeTimes",
+    "m": "batch",
+    "n": "bname",
+}
+_BATCH_ENTRY = struct.Struct(">iiiii")
+
+
+def send_header(request: RemotingCommand) -> dict[str, str]:
+    """The long-form header of any send code (V2's one-letter keys expanded)."""
+    if request.code in (RequestCode.SEND_MESSAGE_V2, RequestCode.SEND_BATCH_MESSAGE):
+        return {V2_FIELDS.get(k, k): v for k, v in request.ext.items()}
+    return request.ext
+
+
+def decode_batch_body(body: bytes) -> list[tuple[int, bytes, dict[str, str]]]:
+    """(flag, body, properties) of every entry of an encoded batch."""
+    entries = []
+    position = 0
+    try:
+        while position < len(body):
+            total, _magic, _crc, flag, body_length = _BATCH_ENTRY.unpack_from(body, position)
+            start = position + _BATCH_ENTRY.size
+            if total < _BATCH_ENTRY.size + 2 or body_length < 0 or position + total > len(body):
+                raise RequestProblem(
+                    ResponseCode.MESSAGE_ILLEGAL, f"batch entry at byte {position} is malformed"
+                )
+            entry_body = body[start : start + body_length]
+            (props_length,) = struct.unpack_from(">h", body, start + body_length)
+            props_start = start + body_length + 2
+            properties = decode_properties(body[props_start : props_start + props_length])
+            entries.append((flag, entry_body, properties))
+            position += total
+    except struct.error:
+        raise RequestProblem(
+            ResponseCode.MESSAGE_ILLEGAL, f"batch body is truncated at byte {position}"
+        ) from None
+    return entries
+
+
+async def handle_send(
+    net: BrokerNetwork, connection: Connection, request: RemotingCommand
+) -> RemotingCommand:
+    try:
+        return await _send(net, connection, request)
+    except RequestProblem as problem:
+        return problem.response_to(request)
+
+
+async def _send(net: BrokerNetwork, connection: Connection, request: RemotingCommand) -> RemotingCommand:
+    header = send_header(request)
+    if not net.writable:
+        return request.response(
+            ResponseCode.NO_PERMISSION,
+            remark=f"the broker[{net.broker_addr}] sending message is forbidden (brokerPermission "
+            f"{net.config.broker_permission})",
+        )
+    topic = header.get("topic", "")
+    problem = topic_problem(topic)
+    if problem:
+        return request.response(ResponseCode.MESSAGE_ILLEGAL, remark=problem)
+    config = await _topic_for_send(net, topic, header)
+    if not config.perm & PERM_WRITE:
+        return request.response(
+            ResponseCode.NO_PERMISSION, remark=f"the topic[{topic}] sending message is forbidden"
+        )
+    queue_id = _int(header, "queueId", -1)
+    if queue_id < 0:
+        queue_id = random.randrange(config.write_queue_nums)
+    elif queue_id >= max(config.write_queue_nums, config.read_queue_nums):
+        return request.response(
+            ResponseCode.SYSTEM_ERROR,
+            remark=f"request queueId[{queue_id}] is illegal, topic [{topic}] has "
+            f"writeQueueNums {config.write_queue_nums} readQueueNums {config.read_queue_nums}",
+        )
+    host, _, port = connection.peer.rpartition(":")
+    born_host = (host, int(port))
+    born = _int(header, "bornTimestamp", 0)
+    sys_flag = _int(header, "sysFlag", 0)
+    reconsume = _int(header, "reconsumeTimes", 0)
+    is_batch = request.code == RequestCode.SEND_BATCH_MESSAGE or parse_bool(header.get("batch"))
+    if is_batch:
+        entries = decode_batch_body(request.body)
+        if not entries:
+            return request.response(ResponseCode.MESSAGE_ILLEGAL, remark="the batch is empty")
+        messages = [
+            Message(topic, body, queue_id, flag, props, sys_flag, born, born_host, reconsume)
+            for flag, body, props in entries
+        ]
+    else:
+        properties = decode_properties(header.get("properties", "").encode())
+        messages = [
+            Message(
+                topic,
+                request.body,
+                queue_id,
+                _int(header, "flag", 0),
+                properties,
+                sys_flag,
+                born,
+                born_host,
+                reconsume,
+            )
+        ]
+    result = await net.runtime.put(MessageBatch(messages, header.get("producerGroup", "")))
+    code = PUT_STATUS_CODES[result.status]
+    if not result.status.stored or result.append is None:
+        return request.response(code, remark=result.remark or result.status.value)
+    appended = result.append
+    return request.response(
+        code,
+        {
+            "msgId": ",".join(appended.msg_ids),
+            "queueId": queue_id,
+            "queueOffset": appended.queue_offsets[0],
+            "MSG_REGION": "DefaultRegion",
+            "TRACE_ON": "true",
+        },
+        remark=result.remark or None,
+    )
+
+
+async def _topic_for_send(net: BrokerNetwork, topic: str, header: dict[str, str]) -> TopicConfig:
+    config = net.topics.get(topic)
+    if config is not None:
+        return config
+    broker = net.runtime.ctx.broker
+    if broker.auto_create_topic_enable:
+        queue_nums = _int(header, "defaultTopicQueueNums", 0) or broker.default_topic_queue_nums
+        created = net.topics.create_from_default(topic, header.get("defaultTopic", "TBW102"), queue_nums)
+        if created is not None:
+            await net.topics_changed()
+            return created
+    raise RequestProblem(
+        ResponseCode.TOPIC_NOT_EXIST,
+        f"topic[{topic}] not exist, apply first please! (autoCreateTopicEnable="
+        f"{str(broker.auto_create_topic_enable).lower()})",
+    )
+
+
+def _int(header: dict[str, str], name: str, default: int) -> int:
+    value = header.get(name)
+    if value is None or value == "":
+        return default
+    try:
+        return int(value)
+    except ValueError:
+        raise RequestProblem(
+            ResponseCode.MESSAGE_ILLEGAL, f"header field {name!r} must be an integer, got {value!r}"
+        ) from None

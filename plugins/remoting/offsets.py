@@ -1,0 +1,84 @@
+"""Committed consumer offsets (``config/consumerOffset.json``), RocketMQ's ConsumerOffsetManager.
+
+Offsets are "next to consume" queue offsets per (group, topic, queue). They change with
+every commit, so they are written periodically and at shutdown, not per commit.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import attrs
+import trio
+
+from kernel.persist import read_json_with_backup, write_json_atomic
+
+_UNQUOTED_KEY = re.compile(r"([{,])\s*(-?\d+)\s*:")
+
+
+def _key(topic: str, group: str) -> str:
+    return f"{topic}@{group}"
+
+
+@attrs.define(eq=False)
+class ConsumerOffsetManager:
+    path: Path
+    table: dict[str, dict[int, int]] = attrs.field(factory=dict)
+    dirty: bool = False
+
+    @classmethod
+    def load(cls, path: Path) -> ConsumerOffsetManager:
+        data = read_json_with_backup(path, preprocess=lenient_json_keys) or {}
+        manager = cls(path)
+        for key, queues in (data.get("offsetTable") or {}).items():
+            manager.table[key] = {int(q): int(o) for q, o in queues.items()}
+        return manager
+
+    def query(self, group: str, topic: str, queue_id: int) -> int | None:
+        return self.table.get(_key(topic, group), {}).get(queue_id)
+
+    def commit(self, group: str, topic: str, queue_id: int, offset: int) -> None:
+        self.table.setdefault(_key(topic, group), {})[queue_id] = offset
+        self.dirty = True
+
+    def groups_of_topic(self, topic: str) -> list[str]:
+        prefix = f"{topic}@"
+        return sorted(key[len(prefix) :] for key in self.table if key.startswith(prefix))
+
+    def topics_of_group(self, group: str) -> list[str]:
+        suffix = f"@{group}"
+        return sorted(key[: -len(suffix)] for key in self.table if key.endswith(suffix))
+
+    def queues(self, group: str, topic: str) -> dict[int, int]:
+        return dict(self.table.get(_key(topic, group), {}))
+
+    def remove_topic(self, topic: str) -> None:
+        for key in [k for k in self.table if k.startswith(f"{topic}@")]:
+            del self.table[key]
+            self.dirty = True
+
+    def snapshot(self) -> dict[str, Any]:
+        return {
+            "offsetTable": {
+                key: {str(q): o for q, o in sorted(v.items())} for key, v in sorted(self.table.items())
+            }
+        }
+
+    async def persist(self) -> None:
+        if not self.dirty:
+            return
+        self.dirty = False
+        snapshot = self.snapshot()
+        try:
+            await trio.to_thread.run_sync(write_json_atomic, self.path, snapshot)
+        except BaseException:
+            self.dirty = True
+            raise
+
+
+def lenient_json_keys(text: str) -> str:
+    """Quote fastjson's unquoted integer map keys (``{0:12}``), as found in RocketMQ's own
+    ``consumerOffset.json``, so a file copied from a Java broker loads."""
+    return _UNQUOTED_KEY.sub(r'\1"\2":', text)

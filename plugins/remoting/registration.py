@@ -1,0 +1,108 @@
+"""Registration with every NameServer: at start, every ``register_period``, at once when the
+topic configuration changes, and an unregister at shutdown (RocketMQ's BrokerOuterAPI)."""
+
+from __future__ import annotations
+
+import logging
+import zlib
+from collections.abc import Callable
+
+import attrs
+import trio
+
+from kernel.errors import RemotingError
+from kernel.remoting import RemotingClient, RemotingCommand, RequestCode, ResponseCode
+from kernel.remoting.register_body import encode_register_body
+from plugins.remoting.topics import TopicConfigManager
+
+log = logging.getLogger(__name__)
+REQUEST_TIMEOUT = 3.0
+
+
+@attrs.define(eq=False)
+class NameServerRegistration:
+    namesrv_addrs: tuple[str, ...]
+    cluster: str
+    broker_name: str
+    broker_id: int
+    broker_addr: Callable[[], str]
+    topics: TopicConfigManager
+    period: float
+    registrations: int = 0
+    failures: int = 0
+    last_error: str = ""
+    _client: RemotingClient | None = None
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        async with RemotingClient.open() as client:
+            self._client = client
+            await self.register_all()
+            task_status.started()
+            while True:
+                changed = self.topics.changed
+                with trio.move_on_after(self.period):
+                    await changed.wait()
+                await self.register_all()
+
+    async def register_all(self) -> None:
+        async with trio.open_nursery() as nursery:
+            for addr in self.namesrv_addrs:
+                nursery.start_soon(self._register, addr)
+
+    async def _register(self, namesrv: str) -> None:
+        assert self._client is not None
+        body = encode_register_body(
+            self.topics.version.to_json(), {n: c.to_json() for n, c in self.topics.topics.items()}
+        )
+        request = RemotingCommand.request(
+            RequestCode.REGISTER_BROKER,
+            {
+                "brokerAddr": self.broker_addr(),
+                "brokerId": self.broker_id,
+                "brokerName": self.broker_name,
+                "clusterName": self.cluster,
+                "haServerAddr": "",
+                "compressed": False,
+                "bodyCrc32": zlib.crc32(body) & 0x7FFFFFFF,
+            },
+            body,
+        )
+        try:
+            response = await self._client.invoke(namesrv, request, REQUEST_TIMEOUT)
+        except RemotingError as error:
+            self._failed(namesrv, str(error))
+            return
+        if response.code != ResponseCode.SUCCESS:
+            self._failed(namesrv, f"code {response.code}: {response.remark}")
+            return
+        self.registrations += 1
+
+    def _failed(self, namesrv: str, reason: str) -> None:
+        self.failures += 1
+        if reason != self.last_error:
+            log.warning("registering with NameServer %s failed: %s", namesrv, reason)
+        self.last_error = reason
+
+    async def unregister_all(self) -> None:
+        if self._client is None:
+            return
+        client = self._client
+
+        async def one(namesrv: str) -> None:
+            request = RemotingCommand.request(
+                RequestCode.UNREGISTER_BROKER,
+                {
+                    "brokerAddr": self.broker_addr(),
+                    "brokerId": self.broker_id,
+                    "brokerName": self.broker_name,
+                    "clusterName": self.cluster,
+                },
+            )
+            try:
+                await client.invoke(namesrv, request, REQUEST_TIMEOUT)
+            except RemotingError as error:
+                log.warning("unregistering from NameServer %s failed: %s", namesrv, error)
+
+        async with trio.open_nursery() as nursery:
+            for addr in self.namesrv_addrs:
+                nursery.start_soon(one, addr)

@@ -1,0 +1,158 @@
+"""The broker's network service: a remoting server plus the state its handlers share.
+
+Started in the INGRESS phase (after the store recovered and dispatch runs). At stop it
+unregisters from every NameServer and writes topics, subscription groups and consumer
+offsets before its connections close.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+import attrs
+import trio
+
+from kernel.context import BrokerRuntime, StashKey
+from kernel.remoting import Connection, RemotingServer, Router, TransportLimits
+from plugins.remoting.clients import ClientManager
+from plugins.remoting.config import RemotingConfig
+from plugins.remoting.locks import QueueLocks
+from plugins.remoting.long_polling import PullWaiters
+from plugins.remoting.offsets import ConsumerOffsetManager
+from plugins.remoting.registration import NameServerRegistration
+from plugins.remoting.subscriptions import SubscriptionGroupManager
+from plugins.remoting.topics import TopicConfigManager
+
+log = logging.getLogger(__name__)
+
+
+@attrs.define(eq=False)
+class BrokerNetwork:
+    runtime: BrokerRuntime
+    config: RemotingConfig
+    topics: TopicConfigManager
+    offsets: ConsumerOffsetManager
+    groups: SubscriptionGroupManager
+    clients: ClientManager = attrs.field(factory=ClientManager)
+    waiters: PullWaiters = attrs.field(factory=PullWaiters)
+    locks: QueueLocks = attrs.field(factory=QueueLocks)
+    server: RemotingServer | None = None
+    registration: NameServerRegistration | None = None
+    started_at: float = 0.0
+    boot_timestamp: int = 0
+
+    @classmethod
+    def make(cls, runtime: BrokerRuntime) -> BrokerNetwork:
+        ctx = runtime.ctx
+        broker = ctx.broker
+        config = ctx.plugin_config(RemotingConfig)
+        config_dir = ctx.data_dir / "config"
+        topics = TopicConfigManager.load(
+            config_dir / "topics.json",
+            cluster=broker.cluster_name,
+            broker_name=broker.broker_name,
+            auto_create=broker.auto_create_topic_enable,
+            default_queue_nums=broker.default_topic_queue_nums,
+        )
+        return cls(
+            runtime,
+            config,
+            topics,
+            ConsumerOffsetManager.load(config_dir / "consumerOffset.json"),
+            SubscriptionGroupManager.load(config_dir / "subscriptionGroup.json"),
+            locks=QueueLocks(config.lock_expiry),
+        )
+
+    @property
+    def broker_addr(self) -> str:
+        broker = self.runtime.ctx.broker
+        port = self.server.port if self.server is not None else broker.listen_port
+        return f"{broker.listen_host}:{port}"
+
+    @property
+    def writable(self) -> bool:
+        return bool(self.config.broker_permission & 2)
+
+    @property
+    def readable(self) -> bool:
+        return bool(self.config.broker_permission & 4)
+
+    def router(self) -> Router:
+        from plugins.remoting.handlers import register_all
+
+        router = Router(name="broker")
+        register_all(router, self)
+        return router
+
+    async def run(self, *, task_status: trio.TaskStatus[BrokerNetwork] = trio.TASK_STATUS_IGNORED) -> None:
+        broker = self.runtime.ctx.broker
+        self.started_at = trio.current_time()
+        self.boot_timestamp = int(time.time() * 1000)
+        self.server = RemotingServer(
+            "broker",
+            broker.listen_host,
+            broker.listen_port,
+            self.router(),
+            TransportLimits(
+                self.config.max_frame_size, self.config.max_in_flight, self.config.max_connections
+            ),
+            on_close=[self._connection_closed],
+        )
+        await self.topics.persist()
+        async with trio.open_nursery() as nursery:
+            await nursery.start(self.server.run)
+            self.registration = NameServerRegistration(
+                broker.namesrv_addr,
+                broker.cluster_name,
+                broker.broker_name,
+                broker.broker_id,
+                lambda: self.broker_addr,
+                self.topics,
+                self.config.register_period,
+            )
+            if broker.namesrv_addr:
+                await nursery.start(self.registration.run)
+            nursery.start_soon(self._persist_offsets_loop)
+            nursery.start_soon(self._expire_channels_loop)
+            task_status.started(self)
+
+    async def drain(self) -> None:
+        """Graceful stop: leave the NameServers first (clients stop routing here), then write
+        the state files while connections are still up."""
+        if self.registration is not None:
+            with trio.move_on_after(5):
+                await self.registration.unregister_all()
+        await self.persist_all()
+
+    async def persist_all(self) -> None:
+        self.offsets.dirty = True
+        await self.offsets.persist()
+        await self.topics.persist()
+        await self.groups.persist()
+
+    async def _persist_offsets_loop(self) -> None:
+        while True:
+            await trio.sleep(self.config.offset_persist_interval)
+            try:
+                await self.offsets.persist()
+            except OSError as error:
+                log.error("cannot write %s: %s (will retry)", self.offsets.path, error)
+
+    async def _expire_channels_loop(self) -> None:
+        while True:
+            await trio.sleep(self.config.channel_scan_interval)
+            for client_id in self.clients.expire(trio.current_time(), self.config.channel_expiry):
+                log.warning(
+                    "client %s dropped: no heartbeat for %.0fs", client_id, self.config.channel_expiry
+                )
+
+    def _connection_closed(self, connection: Connection) -> None:
+        self.clients.connection_closed(connection)
+
+    async def topics_changed(self) -> None:
+        await self.topics.persist()
+
+
+NETWORK = StashKey[BrokerNetwork]("remoting.network")
+"""The running network service of a broker (tests and hooks find it here)."""

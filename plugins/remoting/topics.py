@@ -1,0 +1,170 @@
+"""Topic configurations of one broker (``config/topics.json``) and auto-creation rules."""
+
+from __future__ import annotations
+
+import re
+import time
+from pathlib import Path
+from typing import Any
+
+import attrs
+import trio
+
+from kernel.persist import read_json_with_backup, write_json_atomic
+
+PERM_PRIORITY, PERM_READ, PERM_WRITE, PERM_INHERIT = 8, 4, 2, 1
+DEFAULT_TOPIC = "TBW102"
+SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
+RETRY_PREFIX = "%RETRY%"
+DLQ_PREFIX = "%DLQ%"
+_VALID_TOPIC = re.compile(r"^[%|a-zA-Z0-9_-]+$")
+MAX_TOPIC_LENGTH = 127
+
+
+def topic_problem(topic: str) -> str | None:
+    """Why a topic name is invalid (RocketMQ's ``Validators.checkTopic``), or ``None``."""
+    if not topic:
+        return "the topic is empty"
+    if len(topic) > MAX_TOPIC_LENGTH:
+        return f"the topic {topic!r} is longer than {MAX_TOPIC_LENGTH} characters"
+    if not _VALID_TOPIC.match(topic):
+        return f"the topic {topic!r} contains characters outside [%|a-zA-Z0-9_-]"
+    return None
+
+
+def perm_to_string(perm: int) -> str:
+    return (
+        ("R" if perm & PERM_READ else "-")
+        + ("W" if perm & PERM_WRITE else "-")
+        + ("X" if perm & PERM_INHERIT else "-")
+    )
+
+
+@attrs.define
+class TopicConfig:
+    topic_name: str
+    read_queue_nums: int = 4
+    write_queue_nums: int = 4
+    perm: int = PERM_READ | PERM_WRITE
+    topic_filter_type: str = "SINGLE_TAG"
+    topic_sys_flag: int = 0
+    order: bool = False
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "order": self.order,
+            "perm": self.perm,
+            "readQueueNums": self.read_queue_nums,
+            "topicFilterType": self.topic_filter_type,
+            "topicName": self.topic_name,
+            "topicSysFlag": self.topic_sys_flag,
+            "writeQueueNums": self.write_queue_nums,
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> TopicConfig:
+        return cls(
+            str(data["topicName"]),
+            int(data.get("readQueueNums", 4)),
+            int(data.get("writeQueueNums", 4)),
+            int(data.get("perm", 6)),
+            str(data.get("topicFilterType", "SINGLE_TAG")),
+            int(data.get("topicSysFlag", 0)),
+            bool(data.get("order", False)),
+        )
+
+
+@attrs.define
+class DataVersion:
+    """Bumped on every change; the NameServer re-reads topics only when it moves."""
+
+    counter: int = 0
+    timestamp: int = attrs.field(factory=lambda: int(time.time() * 1000))
+
+    def bump(self) -> None:
+        self.counter += 1
+        self.timestamp = int(time.time() * 1000)
+
+    def to_json(self) -> dict[str, int]:
+        return {"counter": self.counter, "timestamp": self.timestamp}
+
+
+@attrs.define(eq=False)
+class TopicConfigManager:
+    path: Path
+    topics: dict[str, TopicConfig] = attrs.field(factory=dict)
+    version: DataVersion = attrs.field(factory=DataVersion)
+    changed: trio.Event = attrs.field(factory=trio.Event)
+    """Set when topics change, so the registration loop re-registers at once."""
+
+    @classmethod
+    def load(
+        cls, path: Path, *, cluster: str, broker_name: str, auto_create: bool, default_queue_nums: int
+    ) -> TopicConfigManager:
+        data = read_json_with_backup(path) or {}
+        manager = cls(path)
+        for name, item in (data.get("topicConfigTable") or {}).items():
+            manager.topics[name] = TopicConfig.from_json({"topicName": name, **item})
+        version = data.get("dataVersion") or {}
+        manager.version = DataVersion(int(version.get("counter", 0)), int(version.get("timestamp", 0)))
+        system = [
+            TopicConfig(SCHEDULE_TOPIC, 18, 18, PERM_READ | PERM_WRITE),
+            TopicConfig(cluster, 16, 16, PERM_READ | PERM_WRITE),
+            TopicConfig(broker_name, 1, 1, PERM_READ | PERM_WRITE | PERM_INHERIT),
+            TopicConfig("OFFSET_MOVED_EVENT", 1, 1, PERM_READ | PERM_WRITE),
+        ]
+        if auto_create:
+            system.append(TopicConfig(DEFAULT_TOPIC, 8, 8, PERM_READ | PERM_WRITE | PERM_INHERIT))
+        else:
+            manager.topics.pop(DEFAULT_TOPIC, None)
+        for config in system:
+            manager.topics.setdefault(config.topic_name, config)
+        return manager
+
+    def get(self, topic: str) -> TopicConfig | None:
+        return self.topics.get(topic)
+
+    def update(self, config: TopicConfig) -> None:
+        self.topics[config.topic_name] = config
+        self._changed()
+
+    def delete(self, topic: str) -> bool:
+        if self.topics.pop(topic, None) is None:
+            return False
+        self._changed()
+        return True
+
+    def create_from_default(self, topic: str, default_topic: str, queue_nums: int) -> TopicConfig | None:
+        """Auto-create ``topic`` for a send naming ``default_topic`` (RocketMQ's
+        ``createTopicInSendMessageMethod``): only if the default topic exists and inherits."""
+        template = self.topics.get(default_topic)
+        if template is None or not template.perm & PERM_INHERIT:
+            return None
+        queues = max(1, min(queue_nums, template.write_queue_nums))
+        config = TopicConfig(topic, queues, queues, template.perm & ~PERM_INHERIT)
+        self.update(config)
+        return config
+
+    def create_system_topic(
+        self, topic: str, queue_nums: int, perm: int = PERM_READ | PERM_WRITE
+    ) -> TopicConfig:
+        """Retry and dead-letter topics, created on demand."""
+        config = self.topics.get(topic)
+        if config is None:
+            config = TopicConfig(topic, queue_nums, queue_nums, perm)
+            self.update(config)
+        return config
+
+    def _changed(self) -> None:
+        self.version.bump()
+        self.changed.set()
+        self.changed = trio.Event()
+
+    def snapshot(self) -> dict[str, Any]:
+        return {
+            "dataVersion": self.version.to_json(),
+            "topicConfigTable": {name: config.to_json() for name, config in sorted(self.topics.items())},
+        }
+
+    async def persist(self) -> None:
+        await trio.to_thread.run_sync(write_json_atomic, self.path, self.snapshot())
