@@ -51,13 +51,20 @@ class RemotingClient:
         connect_timeout: float = 3.0,
         limits: TransportLimits | None = None,
     ) -> AsyncIterator[RemotingClient]:
-        async with trio.open_nursery() as nursery:
-            client = cls(nursery, router, limits or TransportLimits(), connect_timeout)
-            try:
-                yield client
-            finally:
-                client.close_all()
-                nursery.cancel_scope.cancel()
+        try:
+            async with trio.open_nursery() as nursery:
+                client = cls(nursery, router, limits or TransportLimits(), connect_timeout)
+                try:
+                    yield client
+                finally:
+                    client.close_all()
+                    nursery.cancel_scope.cancel()
+        except BaseExceptionGroup as group:
+            # Connection tasks never raise, so a group holds the caller's own exception: hand
+            # it back as raised, not wrapped (callers catch RemotingError, not groups).
+            if len(group.exceptions) == 1:
+                raise group.exceptions[0] from None
+            raise
 
     async def connection(self, address: str) -> Connection:
         """The open connection to ``address``, connecting if needed.

@@ -12,7 +12,7 @@ import sys
 from collections.abc import Sequence
 
 from kernel.errors import TrocketError
-from trocket.cli import inspect_commands, run_commands
+from trocket.cli import admin_commands, inspect_commands, run_commands
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -23,6 +23,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     run_commands.add_parsers(sub)
     inspect_commands.add_parsers(sub)
+    admin_commands.add_parsers(sub)
     return parser
 
 

@@ -1,0 +1,285 @@
+"""AdminClient: what ``trocket admin`` (RocketMQ's mqadmin) does, as an async Python API.
+
+Everything goes through the NameServers for routes and then to the brokers, exactly as a
+RocketMQ admin tool does, so it works against Trocket and RocketMQ brokers alike.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator, Mapping, Sequence
+from contextlib import asynccontextmanager
+from typing import Any
+
+import attrs
+
+from kernel import record
+from kernel.errors import RemotingError, TrocketError
+from kernel.record import StoredMessage
+from kernel.remoting import RemotingClient, RemotingCommand, RequestCode, ResponseCode, code_name
+from kernel.remoting.admin_json import loads as loads_admin_json
+
+TIMEOUT = 5.0
+TOOLS_CONSUMER = "TOOLS_CONSUMER"
+"""The group mqadmin uses for its one-off pulls (no offsets are committed)."""
+
+
+class AdminError(TrocketError):
+    """A request was answered with an error code, or no server could be reached."""
+
+
+@attrs.define(eq=False)
+class AdminClient:
+    namesrv_addrs: tuple[str, ...]
+    remoting: RemotingClient
+    timeout: float = TIMEOUT
+
+    @classmethod
+    @asynccontextmanager
+    async def open(
+        cls, namesrv_addrs: Sequence[str], *, timeout: float = TIMEOUT
+    ) -> AsyncIterator[AdminClient]:
+        if not namesrv_addrs:
+            raise AdminError("no NameServer address given (use -n host:port)")
+        async with RemotingClient.open() as remoting:
+            yield cls(tuple(namesrv_addrs), remoting, timeout)
+
+    # --- plumbing ---------------------------------------------------------------------------
+
+    async def call(
+        self,
+        address: str,
+        code: int,
+        ext: Mapping[str, object] | None = None,
+        body: bytes = b"",
+        *,
+        ok: Sequence[int] = (0,),
+    ) -> RemotingCommand:
+        try:
+            response = await self.remoting.invoke(
+                address, RemotingCommand.request(code, ext, body), self.timeout
+            )
+        except RemotingError as error:
+            raise AdminError(str(error)) from None
+        if response.code not in ok:
+            answer = code_name(response.code, response=True)
+            remark = f" {response.remark}" if response.remark else ""
+            raise AdminError(f"{code_name(code)} to {address} failed: {answer}{remark}")
+        return response
+
+    async def call_namesrv(
+        self, code: int, ext: Mapping[str, object] | None = None, *, ok: Sequence[int] = (0,)
+    ) -> RemotingCommand:
+        """Ask the NameServers in turn; the first one that answers wins."""
+        errors = []
+        for address in self.namesrv_addrs:
+            try:
+                return await self.call(address, code, ext, ok=ok)
+            except AdminError as error:
+                errors.append(str(error))
+        raise AdminError("; ".join(errors))
+
+    # --- NameServer -------------------------------------------------------------------------
+
+    async def route(self, topic: str) -> dict[str, Any]:
+        response = await self.call_namesrv(
+            RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": topic}, ok=(0, ResponseCode.TOPIC_NOT_EXIST)
+        )
+        if response.code == ResponseCode.TOPIC_NOT_EXIST:
+            raise AdminError(f"topic {topic!r} has no route (no live broker serves it)")
+        return json.loads(response.body)
+
+    async def cluster_info(self) -> dict[str, Any]:
+        return json.loads((await self.call_namesrv(RequestCode.GET_BROKER_CLUSTER_INFO)).body)
+
+    async def topic_list(self) -> list[str]:
+        return list(
+            json.loads((await self.call_namesrv(RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER)).body)[
+                "topicList"
+            ]
+        )
+
+    async def master_addrs(self, cluster: str | None = None) -> dict[str, str]:
+        """brokerName → master address, for one cluster or all."""
+        info = await self.cluster_info()
+        names = set(info["clusterAddrTable"].get(cluster, [])) if cluster else set(info["brokerAddrTable"])
+        if cluster and not names:
+            raise AdminError(f"cluster {cluster!r} is unknown to the NameServer")
+        out = {}
+        for name in sorted(names):
+            addrs = info["brokerAddrTable"][name]["brokerAddrs"]
+            if "0" in addrs:
+                out[name] = addrs["0"]
+        return out
+
+    async def set_write_perm(self, broker_name: str, writable: bool) -> dict[str, int]:
+        """Wipe or add write permission on every NameServer; returns topics touched per server."""
+        code = RequestCode.ADD_WRITE_PERM_OF_BROKER if writable else RequestCode.WIPE_WRITE_PERM_OF_BROKER
+        field = "addTopicCount" if writable else "wipeTopicCount"
+        out = {}
+        for address in self.namesrv_addrs:
+            response = await self.call(address, code, {"brokerName": broker_name})
+            out[address] = int(response.ext.get(field, "0"))
+        return out
+
+    # --- topics -----------------------------------------------------------------------------
+
+    async def update_topic(
+        self, broker_addr: str, topic: str, *, read: int, write: int, perm: int, order: bool
+    ) -> None:
+        await self.call(
+            broker_addr,
+            RequestCode.UPDATE_AND_CREATE_TOPIC,
+            {
+                "topic": topic,
+                "defaultTopic": "TBW102",
+                "readQueueNums": read,
+                "writeQueueNums": write,
+                "perm": perm,
+                "topicFilterType": "SINGLE_TAG",
+                "topicSysFlag": 0,
+                "order": order,
+            },
+        )
+
+    async def delete_topic(self, topic: str, cluster: str | None) -> list[str]:
+        brokers = await self.master_addrs(cluster)
+        for address in brokers.values():
+            await self.call(address, RequestCode.DELETE_TOPIC_IN_BROKER, {"topic": topic})
+        for address in self.namesrv_addrs:
+            await self.call(address, RequestCode.DELETE_TOPIC_IN_NAMESRV, {"topic": topic})
+        return sorted(brokers)
+
+    async def topic_status(self, topic: str) -> list[dict[str, Any]]:
+        route = await self.route(topic)
+        rows = []
+        for broker in route["brokerDatas"]:
+            address = broker["brokerAddrs"].get("0")
+            if address is None:
+                continue
+            body = loads_admin_json(
+                (await self.call(address, RequestCode.GET_TOPIC_STATS_INFO, {"topic": topic})).body
+            )
+            for key, value in body["offsetTable"].items():
+                _, broker_name, queue_id = key.rsplit("@", 2)
+                rows.append({"brokerName": broker_name, "queueId": int(queue_id), **value})
+        return sorted(rows, key=lambda r: (r["brokerName"], r["queueId"]))
+
+    # --- brokers ----------------------------------------------------------------------------
+
+    async def broker_runtime_info(self, broker_addr: str) -> dict[str, str]:
+        return dict(
+            json.loads((await self.call(broker_addr, RequestCode.GET_BROKER_RUNTIME_INFO)).body)["table"]
+        )
+
+    # --- messages ---------------------------------------------------------------------------
+
+    async def query_by_key(
+        self, topic: str, key: str, *, unique: bool = False, max_num: int = 64
+    ) -> list[StoredMessage]:
+        route = await self.route(topic)
+        found: list[StoredMessage] = []
+        for broker in route["brokerDatas"]:
+            for address in broker["brokerAddrs"].values():
+                response = await self.call(
+                    address,
+                    RequestCode.QUERY_MESSAGE,
+                    {
+                        "topic": topic,
+                        "key": key,
+                        "maxNum": max_num,
+                        "beginTimestamp": 0,
+                        "endTimestamp": 2**62,
+                        "_UNIQUE_KEY_QUERY": unique,
+                    },
+                    ok=(0, ResponseCode.QUERY_NOT_FOUND),
+                )
+                if response.code == 0:
+                    found += record.decode_records(response.body)
+                break  # the master answers for its broker name
+        return found
+
+    async def view_message(self, offset_msg_id: str) -> StoredMessage:
+        try:
+            (host, port), offset = record.parse_offset_msg_id(offset_msg_id)
+        except ValueError as error:
+            raise AdminError(f"{offset_msg_id!r} is not an offset message id: {error}") from None
+        response = await self.call(f"{host}:{port}", RequestCode.VIEW_MESSAGE_BY_ID, {"offset": offset})
+        return record.decode_record(response.body)
+
+    async def message_at(
+        self, topic: str, broker_name: str, queue_id: int, offset: int
+    ) -> StoredMessage | None:
+        route = await self.route(topic)
+        addresses = [
+            b["brokerAddrs"].get("0") for b in route["brokerDatas"] if b["brokerName"] == broker_name
+        ]
+        if not addresses or addresses[0] is None:
+            raise AdminError(f"broker {broker_name!r} does not serve topic {topic!r}")
+        response = await self.call(
+            addresses[0],
+            RequestCode.PULL_MESSAGE,
+            {
+                "consumerGroup": TOOLS_CONSUMER,
+                "topic": topic,
+                "queueId": queue_id,
+                "queueOffset": offset,
+                "maxMsgNums": 1,
+                "sysFlag": 4,
+                "commitOffset": 0,
+                "suspendTimeoutMillis": 0,
+                "subscription": "*",
+                "subVersion": 0,
+            },
+            ok=(0, 19, 20, 21),
+        )
+        return record.decode_records(response.body)[0] if response.code == 0 and response.body else None
+
+    # --- consumers --------------------------------------------------------------------------
+
+    async def consumer_progress(self, group: str) -> list[dict[str, Any]]:
+        rows = []
+        for broker_name, address in (await self.master_addrs()).items():
+            response = await self.call(
+                address,
+                RequestCode.GET_CONSUME_STATS,
+                {"consumerGroup": group},
+                ok=(0, ResponseCode.SYSTEM_ERROR),
+            )
+            if response.code != 0:
+                continue
+            for key, value in loads_admin_json(response.body)["offsetTable"].items():
+                topic, name, queue_id = key.rsplit("@", 2)
+                rows.append(
+                    {
+                        "topic": topic,
+                        "brokerName": name or broker_name,
+                        "queueId": int(queue_id),
+                        **value,
+                        "diff": value["brokerOffset"] - value["consumerOffset"],
+                    }
+                )
+        if not rows:
+            raise AdminError(f"consumer group {group!r} has no progress on any broker")
+        return sorted(rows, key=lambda r: (r["topic"], r["brokerName"], r["queueId"]))
+
+    async def consumer_connection(self, group: str) -> dict[str, Any]:
+        errors = []
+        for address in (await self.master_addrs()).values():
+            response = await self.call(
+                address,
+                RequestCode.GET_CONSUMER_CONNECTION_LIST,
+                {"consumerGroup": group},
+                ok=(0, ResponseCode.CONSUMER_NOT_ONLINE),
+            )
+            if response.code == 0:
+                return dict(json.loads(response.body))
+            errors.append(response.remark or "")
+        raise AdminError(f"consumer group {group!r} is not online" + (f" ({errors[0]})" if errors else ""))
+
+    async def update_sub_group(self, broker_addr: str, config: Mapping[str, Any]) -> None:
+        await self.call(
+            broker_addr,
+            RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP,
+            body=json.dumps(dict(config)).encode(),
+        )

@@ -1,0 +1,391 @@
+"""``trocket admin ...``: RocketMQ's mqadmin commands (same names and flags where they exist).
+
+Tables for people by default; ``--json`` prints one JSON document for scripts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import sys
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
+
+import trio
+
+from kernel.record import StoredMessage
+from trocket.admin.client import AdminClient, AdminError
+
+Command = Callable[[AdminClient, argparse.Namespace], Awaitable[Any]]
+
+
+def add_parsers(sub: Any) -> None:
+    admin = sub.add_parser("admin", help="administer a running cluster (mqadmin commands)")
+    commands = admin.add_subparsers(dest="admin_command", required=True, metavar="COMMAND")
+
+    def command(
+        name: str, help_text: str, handler: Command, render: Callable[[Any], None]
+    ) -> argparse.ArgumentParser:
+        parser = commands.add_parser(name, help=help_text)
+        parser.add_argument(
+            "-n",
+            "--namesrvAddr",
+            dest="namesrv",
+            default="127.0.0.1:9876",
+            help="NameServer(s), ';'-separated",
+        )
+        parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
+        parser.set_defaults(handler=_runner(handler, render))
+        return parser
+
+    p = command("updateTopic", "create or update a topic", update_topic, _print_lines)
+    target = p.add_mutually_exclusive_group(required=True)
+    target.add_argument("-b", "--brokerAddr", help="one broker ip:port")
+    target.add_argument("-c", "--clusterName", help="every master of a cluster")
+    p.add_argument("-t", "--topic", required=True)
+    p.add_argument("-r", "--readQueueNums", type=int, default=8)
+    p.add_argument("-w", "--writeQueueNums", type=int, default=8)
+    p.add_argument("-p", "--perm", type=int, default=6, help="2 write, 4 read, 6 both")
+    p.add_argument("-o", "--order", type=_bool, default=False)
+
+    p = command(
+        "deleteTopic", "delete a topic from a cluster and the NameServers", delete_topic, _print_lines
+    )
+    p.add_argument("-c", "--clusterName", required=True)
+    p.add_argument("-t", "--topic", required=True)
+
+    command("topicList", "every topic the NameServer knows", topic_list, _print_lines)
+
+    p = command("topicRoute", "a topic's route (brokers and queues)", topic_route, _print_json)
+    p.add_argument("-t", "--topic", required=True)
+
+    p = command("topicStatus", "min/max offsets of each queue of a topic", topic_status, _print_table)
+    p.add_argument("-t", "--topic", required=True)
+
+    command("clusterList", "clusters, brokers and their state", cluster_list, _print_table)
+
+    p = command("brokerStatus", "a broker's runtime figures", broker_status, _print_table)
+    p.add_argument("-b", "--brokerAddr", required=True)
+
+    p = command("queryMsgById", "a message by its offset message id", query_by_id, _print_messages)
+    p.add_argument("-i", "--msgId", required=True)
+
+    p = command("queryMsgByKey", "messages of a topic by key", query_by_key, _print_messages)
+    p.add_argument("-t", "--topic", required=True)
+    p.add_argument("-k", "--msgKey", required=True)
+
+    p = command(
+        "queryMsgByUniqueKey", "a message by its client id (UNIQ_KEY)", query_by_unique_key, _print_messages
+    )
+    p.add_argument("-t", "--topic", required=True)
+    p.add_argument("-i", "--msgId", required=True)
+
+    p = command("queryMsgByOffset", "a message by queue and offset", query_by_offset, _print_messages)
+    p.add_argument("-t", "--topic", required=True)
+    p.add_argument("-b", "--brokerName", required=True)
+    p.add_argument("-i", "--queueId", type=int, required=True)
+    p.add_argument("-o", "--offset", type=int, required=True)
+
+    p = command(
+        "consumerProgress", "a group's committed offsets and lag per queue", consumer_progress, _print_table
+    )
+    p.add_argument("-g", "--groupName", required=True)
+
+    p = command(
+        "consumerConnection", "a group's online clients and subscriptions", consumer_connection, _print_table
+    )
+    p.add_argument("-g", "--consumerGroup", required=True)
+
+    p = command("updateSubGroup", "create or update a subscription group", update_sub_group, _print_lines)
+    target = p.add_mutually_exclusive_group(required=True)
+    target.add_argument("-b", "--brokerAddr")
+    target.add_argument("-c", "--clusterName")
+    p.add_argument("-g", "--groupName", required=True)
+    p.add_argument("-s", "--consumeEnable", type=_bool, default=True)
+    p.add_argument("-m", "--consumeFromMinEnable", type=_bool, default=True)
+    p.add_argument("-d", "--consumeBroadcastEnable", type=_bool, default=True)
+    p.add_argument("-q", "--retryQueueNums", type=int, default=1)
+    p.add_argument("-r", "--retryMaxTimes", type=int, default=16)
+    p.add_argument("-a", "--notifyConsumerIdsChanged", type=_bool, default=True)
+
+    p = command("wipeWritePerm", "stop producers from writing to a broker", wipe_write_perm, _print_lines)
+    p.add_argument("-b", "--brokerName", required=True)
+
+    p = command("addWritePerm", "let producers write to a broker again", add_write_perm, _print_lines)
+    p.add_argument("-b", "--brokerName", required=True)
+
+
+def _bool(text: str) -> bool:
+    if text.lower() in ("true", "1", "yes"):
+        return True
+    if text.lower() in ("false", "0", "no"):
+        return False
+    raise argparse.ArgumentTypeError(f"expected true or false, got {text!r}")
+
+
+def _runner(handler: Command, render: Callable[[Any], None]) -> Callable[[argparse.Namespace], int]:
+    def run(args: argparse.Namespace) -> int:
+        addrs = [a.strip() for a in args.namesrv.replace(",", ";").split(";") if a.strip()]
+
+        async def main() -> Any:
+            async with AdminClient.open(addrs) as client:
+                return await handler(client, args)
+
+        try:
+            result = trio.run(main)
+        except AdminError as error:
+            print(f"trocket admin: error: {error}", file=sys.stderr)
+            return 1
+        if args.json:
+            json.dump(_jsonable(result), sys.stdout, indent=2, sort_keys=True)
+            print()
+        else:
+            render(result)
+        return 0
+
+    return run
+
+
+# --- commands ----------------------------------------------------------------------------------
+
+
+async def update_topic(client: AdminClient, args: argparse.Namespace) -> list[str]:
+    targets = (
+        [args.brokerAddr] if args.brokerAddr else list((await client.master_addrs(args.clusterName)).values())
+    )
+    for address in targets:
+        await client.update_topic(
+            address,
+            args.topic,
+            read=args.readQueueNums,
+            write=args.writeQueueNums,
+            perm=args.perm,
+            order=args.order,
+        )
+    return [f"create topic to {address} success." for address in targets]
+
+
+async def delete_topic(client: AdminClient, args: argparse.Namespace) -> list[str]:
+    brokers = await client.delete_topic(args.topic, args.clusterName)
+    return [f"delete topic [{args.topic}] from cluster [{args.clusterName}] success ({', '.join(brokers)})."]
+
+
+async def topic_list(client: AdminClient, args: argparse.Namespace) -> list[str]:
+    return await client.topic_list()
+
+
+async def topic_route(client: AdminClient, args: argparse.Namespace) -> dict[str, Any]:
+    return await client.route(args.topic)
+
+
+async def topic_status(client: AdminClient, args: argparse.Namespace) -> list[dict[str, Any]]:
+    return [
+        {
+            "#Broker Name": r["brokerName"],
+            "#QID": r["queueId"],
+            "#Min Offset": r["minOffset"],
+            "#Max Offset": r["maxOffset"],
+            "#Last Updated": _time(r["lastUpdateTimestamp"]),
+        }
+        for r in await client.topic_status(args.topic)
+    ]
+
+
+async def cluster_list(client: AdminClient, args: argparse.Namespace) -> list[dict[str, Any]]:
+    info = await client.cluster_info()
+    rows = []
+    for cluster, names in sorted(info["clusterAddrTable"].items()):
+        for name in names:
+            for broker_id, address in sorted(info["brokerAddrTable"][name]["brokerAddrs"].items()):
+                try:
+                    runtime = await client.broker_runtime_info(address)
+                except AdminError as error:
+                    runtime = {"state": f"unreachable: {error}"}
+                rows.append(
+                    {
+                        "#Cluster Name": cluster,
+                        "#Broker Name": name,
+                        "#BID": int(broker_id),
+                        "#Addr": address,
+                        "#Version": runtime.get("brokerVersionDesc", ""),
+                        "#Messages": runtime.get("putMessageTimesTotal", ""),
+                        "#State": runtime.get("state", ""),
+                    }
+                )
+    return rows
+
+
+async def broker_status(client: AdminClient, args: argparse.Namespace) -> list[dict[str, Any]]:
+    info = await client.broker_runtime_info(args.brokerAddr)
+    return [{"#Key": key, "#Value": value} for key, value in sorted(info.items())]
+
+
+async def query_by_id(client: AdminClient, args: argparse.Namespace) -> list[StoredMessage]:
+    return [await client.view_message(args.msgId)]
+
+
+async def query_by_key(client: AdminClient, args: argparse.Namespace) -> list[StoredMessage]:
+    return await client.query_by_key(args.topic, args.msgKey)
+
+
+async def query_by_unique_key(client: AdminClient, args: argparse.Namespace) -> list[StoredMessage]:
+    found = await client.query_by_key(args.topic, args.msgId, unique=True)
+    if not found:
+        raise AdminError(f"no message of topic {args.topic!r} has unique key {args.msgId!r}")
+    return found
+
+
+async def query_by_offset(client: AdminClient, args: argparse.Namespace) -> list[StoredMessage]:
+    message = await client.message_at(args.topic, args.brokerName, args.queueId, args.offset)
+    if message is None:
+        raise AdminError(f"no message at {args.topic}/{args.brokerName}/{args.queueId} offset {args.offset}")
+    return [message]
+
+
+async def consumer_progress(client: AdminClient, args: argparse.Namespace) -> list[dict[str, Any]]:
+    return [
+        {
+            "#Topic": r["topic"],
+            "#Broker Name": r["brokerName"],
+            "#QID": r["queueId"],
+            "#Broker Offset": r["brokerOffset"],
+            "#Consumer Offset": r["consumerOffset"],
+            "#Diff": r["diff"],
+            "#LastTime": _time(r["lastTimestamp"]),
+        }
+        for r in await client.consumer_progress(args.groupName)
+    ]
+
+
+async def consumer_connection(client: AdminClient, args: argparse.Namespace) -> list[dict[str, Any]]:
+    info = await client.consumer_connection(args.consumerGroup)
+    rows = [
+        {
+            "#ClientId": c["clientId"],
+            "#ClientAddr": c["clientAddr"],
+            "#Language": c["language"],
+            "#Version": c["version"],
+        }
+        for c in info["connectionSet"]
+    ]
+    for topic, sub in sorted(info["subscriptionTable"].items()):
+        rows.append(
+            {
+                "#ClientId": f"subscription {topic}",
+                "#ClientAddr": sub["subString"],
+                "#Language": "",
+                "#Version": "",
+            }
+        )
+    rows.append(
+        {
+            "#ClientId": "ConsumeType",
+            "#ClientAddr": f"{info['consumeType']} {info['messageModel']} {info['consumeFromWhere']}",
+            "#Language": "",
+            "#Version": "",
+        }
+    )
+    return rows
+
+
+async def update_sub_group(client: AdminClient, args: argparse.Namespace) -> list[str]:
+    config = {
+        "groupName": args.groupName,
+        "consumeEnable": args.consumeEnable,
+        "consumeFromMinEnable": args.consumeFromMinEnable,
+        "consumeBroadcastEnable": args.consumeBroadcastEnable,
+        "retryQueueNums": args.retryQueueNums,
+        "retryMaxTimes": args.retryMaxTimes,
+        "notifyConsumerIdsChangedEnable": args.notifyConsumerIdsChanged,
+    }
+    targets = (
+        [args.brokerAddr] if args.brokerAddr else list((await client.master_addrs(args.clusterName)).values())
+    )
+    for address in targets:
+        await client.update_sub_group(address, config)
+    return [f"create subscription group to {address} success." for address in targets]
+
+
+async def wipe_write_perm(client: AdminClient, args: argparse.Namespace) -> list[str]:
+    counts = await client.set_write_perm(args.brokerName, writable=False)
+    return [
+        f"wipe write perm of broker[{args.brokerName}] in name server[{a}] OK, {n}" for a, n in counts.items()
+    ]
+
+
+async def add_write_perm(client: AdminClient, args: argparse.Namespace) -> list[str]:
+    counts = await client.set_write_perm(args.brokerName, writable=True)
+    return [
+        f"add write perm of broker[{args.brokerName}] in name server[{a}] OK, {n}" for a, n in counts.items()
+    ]
+
+
+# --- rendering ---------------------------------------------------------------------------------
+
+
+def _time(ms: int) -> str:
+    if not ms:
+        return "-"
+    return datetime.datetime.fromtimestamp(ms / 1000).strftime("%Y-%m-%d %H:%M:%S,%f")[:-3]
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, StoredMessage):
+        return _message_json(value)
+    if isinstance(value, list):
+        return [_jsonable(v) for v in value]
+    return value
+
+
+def _message_json(m: StoredMessage) -> dict[str, Any]:
+    return {
+        "offsetMsgId": m.offset_msg_id,
+        "topic": m.topic,
+        "tags": m.tags,
+        "keys": m.keys,
+        "uniqKey": m.unique_key,
+        "queueId": m.queue_id,
+        "queueOffset": m.queue_offset,
+        "commitLogOffset": m.physical_offset,
+        "reconsumeTimes": m.reconsume_times,
+        "bornTimestamp": m.born_timestamp,
+        "storeTimestamp": m.store_timestamp,
+        "bornHost": f"{m.born_host[0]}:{m.born_host[1]}",
+        "storeHost": f"{m.store_host[0]}:{m.store_host[1]}",
+        "sysFlag": m.sys_flag,
+        "properties": m.properties,
+        "bodySize": len(m.body),
+        "body": m.body.decode("utf-8", "replace"),
+    }
+
+
+def _print_lines(lines: Sequence[str]) -> None:
+    for line in lines:
+        print(line)
+
+
+def _print_json(value: Any) -> None:
+    print(json.dumps(value, indent=2, sort_keys=True))
+
+
+def _print_table(rows: Sequence[dict[str, Any]]) -> None:
+    if not rows:
+        print("(nothing)")
+        return
+    columns = list(rows[0])
+    widths = {c: max(len(c), *(len(str(r.get(c, ""))) for r in rows)) for c in columns}
+    print("  ".join(c.ljust(widths[c]) for c in columns).rstrip())
+    for row in rows:
+        print("  ".join(str(row.get(c, "")).ljust(widths[c]) for c in columns).rstrip())
+
+
+def _print_messages(messages: Sequence[StoredMessage]) -> None:
+    for index, message in enumerate(messages):
+        if index:
+            print()
+        data = _message_json(message)
+        body = data.pop("body")
+        for key, value in data.items():
+            print(f"{key + ':':18} {value}")
+        print(f"{'body:':18} {body[:200]}{'...' if len(body) > 200 else ''}")
