@@ -1,0 +1,188 @@
+"""Server and client over real loopback TCP: concurrency, errors, limits, broken peers."""
+
+from __future__ import annotations
+
+import struct
+
+import pytest
+import trio
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from kernel.errors import RemotingClosedError, RemotingConnectError, RemotingTimeoutError
+from kernel.remoting import (
+    Connection,
+    RemotingClient,
+    RemotingCommand,
+    RemotingServer,
+    ResponseCode,
+    Router,
+    TransportLimits,
+)
+
+ECHO, SLOW, BOOM, NOTIFY = 900, 901, 902, 903
+
+
+def make_router(events: list[str]) -> Router:
+    router = Router(name="test")
+
+    async def echo(connection: Connection, request: RemotingCommand) -> RemotingCommand:
+        return request.response(0, request.ext, request.body)
+
+    async def slow(connection: Connection, request: RemotingCommand) -> RemotingCommand:
+        await trio.sleep(float(request.ext["seconds"]))
+        return request.response(0, {"slept": request.ext["seconds"]})
+
+    async def boom(connection: Connection, request: RemotingCommand) -> RemotingCommand:
+        raise RuntimeError("handler bug")
+
+    async def notify(connection: Connection, request: RemotingCommand) -> RemotingCommand:
+        connection.send_oneway(RemotingCommand.request(40, {"consumerGroup": "g"}))
+        return request.response()
+
+    for code, handler in ((ECHO, echo), (SLOW, slow), (BOOM, boom), (NOTIFY, notify)):
+        router.register(code, handler)
+    return router
+
+
+async def start_server(nursery: trio.Nursery, limits: TransportLimits | None = None) -> RemotingServer:
+    server = RemotingServer("test", "127.0.0.1", 0, make_router([]), limits or TransportLimits())
+    await nursery.start(server.run)
+    return server
+
+
+async def raw_connection(server: RemotingServer) -> trio.SocketStream:
+    return await trio.open_tcp_stream("127.0.0.1", server.port)
+
+
+async def test_requests_are_answered_concurrently_and_matched_by_opaque(nursery):
+    server = await start_server(nursery)
+    async with RemotingClient.open() as client:
+        results = {}
+
+        async def call(i: int, seconds: float) -> None:
+            response = await client.invoke(server.address, RemotingCommand.request(SLOW, {"seconds": seconds}))
+            results[i] = response.ext["slept"]
+
+        async with trio.open_nursery() as calls:
+            calls.start_soon(call, 0, 0.3)
+            calls.start_soon(call, 1, 0.0)
+            calls.start_soon(call, 2, 0.1)
+        assert results == {0: "0.3", 1: "0.0", 2: "0.1"}
+        assert len(client._connections) == 1, "one connection per address"
+
+
+async def test_unknown_codes_and_failing_handlers_get_error_codes_and_the_connection_lives(nursery):
+    server = await start_server(nursery)
+    async with RemotingClient.open() as client:
+        unknown = await client.invoke(server.address, RemotingCommand.request(4242))
+        assert unknown.code == ResponseCode.REQUEST_CODE_NOT_SUPPORTED
+        assert unknown.remark == " request type 4242 not supported"
+        failed = await client.invoke(server.address, RemotingCommand.request(BOOM))
+        assert failed.code == ResponseCode.SYSTEM_ERROR and "handler bug" in failed.remark
+        ok = await client.invoke(server.address, RemotingCommand.request(ECHO, {"k": "v"}, b"x"))
+        assert (ok.code, ok.ext, ok.body) == (0, {"k": "v"}, b"x")
+
+
+async def test_a_malformed_frame_closes_only_its_own_connection(nursery, caplog):
+    server = await start_server(nursery)
+    async with RemotingClient.open() as client:
+        await client.invoke(server.address, RemotingCommand.request(ECHO))
+        bad = await raw_connection(server)
+        await bad.send_all(struct.pack(">iI", 12, 4) + b"nope" + b"\x00" * 4)
+        assert await bad.receive_some(100) == b"", "the server closed the bad connection"
+        await bad.aclose()
+        assert "malformed frame" in caplog.text
+        response = await client.invoke(server.address, RemotingCommand.request(ECHO, {"still": "here"}))
+        assert response.ext == {"still": "here"}
+
+
+async def test_a_frame_over_the_size_limit_closes_the_connection(nursery):
+    server = await start_server(nursery, TransportLimits(max_frame_size=1024))
+    async with RemotingClient.open() as client:
+        with pytest.raises(RemotingClosedError, match="closed before 900 was answered"):
+            await client.invoke(server.address, RemotingCommand.request(ECHO, body=b"x" * 4096))
+        ok = await client.invoke(server.address, RemotingCommand.request(ECHO, body=b"small"))
+        assert ok.body == b"small", "a new connection works"
+
+
+async def test_connections_over_the_limit_are_refused(nursery):
+    server = await start_server(nursery, TransportLimits(max_connections=2))
+    first, second = await raw_connection(server), await raw_connection(server)
+    await first.send_all(RemotingCommand.request(ECHO).encode())
+    await second.send_all(RemotingCommand.request(ECHO).encode())
+    await first.receive_some(1000)
+    await second.receive_some(1000)
+    third = await raw_connection(server)
+    assert await third.receive_some(100) == b""
+    assert server.refused == 1 and len(server.connections) == 2
+    for stream in (first, second, third):
+        await stream.aclose()
+
+
+async def test_a_request_times_out_with_a_clear_error(nursery):
+    server = await start_server(nursery)
+    async with RemotingClient.open() as client:
+        with pytest.raises(RemotingTimeoutError, match="no response within 0.1s"):
+            await client.invoke(server.address, RemotingCommand.request(SLOW, {"seconds": 5}), timeout=0.1)
+
+
+async def test_connecting_to_a_closed_port_fails_clearly():
+    with trio.socket.socket() as sock:
+        await sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    async with RemotingClient.open() as client:
+        with pytest.raises(RemotingConnectError, match=f"cannot connect to 127.0.0.1:{port}"):
+            await client.invoke(f"127.0.0.1:{port}", RemotingCommand.request(ECHO))
+
+
+async def test_the_server_can_send_oneway_requests_to_a_client(nursery):
+    server = await start_server(nursery)
+    received = trio.Event()
+    seen: list[RemotingCommand] = []
+
+    async def on_notify(connection: Connection, request: RemotingCommand) -> None:
+        seen.append(request)
+        received.set()
+
+    router = Router()
+    router.register(40, on_notify)
+    async with RemotingClient.open(router) as client:
+        await client.invoke(server.address, RemotingCommand.request(NOTIFY))
+        with trio.fail_after(5):
+            await received.wait()
+    assert seen[0].ext == {"consumerGroup": "g"} and seen[0].is_oneway
+
+
+async def test_many_requests_in_flight_on_one_connection(nursery):
+    server = await start_server(nursery)
+    async with RemotingClient.open() as client:
+        answers = []
+
+        async def call(i: int) -> None:
+            response = await client.invoke(server.address, RemotingCommand.request(ECHO, {"i": i}))
+            answers.append(int(response.ext["i"]))
+
+        async with trio.open_nursery() as calls:
+            for i in range(500):
+                calls.start_soon(call, i)
+        assert sorted(answers) == list(range(500))
+
+
+@settings(max_examples=40, deadline=None)
+@given(garbage=st.binary(min_size=8, max_size=200))
+def test_garbage_from_one_peer_never_disturbs_another(garbage):
+    async def main() -> None:
+        async with trio.open_nursery() as nursery:
+            server = await start_server(nursery)
+            async with RemotingClient.open() as client:
+                bad = await raw_connection(server)
+                await bad.send_all(garbage)
+                with trio.move_on_after(0.05):
+                    await bad.receive_some(1000)
+                response = await client.invoke(server.address, RemotingCommand.request(ECHO, {"ok": "1"}))
+                assert response.ext == {"ok": "1"}
+                await bad.aclose()
+            nursery.cancel_scope.cancel()
+
+    trio.run(main)

@@ -1,0 +1,91 @@
+"""A NameServer + broker in the test process on free loopback ports, and a remoting client."""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import attrs
+import pytest
+import trio
+
+from kernel import Broker
+from kernel.remoting import RemotingClient, RemotingCommand
+from kernel.testing import make_config
+from plugins.remoting import NETWORK, BrokerNetwork
+
+MEMORY_STORE = "kernel.testing.memory_store"
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@attrs.define
+class Cluster:
+    broker: Broker
+    client: RemotingClient
+    namesrv_addr: str
+    broker_addr: str
+
+    @property
+    def network(self) -> BrokerNetwork:
+        return self.broker.ctx.stash[NETWORK]
+
+    async def call(self, code: int, ext: dict[str, Any] | None = None, body: bytes = b"", *, timeout: float = 5):
+        return await self.client.invoke(self.broker_addr, RemotingCommand.request(code, ext, body), timeout)
+
+    async def call_namesrv(self, code: int, ext: dict[str, Any] | None = None, body: bytes = b""):
+        return await self.client.invoke(self.namesrv_addr, RemotingCommand.request(code, ext, body), 5)
+
+
+ClusterFactory = Callable[..., Any]
+
+
+@pytest.fixture
+def cluster_factory(tmp_path: Path) -> ClusterFactory:
+    """``async with cluster_factory(store="memory", plugins=[...], **tables) as cluster``."""
+
+    @asynccontextmanager
+    async def factory(
+        *,
+        store: str = "memory",
+        plugins: list[str] | None = None,
+        broker: dict[str, Any] | None = None,
+        plugin_objects: list[tuple[str, object]] | None = None,
+        data_dir: Path | None = None,
+        **tables: dict[str, Any],
+    ) -> AsyncIterator[Cluster]:
+        namesrv_port, broker_port = free_port(), free_port()
+        names = ["store_mmap" if store == "mmap" else MEMORY_STORE, "flush_async", "remoting", "namesrv"]
+        config = make_config(
+            broker={
+                "roles": ["broker", "namesrv"],
+                "plugins": names + list(plugins or []),
+                "store": store,
+                "flush": "async",
+                "data_dir": str(data_dir or tmp_path / "data"),
+                "listen_port": broker_port,
+                "namesrv_addr": [f"127.0.0.1:{namesrv_port}"],
+                "graceful_timeout": "5s",
+                **(broker or {}),
+            },
+            namesrv={"listen_port": namesrv_port, **tables.pop("namesrv", {})},
+            **tables,
+        )
+        instance = Broker.assemble(config, plugin_objects=plugin_objects or [])
+        async with trio.open_nursery() as nursery:
+            await nursery.start(instance.run)
+            try:
+                async with RemotingClient.open() as client:
+                    yield Cluster(instance, client, f"127.0.0.1:{namesrv_port}", f"127.0.0.1:{broker_port}")
+            finally:
+                instance.request_stop("test finished")
+                await instance.wait_stopped()
+
+    return factory
