@@ -40,6 +40,9 @@ class Cluster:
     async def call(self, code: int, ext: dict[str, Any] | None = None, body: bytes = b"", *, timeout: float = 5):
         return await self.client.invoke(self.broker_addr, RemotingCommand.request(code, ext, body), timeout)
 
+    async def call_raw(self, request: RemotingCommand, *, timeout: float = 5):
+        return await self.client.invoke(self.broker_addr, request, timeout)
+
     async def call_namesrv(self, code: int, ext: dict[str, Any] | None = None, body: bytes = b""):
         return await self.client.invoke(self.namesrv_addr, RemotingCommand.request(code, ext, body), 5)
 
@@ -59,6 +62,7 @@ def cluster_factory(tmp_path: Path) -> ClusterFactory:
         broker: dict[str, Any] | None = None,
         plugin_objects: list[tuple[str, object]] | None = None,
         data_dir: Path | None = None,
+        extra_namesrvs: list[str] | None = None,
         **tables: dict[str, Any],
     ) -> AsyncIterator[Cluster]:
         namesrv_port, broker_port = free_port(), free_port()
@@ -71,7 +75,7 @@ def cluster_factory(tmp_path: Path) -> ClusterFactory:
                 "flush": "async",
                 "data_dir": str(data_dir or tmp_path / "data"),
                 "listen_port": broker_port,
-                "namesrv_addr": [f"127.0.0.1:{namesrv_port}"],
+                "namesrv_addr": [f"127.0.0.1:{namesrv_port}", *(extra_namesrvs or [])],
                 "graceful_timeout": "5s",
                 **(broker or {}),
             },

@@ -1,0 +1,157 @@
+"""The broker's send and pull paths over TCP, as RocketMQ clients use them."""
+
+from __future__ import annotations
+
+import pytest
+import trio
+
+from kernel import record
+from kernel.model import java_string_hash
+from kernel.remoting import RequestCode, ResponseCode
+from tests.network.wire import batch_body, pull_request, send_request
+
+
+@pytest.mark.parametrize("code", [RequestCode.SEND_MESSAGE, RequestCode.SEND_MESSAGE_V2])
+async def test_a_send_is_stored_and_pulled_back_byte_for_byte(cluster_factory, code):
+    async with cluster_factory(store="mmap") as cluster:
+        sent = await cluster.call_raw(send_request("T1", b"hello", queue_id=1, tags="A", keys="k1 k2", code=code))
+        assert sent.code == ResponseCode.SUCCESS
+        assert sent.ext["queueId"] == "1" and sent.ext["queueOffset"] == "0" and len(sent.ext["msgId"]) == 32
+        await cluster.broker.wait_dispatched()
+        pulled = await cluster.call_raw(pull_request("T1", 1, 0))
+        assert pulled.code == ResponseCode.SUCCESS
+        assert pulled.ext == {"nextBeginOffset": "1", "minOffset": "0", "maxOffset": "1", "suggestWhichBrokerId": "0"}
+        (message,) = record.decode_records(pulled.body)
+        assert (message.body, message.tags, message.keys) == (b"hello", "A", ["k1", "k2"])
+        assert message.offset_msg_id == sent.ext["msgId"]
+        assert f"{message.store_host[0]}:{message.store_host[1]}" == cluster.broker_addr
+
+
+@pytest.mark.parametrize("code,batch_flag", [(RequestCode.SEND_MESSAGE, "1"), (RequestCode.SEND_BATCH_MESSAGE, None)])
+async def test_a_batch_becomes_consecutive_messages(cluster_factory, code, batch_flag):
+    async with cluster_factory() as cluster:
+        request = send_request("T2", b"", queue_id=0, code=code)
+        request.body = batch_body([(f"m{i}".encode(), {"TAGS": "B", "UNIQ_KEY": f"U{i}"}) for i in range(3)])
+        if batch_flag:
+            request.ext["batch"] = batch_flag
+        sent = await cluster.call_raw(request)
+        assert sent.code == 0 and sent.ext["queueOffset"] == "0"
+        assert len(sent.ext["msgId"].split(",")) == 3
+        await cluster.broker.wait_dispatched()
+        pulled = await cluster.call_raw(pull_request("T2", 0, 0))
+        messages = record.decode_records(pulled.body)
+        assert [(m.body, m.queue_offset, m.unique_key) for m in messages] == [
+            (b"m0", 0, "U0"), (b"m1", 1, "U1"), (b"m2", 2, "U2")
+        ]  # fmt: skip
+
+
+async def test_send_refusals_carry_a_code_and_a_remark(cluster_factory):
+    async with cluster_factory(broker={"auto_create_topic_enable": False}) as cluster:
+        unknown = await cluster.call_raw(send_request("NoSuchTopic", b"x"))
+        assert unknown.code == ResponseCode.TOPIC_NOT_EXIST and "NoSuchTopic" in unknown.remark
+        bad_name = await cluster.call_raw(send_request("bad topic!", b"x"))
+        assert bad_name.code == ResponseCode.MESSAGE_ILLEGAL and "characters" in bad_name.remark
+        await cluster.call(RequestCode.UPDATE_AND_CREATE_TOPIC, {"topic": "Small", "readQueueNums": 1,
+                                                                  "writeQueueNums": 1})  # fmt: skip
+        out_of_range = await cluster.call_raw(send_request("Small", b"x", queue_id=5))
+        assert out_of_range.code == ResponseCode.SYSTEM_ERROR and "queueId[5]" in out_of_range.remark
+        too_big = await cluster.call_raw(send_request("Small", b"x" * (4 * 1024 * 1024 + 1)))
+        assert too_big.code == ResponseCode.MESSAGE_ILLEGAL and "maxMessageSize" in too_big.remark
+        await cluster.call(RequestCode.UPDATE_AND_CREATE_TOPIC, {"topic": "ReadOnly", "perm": 4})
+        read_only = await cluster.call_raw(send_request("ReadOnly", b"x"))
+        assert read_only.code == ResponseCode.NO_PERMISSION
+
+
+async def test_a_broker_without_write_permission_refuses_sends(cluster_factory):
+    async with cluster_factory(remoting={"broker_permission": 4}) as cluster:
+        refused = await cluster.call_raw(send_request("TBW102", b"x"))
+        assert refused.code == ResponseCode.NO_PERMISSION and "sending message is forbidden" in refused.remark
+
+
+async def test_auto_create_makes_the_topic_from_tbw102(cluster_factory):
+    async with cluster_factory() as cluster:
+        sent = await cluster.call_raw(send_request("AutoMade", b"x", queue_id=2))
+        assert sent.code == 0
+        config = cluster.network.topics.get("AutoMade")
+        assert (config.read_queue_nums, config.write_queue_nums, config.perm) == (4, 4, 6)
+
+
+async def test_pull_statuses_follow_rocketmq(cluster_factory):
+    async with cluster_factory() as cluster:
+        await cluster.call(RequestCode.UPDATE_AND_CREATE_TOPIC, {"topic": "P"})
+        empty = await cluster.call_raw(pull_request("P", 0, 0))
+        assert empty.code == ResponseCode.PULL_NOT_FOUND and empty.ext["nextBeginOffset"] == "0"
+        moved = await cluster.call_raw(pull_request("P", 0, 5))
+        assert moved.code == ResponseCode.PULL_OFFSET_MOVED
+        for i in range(3):
+            await cluster.call_raw(send_request("P", f"b{i}".encode(), tags="X"))
+        await cluster.broker.wait_dispatched()
+        at_end = await cluster.call_raw(pull_request("P", 0, 3))
+        assert at_end.code == ResponseCode.PULL_NOT_FOUND and at_end.ext["nextBeginOffset"] == "3"
+        beyond = await cluster.call_raw(pull_request("P", 0, 9))
+        assert beyond.code == ResponseCode.PULL_OFFSET_MOVED and beyond.ext["nextBeginOffset"] == "0"  # min is 0
+        unmatched = await cluster.call_raw(pull_request("P", 0, 0, subscription="Y"))
+        assert unmatched.code == ResponseCode.PULL_RETRY_IMMEDIATELY and unmatched.ext["nextBeginOffset"] == "3"
+        limited = await cluster.call_raw(pull_request("P", 0, 0, max_msgs=2))
+        assert len(record.decode_records(limited.body)) == 2 and limited.ext["nextBeginOffset"] == "2"
+        bad_queue = await cluster.call_raw(pull_request("P", 99, 0))
+        assert bad_queue.code == ResponseCode.SYSTEM_ERROR and "queueId[99] is illegal" in bad_queue.remark
+        no_topic = await cluster.call_raw(pull_request("Absent", 0, 0))
+        assert no_topic.code == ResponseCode.TOPIC_NOT_EXIST
+
+
+async def test_tags_are_filtered_by_hash_then_by_exact_tag(cluster_factory):
+    assert java_string_hash("Aa") == java_string_hash("BB"), "a real Java hashCode collision"
+    async with cluster_factory() as cluster:
+        for tag in ("Aa", "BB", "Aa", "C"):
+            await cluster.call_raw(send_request("F", tag.encode(), tags=tag))
+        await cluster.broker.wait_dispatched()
+        pulled = await cluster.call_raw(pull_request("F", 0, 0, subscription="Aa || C"))
+        assert [m.body for m in record.decode_records(pulled.body)] == [b"Aa", b"Aa", b"C"]
+        only_collision = await cluster.call_raw(pull_request("F", 0, 1, subscription="Aa", max_msgs=1))
+        assert only_collision.code == ResponseCode.PULL_RETRY_IMMEDIATELY
+        assert only_collision.ext["nextBeginOffset"] == "2"
+
+
+async def test_a_held_pull_answers_as_soon_as_a_message_arrives(cluster_factory):
+    async with cluster_factory() as cluster:
+        await cluster.call(RequestCode.UPDATE_AND_CREATE_TOPIC, {"topic": "LP"})
+        results = {}
+
+        async def pull() -> None:
+            started = trio.current_time()
+            results["response"] = await cluster.call_raw(pull_request("LP", 1, 0, suspend_ms=20000), timeout=30)
+            results["waited"] = trio.current_time() - started
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(pull)
+            await trio.sleep(0.3)
+            assert "response" not in results, "held while the queue is empty"
+            await cluster.call_raw(send_request("LP", b"wake", queue_id=1))
+        assert results["response"].code == ResponseCode.SUCCESS
+        assert results["waited"] < 10, "answered by the arrival, not by the 20 s hold"
+
+
+async def test_a_held_pull_ends_with_not_found_after_its_suspend_time(cluster_factory):
+    async with cluster_factory() as cluster:
+        await cluster.call(RequestCode.UPDATE_AND_CREATE_TOPIC, {"topic": "LP2"})
+        started = trio.current_time()
+        response = await cluster.call_raw(pull_request("LP2", 0, 0, suspend_ms=400))
+        assert response.code == ResponseCode.PULL_NOT_FOUND
+        assert trio.current_time() - started >= 0.4
+
+
+async def test_short_polling_waits_once_when_long_polling_is_off(cluster_factory):
+    async with cluster_factory(remoting={"long_polling_enable": False, "short_polling_time": "200ms"}) as cluster:
+        await cluster.call(RequestCode.UPDATE_AND_CREATE_TOPIC, {"topic": "SP"})
+        started = trio.current_time()
+        response = await cluster.call_raw(pull_request("SP", 0, 0, suspend_ms=15000))
+        assert response.code == ResponseCode.PULL_NOT_FOUND
+        assert 0.2 <= trio.current_time() - started < 10
+
+
+async def test_pulls_commit_offsets_when_asked(cluster_factory):
+    async with cluster_factory() as cluster:
+        await cluster.call_raw(send_request("CO", b"x"))
+        await cluster.call_raw(pull_request("CO", 0, 0, group="G1", sys_flag=5, commit_offset=7))
+        assert cluster.network.offsets.query("G1", "CO", 0) == 7
