@@ -60,3 +60,21 @@ def read_json_with_backup(path: Path, *, preprocess: Callable[[str], str] | None
     if problems:
         raise ConfigError(str(path), None, "unreadable, and so is its backup: " + "; ".join(problems))
     return None
+
+
+class JsonStateFile:
+    """One JSON state file written from async code: writes run in a worker thread, one at a
+    time (two concurrent writers would race on the same temporary file), and a write that
+    finds another in progress waits for it and then writes the newest content."""
+
+    def __init__(self, path: Path) -> None:
+        import trio
+
+        self.path = path
+        self._lock = trio.Lock()
+
+    async def write(self, data: Any) -> None:
+        import trio
+
+        async with self._lock:
+            await trio.to_thread.run_sync(write_json_atomic, self.path, data)

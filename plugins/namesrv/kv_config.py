@@ -5,15 +5,18 @@ from __future__ import annotations
 from pathlib import Path
 
 import attrs
-import trio
 
-from kernel.persist import read_json_with_backup, write_json_atomic
+from kernel.persist import JsonStateFile, read_json_with_backup
 
 
 @attrs.define
 class KvConfig:
     path: Path
     table: dict[str, dict[str, str]] = attrs.field(factory=dict)
+    _file: JsonStateFile = attrs.field(init=False)
+
+    def __attrs_post_init__(self) -> None:
+        self._file = JsonStateFile(self.path)
 
     @classmethod
     def load(cls, path: Path) -> KvConfig:
@@ -39,4 +42,4 @@ class KvConfig:
             await self._persist()
 
     async def _persist(self) -> None:
-        await trio.to_thread.run_sync(write_json_atomic, self.path, {"configTable": self.table})
+        await self._file.write({"configTable": self.table})

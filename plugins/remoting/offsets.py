@@ -11,9 +11,8 @@ from pathlib import Path
 from typing import Any
 
 import attrs
-import trio
 
-from kernel.persist import read_json_with_backup, write_json_atomic
+from kernel.persist import JsonStateFile, read_json_with_backup
 
 _UNQUOTED_KEY = re.compile(r"([{,])\s*(-?\d+)\s*:")
 
@@ -27,6 +26,10 @@ class ConsumerOffsetManager:
     path: Path
     table: dict[str, dict[int, int]] = attrs.field(factory=dict)
     dirty: bool = False
+    _file: JsonStateFile = attrs.field(init=False)
+
+    def __attrs_post_init__(self) -> None:
+        self._file = JsonStateFile(self.path)
 
     @classmethod
     def load(cls, path: Path) -> ConsumerOffsetManager:
@@ -72,7 +75,7 @@ class ConsumerOffsetManager:
         self.dirty = False
         snapshot = self.snapshot()
         try:
-            await trio.to_thread.run_sync(write_json_atomic, self.path, snapshot)
+            await self._file.write(snapshot)
         except BaseException:
             self.dirty = True
             raise

@@ -6,9 +6,8 @@ from pathlib import Path
 from typing import Any
 
 import attrs
-import trio
 
-from kernel.persist import read_json_with_backup, write_json_atomic
+from kernel.persist import JsonStateFile, read_json_with_backup
 from plugins.remoting.topics import DataVersion
 
 
@@ -59,6 +58,10 @@ class SubscriptionGroupManager:
     path: Path
     groups: dict[str, SubscriptionGroupConfig] = attrs.field(factory=dict)
     version: DataVersion = attrs.field(factory=DataVersion)
+    _file: JsonStateFile = attrs.field(init=False)
+
+    def __attrs_post_init__(self) -> None:
+        self._file = JsonStateFile(self.path)
 
     @classmethod
     def load(cls, path: Path) -> SubscriptionGroupManager:
@@ -95,4 +98,4 @@ class SubscriptionGroupManager:
         }
 
     async def persist(self) -> None:
-        await trio.to_thread.run_sync(write_json_atomic, self.path, self.snapshot())
+        await self._file.write(self.snapshot())

@@ -10,7 +10,7 @@ from typing import Any
 import attrs
 import trio
 
-from kernel.persist import read_json_with_backup, write_json_atomic
+from kernel.persist import JsonStateFile, read_json_with_backup
 
 PERM_PRIORITY, PERM_READ, PERM_WRITE, PERM_INHERIT = 8, 4, 2, 1
 DEFAULT_TOPIC = "TBW102"
@@ -96,6 +96,10 @@ class TopicConfigManager:
     version: DataVersion = attrs.field(factory=DataVersion)
     changed: trio.Event = attrs.field(factory=trio.Event)
     """Set when topics change, so the registration loop re-registers at once."""
+    _file: JsonStateFile = attrs.field(init=False)
+
+    def __attrs_post_init__(self) -> None:
+        self._file = JsonStateFile(self.path)
 
     @classmethod
     def load(
@@ -167,4 +171,4 @@ class TopicConfigManager:
         }
 
     async def persist(self) -> None:
-        await trio.to_thread.run_sync(write_json_atomic, self.path, self.snapshot())
+        await self._file.write(self.snapshot())

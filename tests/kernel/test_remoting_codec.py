@@ -20,7 +20,9 @@ from kernel.remoting import (
 
 
 def frame(header: bytes, body: bytes = b"", serialize_type: int = 0) -> bytes:
-    return struct.pack(">iI", 4 + len(header) + len(body), (serialize_type << 24) | len(header)) + header + body
+    return (
+        struct.pack(">iI", 4 + len(header) + len(body), (serialize_type << 24) | len(header)) + header + body
+    )
 
 
 def test_a_request_round_trips_with_string_ext_fields():
@@ -32,8 +34,15 @@ def test_a_request_round_trips_with_string_ext_fields():
 
 def test_cpp_client_numbers_in_ext_fields_are_read_as_strings():
     header = json.dumps(
-        {"code": 11, "language": "CPP", "version": 63, "opaque": 5, "flag": 0, "remark": "",
-         "extFields": {"queueId": 2, "maxMsgNums": 32, "queueOffset": "7"}}  # fmt: skip
+        {
+            "code": 11,
+            "language": "CPP",
+            "version": 63,
+            "opaque": 5,
+            "flag": 0,
+            "remark": "",
+            "extFields": {"queueId": 2, "maxMsgNums": 32, "queueOffset": "7"},
+        }
     ).encode()
     (decoded,) = FrameDecoder().feed(frame(header))
     assert decoded.ext == {"queueId": "2", "maxMsgNums": "32", "queueOffset": "7"}
@@ -56,9 +65,16 @@ def test_json_responses_have_a_zero_type_byte_for_the_cpp_client():
 
 
 def test_binary_header_round_trip():
-    command = RemotingCommand(310, {"a": "group", "b": "topic"}, b"xyz", 9, 0, "note", "JAVA", 409, SERIALIZE_ROCKETMQ)
+    command = RemotingCommand(
+        310, {"a": "group", "b": "topic"}, b"xyz", 9, 0, "note", "JAVA", 409, SERIALIZE_ROCKETMQ
+    )
     (decoded,) = FrameDecoder().feed(command.encode())
-    assert (decoded.code, decoded.ext, decoded.body, decoded.opaque) == (310, {"a": "group", "b": "topic"}, b"xyz", 9)
+    assert (decoded.code, decoded.ext, decoded.body, decoded.opaque) == (
+        310,
+        {"a": "group", "b": "topic"},
+        b"xyz",
+        9,
+    )
     assert (decoded.remark, decoded.language, decoded.version) == ("note", "JAVA", 409)
 
 
@@ -112,7 +128,9 @@ text = st.text(max_size=20)
     binary=st.booleans(),
 )
 def test_any_command_round_trips(code, opaque, ext, body, binary):
-    command = RemotingCommand(code, ext, body, opaque, 0, None, "JAVA", 409, SERIALIZE_ROCKETMQ if binary else 0)
+    command = RemotingCommand(
+        code, ext, body, opaque, 0, None, "JAVA", 409, SERIALIZE_ROCKETMQ if binary else 0
+    )
     (decoded,) = FrameDecoder().feed(command.encode())
     assert (decoded.code, decoded.ext, decoded.body, decoded.opaque) == (code, ext, body, opaque)
 

@@ -61,7 +61,9 @@ async def test_requests_are_answered_concurrently_and_matched_by_opaque(nursery)
         results = {}
 
         async def call(i: int, seconds: float) -> None:
-            response = await client.invoke(server.address, RemotingCommand.request(SLOW, {"seconds": seconds}))
+            response = await client.invoke(
+                server.address, RemotingCommand.request(SLOW, {"seconds": seconds})
+            )
             results[i] = response.ext["slept"]
 
         async with trio.open_nursery() as calls:

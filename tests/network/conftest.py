@@ -37,7 +37,9 @@ class Cluster:
     def network(self) -> BrokerNetwork:
         return self.broker.ctx.stash[NETWORK]
 
-    async def call(self, code: int, ext: dict[str, Any] | None = None, body: bytes = b"", *, timeout: float = 5):
+    async def call(
+        self, code: int, ext: dict[str, Any] | None = None, body: bytes = b"", *, timeout: float = 5
+    ):
         return await self.client.invoke(self.broker_addr, RemotingCommand.request(code, ext, body), timeout)
 
     async def call_raw(self, request: RemotingCommand, *, timeout: float = 5):

@@ -14,20 +14,29 @@ from tests.network.wire import batch_body, pull_request, send_request
 @pytest.mark.parametrize("code", [RequestCode.SEND_MESSAGE, RequestCode.SEND_MESSAGE_V2])
 async def test_a_send_is_stored_and_pulled_back_byte_for_byte(cluster_factory, code):
     async with cluster_factory(store="mmap") as cluster:
-        sent = await cluster.call_raw(send_request("T1", b"hello", queue_id=1, tags="A", keys="k1 k2", code=code))
+        sent = await cluster.call_raw(
+            send_request("T1", b"hello", queue_id=1, tags="A", keys="k1 k2", code=code)
+        )
         assert sent.code == ResponseCode.SUCCESS
         assert sent.ext["queueId"] == "1" and sent.ext["queueOffset"] == "0" and len(sent.ext["msgId"]) == 32
         await cluster.broker.wait_dispatched()
         pulled = await cluster.call_raw(pull_request("T1", 1, 0))
         assert pulled.code == ResponseCode.SUCCESS
-        assert pulled.ext == {"nextBeginOffset": "1", "minOffset": "0", "maxOffset": "1", "suggestWhichBrokerId": "0"}
+        assert pulled.ext == {
+            "nextBeginOffset": "1",
+            "minOffset": "0",
+            "maxOffset": "1",
+            "suggestWhichBrokerId": "0",
+        }
         (message,) = record.decode_records(pulled.body)
         assert (message.body, message.tags, message.keys) == (b"hello", "A", ["k1", "k2"])
         assert message.offset_msg_id == sent.ext["msgId"]
         assert f"{message.store_host[0]}:{message.store_host[1]}" == cluster.broker_addr
 
 
-@pytest.mark.parametrize("code,batch_flag", [(RequestCode.SEND_MESSAGE, "1"), (RequestCode.SEND_BATCH_MESSAGE, None)])
+@pytest.mark.parametrize(
+    "code,batch_flag", [(RequestCode.SEND_MESSAGE, "1"), (RequestCode.SEND_BATCH_MESSAGE, None)]
+)
 async def test_a_batch_becomes_consecutive_messages(cluster_factory, code, batch_flag):
     async with cluster_factory() as cluster:
         request = send_request("T2", b"", queue_id=0, code=code)
@@ -41,8 +50,10 @@ async def test_a_batch_becomes_consecutive_messages(cluster_factory, code, batch
         pulled = await cluster.call_raw(pull_request("T2", 0, 0))
         messages = record.decode_records(pulled.body)
         assert [(m.body, m.queue_offset, m.unique_key) for m in messages] == [
-            (b"m0", 0, "U0"), (b"m1", 1, "U1"), (b"m2", 2, "U2")
-        ]  # fmt: skip
+            (b"m0", 0, "U0"),
+            (b"m1", 1, "U1"),
+            (b"m2", 2, "U2"),
+        ]
 
 
 async def test_send_refusals_carry_a_code_and_a_remark(cluster_factory):
@@ -51,8 +62,9 @@ async def test_send_refusals_carry_a_code_and_a_remark(cluster_factory):
         assert unknown.code == ResponseCode.TOPIC_NOT_EXIST and "NoSuchTopic" in unknown.remark
         bad_name = await cluster.call_raw(send_request("bad topic!", b"x"))
         assert bad_name.code == ResponseCode.MESSAGE_ILLEGAL and "characters" in bad_name.remark
-        await cluster.call(RequestCode.UPDATE_AND_CREATE_TOPIC, {"topic": "Small", "readQueueNums": 1,
-                                                                  "writeQueueNums": 1})  # fmt: skip
+        await cluster.call(
+            RequestCode.UPDATE_AND_CREATE_TOPIC, {"topic": "Small", "readQueueNums": 1, "writeQueueNums": 1}
+        )
         out_of_range = await cluster.call_raw(send_request("Small", b"x", queue_id=5))
         assert out_of_range.code == ResponseCode.SYSTEM_ERROR and "queueId[5]" in out_of_range.remark
         too_big = await cluster.call_raw(send_request("Small", b"x" * (4 * 1024 * 1024 + 1)))
@@ -89,9 +101,13 @@ async def test_pull_statuses_follow_rocketmq(cluster_factory):
         at_end = await cluster.call_raw(pull_request("P", 0, 3))
         assert at_end.code == ResponseCode.PULL_NOT_FOUND and at_end.ext["nextBeginOffset"] == "3"
         beyond = await cluster.call_raw(pull_request("P", 0, 9))
-        assert beyond.code == ResponseCode.PULL_OFFSET_MOVED and beyond.ext["nextBeginOffset"] == "0"  # min is 0
+        assert (
+            beyond.code == ResponseCode.PULL_OFFSET_MOVED and beyond.ext["nextBeginOffset"] == "0"
+        )  # min is 0
         unmatched = await cluster.call_raw(pull_request("P", 0, 0, subscription="Y"))
-        assert unmatched.code == ResponseCode.PULL_RETRY_IMMEDIATELY and unmatched.ext["nextBeginOffset"] == "3"
+        assert (
+            unmatched.code == ResponseCode.PULL_RETRY_IMMEDIATELY and unmatched.ext["nextBeginOffset"] == "3"
+        )
         limited = await cluster.call_raw(pull_request("P", 0, 0, max_msgs=2))
         assert len(record.decode_records(limited.body)) == 2 and limited.ext["nextBeginOffset"] == "2"
         bad_queue = await cluster.call_raw(pull_request("P", 99, 0))
@@ -120,7 +136,9 @@ async def test_a_held_pull_answers_as_soon_as_a_message_arrives(cluster_factory)
 
         async def pull() -> None:
             started = trio.current_time()
-            results["response"] = await cluster.call_raw(pull_request("LP", 1, 0, suspend_ms=20000), timeout=30)
+            results["response"] = await cluster.call_raw(
+                pull_request("LP", 1, 0, suspend_ms=20000), timeout=30
+            )
             results["waited"] = trio.current_time() - started
 
         async with trio.open_nursery() as nursery:
@@ -142,7 +160,9 @@ async def test_a_held_pull_ends_with_not_found_after_its_suspend_time(cluster_fa
 
 
 async def test_short_polling_waits_once_when_long_polling_is_off(cluster_factory):
-    async with cluster_factory(remoting={"long_polling_enable": False, "short_polling_time": "200ms"}) as cluster:
+    async with cluster_factory(
+        remoting={"long_polling_enable": False, "short_polling_time": "200ms"}
+    ) as cluster:
         await cluster.call(RequestCode.UPDATE_AND_CREATE_TOPIC, {"topic": "SP"})
         started = trio.current_time()
         response = await cluster.call_raw(pull_request("SP", 0, 0, suspend_ms=15000))

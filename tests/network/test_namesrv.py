@@ -7,9 +7,9 @@ import zlib
 
 import trio
 
+from kernel import Broker
 from kernel.remoting import RemotingClient, RemotingCommand, RequestCode, ResponseCode
 from kernel.remoting.register_body import encode_register_body
-from kernel import Broker
 from kernel.testing import make_config
 from plugins.namesrv.route_table import Registration, RouteTable
 from tests.network.conftest import free_port
@@ -17,7 +17,9 @@ from tests.network.conftest import free_port
 TOPIC = {"topicName": "T", "readQueueNums": 4, "writeQueueNums": 4, "perm": 6}
 
 
-def registration(addr: str, *, name: str = "b", broker_id: int = 0, version: int = 1, topics=None) -> Registration:
+def registration(
+    addr: str, *, name: str = "b", broker_id: int = 0, version: int = 1, topics=None
+) -> Registration:
     return Registration("C", addr, name, broker_id, "", {"counter": version}, topics or {"T": TOPIC})
 
 
@@ -27,10 +29,16 @@ def test_route_comes_from_the_master_and_lists_every_address():
     master, _ = table.register(registration("s:1", broker_id=1, topics={}), now=0)
     assert master == "m:1"
     route = table.route("T")
-    assert route["brokerDatas"] == [{"brokerAddrs": {"0": "m:1", "1": "s:1"}, "brokerName": "b", "cluster": "C"}]
+    assert route["brokerDatas"] == [
+        {"brokerAddrs": {"0": "m:1", "1": "s:1"}, "brokerName": "b", "cluster": "C"}
+    ]
     assert route["queueDatas"][0] == {
-        "brokerName": "b", "perm": 6, "readQueueNums": 4, "topicSysFlag": 0, "writeQueueNums": 4
-    }  # fmt: skip
+        "brokerName": "b",
+        "perm": 6,
+        "readQueueNums": 4,
+        "topicSysFlag": 0,
+        "writeQueueNums": 4,
+    }
     assert table.route("missing") is None
 
 
@@ -51,6 +59,16 @@ def test_expired_brokers_leave_every_route():
     assert table.expire(now=121, expiry=120) == ["m:1"]
     assert [b["brokerName"] for b in table.route("T")["brokerDatas"]] == ["other"]
     assert table.cluster_info()["clusterAddrTable"] == {"C": ["other"]}
+
+
+async def wait_for_route(cluster, topic: str, *, present: bool) -> None:
+    """Poll the NameServer (for at most 5 s) until the topic's route appears or disappears."""
+    for _ in range(250):
+        response = await cluster.call_namesrv(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": topic})
+        if (response.code == 0) == present:
+            return
+        await trio.sleep(0.02)
+    raise AssertionError(f"route of {topic} still {'absent' if present else 'present'} after 5 s")
 
 
 async def register(client: RemotingClient, namesrv: str, broker_addr: str, topics: dict, *, crc: bool = True):
@@ -89,18 +107,20 @@ async def test_a_running_broker_registers_and_serves_routes(cluster_factory):
 
 async def test_a_new_topic_reaches_the_namesrv_at_once(cluster_factory):
     async with cluster_factory() as cluster:
-        created = await cluster.call(RequestCode.UPDATE_AND_CREATE_TOPIC, {"topic": "Fresh", "readQueueNums": 2,
-                                                                           "writeQueueNums": 2, "perm": 6})  # fmt: skip
+        created = await cluster.call(
+            RequestCode.UPDATE_AND_CREATE_TOPIC,
+            {"topic": "Fresh", "readQueueNums": 2, "writeQueueNums": 2, "perm": 6},
+        )
         assert created.code == 0
-        with trio.fail_after(5):
-            while (await cluster.call_namesrv(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "Fresh"})).code:
-                await trio.sleep(0.02)
+        await wait_for_route(cluster, "Fresh", present=True)
 
 
 async def test_registrations_expire_and_closed_connections_leave_at_once(cluster_factory):
     async with cluster_factory(namesrv={"broker_expiry": "300ms", "scan_interval": "100ms"}) as cluster:
         async with RemotingClient.open() as other:
-            response = await register(other, cluster.namesrv_addr, "127.0.0.1:1", {"X": {**TOPIC, "topicName": "X"}})
+            response = await register(
+                other, cluster.namesrv_addr, "127.0.0.1:1", {"X": {**TOPIC, "topicName": "X"}}
+            )
             assert response.code == 0
             route = await cluster.call_namesrv(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "X"})
             assert route.code == 0
@@ -116,9 +136,7 @@ async def test_a_closed_registration_connection_removes_the_broker(cluster_facto
         async with RemotingClient.open() as other:
             await register(other, cluster.namesrv_addr, "127.0.0.1:2", {"Y": {**TOPIC, "topicName": "Y"}})
             assert (await cluster.call_namesrv(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "Y"})).code == 0
-        with trio.fail_after(5):
-            while (await cluster.call_namesrv(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "Y"})).code == 0:
-                await trio.sleep(0.01)
+        await wait_for_route(cluster, "Y", present=False)
 
 
 async def test_a_bad_crc_is_refused(cluster_factory):
@@ -131,10 +149,14 @@ async def test_write_permission_can_be_wiped_and_added(cluster_factory):
     async with cluster_factory() as cluster:
         wiped = await cluster.call_namesrv(RequestCode.WIPE_WRITE_PERM_OF_BROKER, {"brokerName": "broker-a"})
         assert int(wiped.ext["wipeTopicCount"]) > 0
-        route = json.loads((await cluster.call_namesrv(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "TBW102"})).body)
+        route = json.loads(
+            (await cluster.call_namesrv(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "TBW102"})).body
+        )
         assert route["queueDatas"][0]["perm"] & 2 == 0
         await cluster.call_namesrv(RequestCode.ADD_WRITE_PERM_OF_BROKER, {"brokerName": "broker-a"})
-        route = json.loads((await cluster.call_namesrv(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "TBW102"})).body)
+        route = json.loads(
+            (await cluster.call_namesrv(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "TBW102"})).body
+        )
         assert route["queueDatas"][0]["perm"] & 2 == 2
 
 
@@ -142,7 +164,9 @@ async def test_kv_config_is_kept_and_persisted(cluster_factory, tmp_path):
     async with cluster_factory() as cluster:
         put = {"namespace": "ORDER_TOPIC_CONFIG", "key": "T", "value": "broker-a:4"}
         assert (await cluster.call_namesrv(RequestCode.PUT_KV_CONFIG, put)).code == 0
-        got = await cluster.call_namesrv(RequestCode.GET_KV_CONFIG, {"namespace": "ORDER_TOPIC_CONFIG", "key": "T"})
+        got = await cluster.call_namesrv(
+            RequestCode.GET_KV_CONFIG, {"namespace": "ORDER_TOPIC_CONFIG", "key": "T"}
+        )
         assert got.ext["value"] == "broker-a:4"
         absent = await cluster.call_namesrv(RequestCode.GET_KV_CONFIG, {"namespace": "N", "key": "k"})
         assert absent.code == ResponseCode.QUERY_NOT_FOUND
@@ -168,6 +192,4 @@ async def test_a_broker_registers_with_every_namesrv_and_they_run_independently(
             await other.wait_stopped()
             created = await cluster.call(RequestCode.UPDATE_AND_CREATE_TOPIC, {"topic": "AfterStop"})
             assert created.code == 0, "a NameServer going away does not stop the broker"
-            with trio.fail_after(5):
-                while (await cluster.call_namesrv(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "AfterStop"})).code:
-                    await trio.sleep(0.02)
+            await wait_for_route(cluster, "AfterStop", present=True)

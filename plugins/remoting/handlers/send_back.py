@@ -16,7 +16,7 @@ from kernel.errors import CorruptRecord, OffsetOutOfRange
 from kernel.model import Message, MessageBatch, Redelivery, RedeliveryAction
 from kernel.remoting import Connection, RemotingCommand, ResponseCode
 from plugins.remoting.handlers.common import PUT_STATUS_CODES, RequestProblem, int_field, required
-from plugins.remoting.topics import DLQ_PREFIX, PERM_READ, PERM_WRITE, RETRY_PREFIX
+from plugins.remoting.topics import DLQ_PREFIX, PERM_READ, PERM_WRITE, RETRY_PREFIX, TopicConfig
 
 if TYPE_CHECKING:
     from plugins.remoting.service import BrokerNetwork
@@ -90,19 +90,16 @@ async def _send_back(net: BrokerNetwork, request: RemotingCommand) -> RemotingCo
     properties.pop(PROPERTY_DELAY, None)
     if decision.action is RedeliveryAction.DEAD_LETTER:
         topic = DLQ_PREFIX + group
-        config = net.topics.get(topic) or net.topics.create_system_topic(topic, 1, PERM_READ | PERM_WRITE)
+        config = net.topics.get(topic) or await _create(net, topic, 1)
         reason = "delay level < 0" if delay_level < 0 else f"attempt {attempt} of {max_times}"
         ctx.hook.trocket_dead_lettered(
             message=record.decode_dispatch(data, 0), group=group, reason=reason, ctx=ctx
         )
     else:
         topic = RETRY_PREFIX + group
-        config = net.topics.get(topic) or net.topics.create_system_topic(
-            topic, max(1, group_config.retry_queue_nums), PERM_READ | PERM_WRITE
-        )
+        config = net.topics.get(topic) or await _create(net, topic, max(1, group_config.retry_queue_nums))
         if decision.delay_level > 0:
             properties[PROPERTY_DELAY] = str(decision.delay_level)
-    await net.topics_changed()
     copy = Message(
         topic,
         stored.body,
@@ -118,3 +115,9 @@ async def _send_back(net: BrokerNetwork, request: RemotingCommand) -> RemotingCo
     if not result.status.stored:
         return request.response(PUT_STATUS_CODES[result.status], remark=result.remark or result.status.value)
     return request.response()
+
+
+async def _create(net: BrokerNetwork, topic: str, queue_nums: int) -> TopicConfig:
+    config = net.topics.create_system_topic(topic, queue_nums, PERM_READ | PERM_WRITE)
+    await net.topics_changed()
+    return config

@@ -1,0 +1,117 @@
+"""A broker started as a user starts it (``trocket up -c FILE``), on free loopback ports."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import attrs
+import pytest
+
+from tests.network.conftest import free_port
+
+REPO = Path(__file__).resolve().parents[2]
+CPP_CLIENT = Path(__file__).with_name("cpp_client.py")
+
+
+def subprocess_env() -> dict[str, str]:
+    return {**os.environ, "PYTHONPATH": str(REPO)}
+
+
+@attrs.define
+class RunningBroker:
+    process: subprocess.Popen[str]
+    namesrv: str
+    broker: str
+    data_dir: Path
+    log: Path
+
+    def admin(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+        result = subprocess.run(
+            [sys.executable, "-m", "trocket", "admin", args[0], "-n", self.namesrv, *args[1:]],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env=subprocess_env(),
+        )
+        if check and result.returncode != 0:
+            raise AssertionError(f"trocket admin {' '.join(args)} failed:\n{result.stdout}\n{result.stderr}")
+        return result
+
+    def admin_json(self, *args: str) -> object:
+        return json.loads(self.admin(*args, "--json").stdout)
+
+
+def run_client(*args: str, timeout: float = 120) -> list[dict]:
+    result = subprocess.run(
+        [sys.executable, str(CPP_CLIENT), *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=subprocess_env(),
+    )
+    assert result.returncode == 0, (
+        f"official client failed ({result.returncode}):\n{result.stdout}\n{result.stderr}"
+    )
+    decoder = json.JSONDecoder()
+    marker = "@RESULT@"
+    out = []
+    for line in result.stdout.splitlines():
+        at = line.find(marker)
+        if at >= 0:
+            out.append(decoder.raw_decode(line, at + len(marker))[0])
+    return out
+
+
+def start_broker(tmp_path: Path, extra: str = "", *, namesrv_port: int | None = None) -> RunningBroker:
+    namesrv_port = namesrv_port or free_port()
+    broker_port = free_port()
+    config = tmp_path / "trocket.toml"
+    config.write_text(
+        f"""
+[broker]
+data_dir = "{tmp_path / "data"}"
+listen_port = {broker_port}
+namesrv_addr = ["127.0.0.1:{namesrv_port}"]
+{extra}
+[namesrv]
+listen_port = {namesrv_port}
+"""
+    )
+    log = tmp_path / "broker.log"
+    with log.open("w") as out:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "trocket", "up", "-c", str(config)],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            text=True,
+            env=subprocess_env(),
+        )
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if "ready" in log.read_text():
+            return RunningBroker(
+                process, f"127.0.0.1:{namesrv_port}", f"127.0.0.1:{broker_port}", tmp_path / "data", log
+            )
+        if process.poll() is not None:
+            break
+        time.sleep(0.05)
+    process.kill()
+    raise AssertionError("broker did not start:\n" + log.read_text())
+
+
+@pytest.fixture
+def running_broker(tmp_path: Path) -> Iterator[RunningBroker]:
+    broker = start_broker(tmp_path)
+    try:
+        yield broker
+    finally:
+        if broker.process.poll() is None:
+            broker.process.send_signal(signal.SIGTERM)
+            broker.process.wait(timeout=60)

@@ -1,0 +1,133 @@
+"""Drives the official RocketMQ C++ client (PyPI ``rocketmq==0.4.4``) for the interop tests.
+
+Run as a subprocess (the client is a native library with its own threads); prints one JSON
+line per result so the test can check exactly what the official client saw.
+
+    python cpp_client.py produce NAMESRV TOPIC COUNT
+    python cpp_client.py consume NAMESRV TOPIC GROUP EXPRESSION EXPECTED SECONDS [reconsume_first]
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+
+
+def produce(namesrv: str, topic: str, count: int) -> None:
+    from rocketmq.client import Message, Producer
+
+    producer = Producer("PG_interop")
+    producer.set_namesrv_addr(namesrv)
+    producer.start()
+    try:
+        for i in range(count):
+            tag = "TagA" if i % 2 == 0 else "TagB"
+            message = Message(topic)
+            message.set_keys(f"key-{i}")
+            message.set_tags(tag)
+            message.set_property("seq", str(i))
+            message.set_body(f"sync-{i}" if i % 10 else "x" * 5000 + f"-{i}")  # some bodies get zlib'd
+            result = producer.send_sync(message)
+            emit(
+                {
+                    "kind": "sync",
+                    "i": i,
+                    "tag": tag,
+                    "status": int(result.status),
+                    "msg_id": result.msg_id,
+                    "offset": result.offset,
+                }
+            )
+        oneway = Message(topic)
+        oneway.set_tags("TagA")
+        oneway.set_keys("oneway-key")
+        oneway.set_body("oneway")
+        producer.send_oneway(oneway)
+        emit({"kind": "oneway"})
+        for i in range(4):
+            ordered = Message(topic)
+            ordered.set_tags("TagA")
+            ordered.set_keys(f"order-{i}")
+            ordered.set_body(f"orderly-{i}")
+            result = producer.send_orderly(ordered, 7)
+            emit(
+                {
+                    "kind": "orderly",
+                    "i": i,
+                    "status": int(result.status),
+                    "msg_id": result.msg_id,
+                    "offset": result.offset,
+                }
+            )
+    finally:
+        producer.shutdown()
+
+
+def consume(
+    namesrv: str, topic: str, group: str, expression: str, expected: int, seconds: float, mode: str
+) -> None:
+    from rocketmq.client import PushConsumer
+    from rocketmq.ffi import _CConsumeStatus
+
+    consumer = PushConsumer(group)
+    consumer.set_namesrv_addr(namesrv)
+    seen: list[dict] = []
+    failed_once: set[str] = set()
+
+    def on_message(_consumer, handle):  # raw callback: return a status code, never raise
+        from rocketmq.client import RecvMessage
+
+        message = RecvMessage(handle)
+        body = _text(message.body)
+        if mode == "reconsume_first" and body not in failed_once:
+            failed_once.add(body)
+            emit({"kind": "rejected", "body": body})
+            return _CConsumeStatus.RECONSUME_LATER.value
+        seen.append(
+            {
+                "kind": "received",
+                "body": body,
+                "tags": _text(message.tags),
+                "topic": _text(message.topic),
+                "keys": _text(message.keys),
+                "reconsume": message.reconsume_times,
+                "id": _text(message.id),
+                "queue": message.queue_id,
+                "offset": message.queue_offset,
+            }
+        )
+        emit(seen[-1])
+        return _CConsumeStatus.CONSUME_SUCCESS.value
+
+    from rocketmq.exceptions import ffi_check
+    from rocketmq.ffi import dll
+
+    ffi_check(dll.Subscribe(consumer._handle, topic.encode(), expression.encode()))
+    consumer._register_callback(on_message)
+    consumer.start()
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline and len(seen) < expected:
+        time.sleep(0.1)
+    time.sleep(1.0)  # anything arriving late (a duplicate) is still recorded
+    consumer.shutdown()
+
+
+def emit(record: dict) -> None:
+    """One result line; the marker lets the test find it even if the native library's own
+    logging shares the line."""
+    print("@RESULT@" + json.dumps(record), flush=True)
+
+
+def _text(value: object) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+if __name__ == "__main__":
+    command, *args = sys.argv[1:]
+    if command == "produce":
+        produce(args[0], args[1], int(args[2]))
+    else:
+        consume(
+            args[0], args[1], args[2], args[3], int(args[4]), float(args[5]), args[6] if len(args) > 6 else ""
+        )
