@@ -64,8 +64,10 @@ def run_client(*args: str, timeout: float = 120) -> list[dict]:
     out = []
     for line in result.stdout.splitlines():
         at = line.find(marker)
-        if at >= 0:
-            out.append(decoder.raw_decode(line, at + len(marker))[0])
+        while at >= 0:
+            record, end = decoder.raw_decode(line, at + len(marker))
+            out.append(record)
+            at = line.find(marker, end)
     return out
 
 

@@ -11,7 +11,10 @@ from __future__ import annotations
 
 import json
 import sys
+import threading
 import time
+
+_OUTPUT = threading.Lock()
 
 
 def produce(namesrv: str, topic: str, count: int) -> None:
@@ -116,7 +119,10 @@ def consume(
 def emit(record: dict) -> None:
     """One result line; the marker lets the test find it even if the native library's own
     logging shares the line."""
-    print("@RESULT@" + json.dumps(record), flush=True)
+    line = "@RESULT@" + json.dumps(record) + "\n"
+    with _OUTPUT:  # callbacks run on several native threads; print() could interleave lines
+        sys.stdout.write(line)
+        sys.stdout.flush()
 
 
 def _text(value: object) -> str:
