@@ -35,13 +35,22 @@ def start_up(cwd: Path) -> tuple[subprocess.Popen[str], list[str]]:
     raise AssertionError("trocket up did not become ready:\n" + "".join(lines))
 
 
-def test_up_runs_the_embedded_default_and_says_what_is_missing(tmp_path):
+def test_up_serves_a_namesrv_and_a_broker_on_the_default_loopback_ports(tmp_path):
     process, lines = start_up(tmp_path)
     output = "".join(lines)
     assert "roles: broker, namesrv" in output
     assert f"data dir: {tmp_path / 'data'}" in output
     assert "store: mmap" in output and "flush: async" in output
-    assert "not available: network ingress" in output, "never pretends to serve clients"
+    assert "not available" not in output
+    clusters = subprocess.run(
+        [sys.executable, "-m", "trocket", "admin", "clusterList", "--json"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"},
+    )
+    assert clusters.returncode == 0, clusters.stderr
+    assert '"#Addr": "127.0.0.1:10911"' in clusters.stdout, "the broker registered with 127.0.0.1:9876"
     assert (tmp_path / "data" / "abort").exists() and (tmp_path / "data" / "commitlog").is_dir()
     process.send_signal(signal.SIGINT)
     rest, _ = process.communicate(timeout=60)

@@ -1,0 +1,229 @@
+"""Remoting round trips per second over loopback, next to a plain-socket echo baseline.
+
+The server runs in its own process (as a broker would), the client in this one. For 1 and
+8 connections with 1 and 64 requests in flight per connection, it measures:
+
+* baseline: the plainest request/response protocol over trio sockets: length-prefixed frames,
+  the server splits what it reads into frames and writes each one back, the client sends each
+  request with its own write and wakes the waiting caller when its echo arrives (FIFO order).
+  No header codec, no routing, no opaque correlation;
+* pump (for reference): bytes echoed unparsed and counted in frame-sized units, the ceiling
+  of the socket path itself;
+* remoting: ``kernel.remoting`` server and client, a JSON-header request of the same size,
+  decoded, routed to a handler, answered with a response, correlated by opaque.
+
+Prints round trips/s and the ratio remoting/baseline (target: >= 40 % with 64 in flight).
+
+    ./run bench remoting [--seconds 2]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import time
+
+import trio
+
+from kernel.remoting import Connection, RemotingClient, RemotingCommand, RemotingServer, Router
+
+ECHO = 900
+REQUEST = RemotingCommand.request(ECHO, {"topic": "BenchTopic", "queueId": 0, "queueOffset": 12345})
+FRAME_SIZE = len(REQUEST.encode())
+
+
+async def serve_remoting(port: int) -> None:
+    async def echo(connection: Connection, request: RemotingCommand) -> RemotingCommand:
+        return request.response(0, {"queueOffset": "1"})
+
+    router = Router()
+    router.register(ECHO, echo)
+    await RemotingServer("bench", "127.0.0.1", port, router).run()
+
+
+async def serve_echo(port: int) -> None:
+    async def echo(stream: trio.SocketStream) -> None:
+        buffer = bytearray()
+        try:
+            while data := await stream.receive_some(256 * 1024):
+                buffer += data
+                while len(buffer) >= 4:
+                    length = int.from_bytes(buffer[:4], "big")
+                    if len(buffer) < 4 + length:
+                        break
+                    frame = bytes(buffer[: 4 + length])
+                    del buffer[: 4 + length]
+                    await stream.send_all(frame)
+        except trio.BrokenResourceError:
+            pass
+
+    await trio.serve_tcp(echo, port, host="127.0.0.1")
+
+
+async def serve_pump(port: int) -> None:
+    async def pump(stream: trio.SocketStream) -> None:
+        try:
+            while data := await stream.receive_some(256 * 1024):
+                await stream.send_all(data)
+        except trio.BrokenResourceError:
+            pass
+
+    await trio.serve_tcp(pump, port, host="127.0.0.1")
+
+
+async def run_baseline(port: int, connections: int, in_flight: int, seconds: float) -> float:
+    done = 0
+    frame = (FRAME_SIZE - 4).to_bytes(4, "big") + os.urandom(FRAME_SIZE - 4)
+
+    async def connection() -> None:
+        nonlocal done
+        stream = await trio.open_tcp_stream("127.0.0.1", port)
+        waiting: list[trio.Event] = []
+        send_lock = trio.Lock()
+        deadline = trio.current_time() + seconds
+
+        async def reader() -> None:
+            pending = 0
+            while True:
+                data = await stream.receive_some(256 * 1024)
+                if not data:
+                    return
+                pending += len(data)
+                completed, pending = divmod(pending, FRAME_SIZE)
+                for _ in range(completed):
+                    waiting.pop(0).set()
+
+        async def caller() -> None:
+            nonlocal done
+            while trio.current_time() < deadline:
+                event = trio.Event()
+                async with send_lock:
+                    waiting.append(event)
+                    await stream.send_all(frame)
+                await event.wait()
+                done += 1
+
+        async with stream, trio.open_nursery() as nursery:
+            nursery.start_soon(reader)
+            async with trio.open_nursery() as callers:
+                for _ in range(in_flight):
+                    callers.start_soon(caller)
+            nursery.cancel_scope.cancel()
+
+    started = time.perf_counter()
+    async with trio.open_nursery() as nursery:
+        for _ in range(connections):
+            nursery.start_soon(connection)
+    return done / (time.perf_counter() - started)
+
+
+async def run_pump(port: int, connections: int, in_flight: int, seconds: float) -> float:
+    done = 0
+    frame = os.urandom(FRAME_SIZE)
+
+    async def connection() -> None:
+        nonlocal done
+        stream = await trio.open_tcp_stream("127.0.0.1", port)
+        deadline = trio.current_time() + seconds
+        async with stream:
+            await stream.send_all(frame * in_flight)
+            pending = 0
+            while trio.current_time() < deadline:
+                data = await stream.receive_some(256 * 1024)
+                pending += len(data)
+                completed, pending = divmod(pending, FRAME_SIZE)
+                done += completed
+                if completed:
+                    await stream.send_all(frame * completed)
+
+    started = time.perf_counter()
+    async with trio.open_nursery() as nursery:
+        for _ in range(connections):
+            nursery.start_soon(connection)
+    return done / (time.perf_counter() - started)
+
+
+async def run_remoting(port: int, connections: int, in_flight: int, seconds: float) -> float:
+    done = 0
+    address = f"127.0.0.1:{port}"
+
+    async def caller(client: RemotingClient, deadline: float) -> None:
+        nonlocal done
+        while trio.current_time() < deadline:
+            request = RemotingCommand.request(ECHO, REQUEST.ext)
+            await client.invoke(address, request, timeout=10)
+            done += 1
+
+    async def connection() -> None:
+        async with RemotingClient.open() as client:
+            await client.connection(address)
+            deadline = trio.current_time() + seconds
+            async with trio.open_nursery() as nursery:
+                for _ in range(in_flight):
+                    nursery.start_soon(caller, client, deadline)
+
+    started = time.perf_counter()
+    async with trio.open_nursery() as nursery:
+        for _ in range(connections):
+            nursery.start_soon(connection)
+    return done / (time.perf_counter() - started)
+
+
+def start_server(kind: str) -> tuple[subprocess.Popen[bytes], int]:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    process = subprocess.Popen([sys.executable, __file__, "--serve", kind, str(port)])
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            return process, port
+        except OSError:
+            time.sleep(0.05)
+    process.kill()
+    raise SystemExit(f"{kind} server did not start")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--seconds", type=float, default=2.0)
+    parser.add_argument("--serve", nargs=2, metavar=("KIND", "PORT"), help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.serve:
+        kind, port = args.serve
+        servers = {"remoting": serve_remoting, "echo": serve_echo, "pump": serve_pump}
+        trio.run(servers[kind], int(port))
+        return
+    print(f"frame size {FRAME_SIZE} B, {args.seconds:g} s per point, server in a separate process")
+    print(
+        f"{'connections':>11} {'in flight':>9} {'pump rt/s':>11} {'baseline rt/s':>14} "
+        f"{'remoting rt/s':>14} {'remoting/baseline':>18}"
+    )
+    servers = {kind: start_server(kind) for kind in ("pump", "echo", "remoting")}
+    try:
+        for connections in (1, 8):
+            for in_flight in (1, 64):
+                point = (connections, in_flight, args.seconds)
+                pump = trio.run(run_pump, servers["pump"][1], *point)
+                baseline = trio.run(run_baseline, servers["echo"][1], *point)
+                remoting = trio.run(run_remoting, servers["remoting"][1], *point)
+                print(
+                    f"{connections:>11} {in_flight:>9} {pump:>11,.0f} {baseline:>14,.0f} {remoting:>14,.0f} "
+                    f"{remoting / baseline:>18.2f}",
+                    flush=True,
+                )
+    finally:
+        for process, _ in servers.values():
+            process.kill()
+            process.wait()
+
+
+if __name__ == "__main__":
+    main()
