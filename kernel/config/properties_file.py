@@ -112,6 +112,17 @@ MAPPINGS: dict[str, PropertyMapping] = {
     ),
     "syncFlushTimeout": PropertyMapping("flush_sync", "timeout", _millis, "milliseconds"),
     "haListenPort": PropertyMapping("ha", "listen_port", _integer, "a TCP port"),
+    "brokerIP1": PropertyMapping("broker", "listen_host", _text, "the address clients reach"),
+    "brokerPermission": PropertyMapping("remoting", "broker_permission", _integer, "6 (RW), 4 (R) or 2 (W)"),
+    "longPollingEnable": PropertyMapping("remoting", "long_polling_enable", _boolean, "true|false"),
+    "shortPollingTimeMills": PropertyMapping("remoting", "short_polling_time", _millis, "milliseconds"),
+    "registerNameServerPeriod": PropertyMapping("remoting", "register_period", _millis, "milliseconds"),
+    "flushConsumerOffsetInterval": PropertyMapping(
+        "remoting", "offset_persist_interval", _millis, "milliseconds"
+    ),
+    "autoCreateSubscriptionGroup": PropertyMapping(
+        "remoting", "auto_create_subscription_group", _boolean, "true|false"
+    ),
 }
 
 _FLUSH_PLUGIN = {"sync": "flush_sync", "async": "flush_async"}

@@ -224,3 +224,26 @@ def test_sync_master_without_a_replicator_is_refused(tmp_path):
     )
     with pytest.raises(ConfigError, match="SYNC_MASTER needs a replicator"):
         Broker.assemble(load_config(path))
+
+
+def test_network_properties_are_mapped_onto_the_remoting_table(tmp_path):
+    path = write(
+        tmp_path,
+        "broker.properties",
+        "brokerPermission=4\nlongPollingEnable=false\nshortPollingTimeMills=300\nbrokerIP1=10.0.0.5\n",
+    )
+    config = load_config(path)
+    assert config.broker.listen_host == "10.0.0.5"
+    assert config.sections["remoting"] == {
+        "broker_permission": 4,
+        "long_polling_enable": False,
+        "short_polling_time": "300ms",
+    }
+    from plugins.remoting.config import RemotingConfig
+
+    remoting = Broker.assemble(config).ctx.plugin_config(RemotingConfig)
+    assert (remoting.broker_permission, remoting.long_polling_enable, remoting.short_polling_time) == (
+        4,
+        False,
+        0.3,
+    )
