@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 
 from kernel.remoting import Connection, RemotingCommand, RequestCode, Router
 from plugins.remoting.handlers import admin, consumer, pull, query, send, send_back
+from plugins.remoting.handlers.common import RequestProblem
 
 if TYPE_CHECKING:
     from plugins.remoting.service import BrokerNetwork
@@ -49,4 +50,15 @@ HANDLERS: dict[int, NetHandler] = {
 
 def register_all(router: Router, net: BrokerNetwork) -> None:
     for code, handler in HANDLERS.items():
-        router.register(code, functools.partial(handler, net))
+        router.register(code, functools.partial(_answer_problems, handler, net))
+
+
+async def _answer_problems(
+    handler: NetHandler, net: BrokerNetwork, connection: Connection, request: RemotingCommand
+) -> RemotingCommand | None:
+    """A handler raises :class:`RequestProblem` for a bad request; it is answered here with the
+    problem's own code and remark (anything else is the router's SYSTEM_ERROR)."""
+    try:
+        return await handler(net, connection, request)
+    except RequestProblem as problem:
+        return problem.response_to(request)

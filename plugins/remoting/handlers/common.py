@@ -2,8 +2,14 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+from kernel.errors import CorruptRecord, OffsetOutOfRange
 from kernel.model import PutStatus
 from kernel.remoting import RemotingCommand, ResponseCode
+
+if TYPE_CHECKING:
+    from plugins.remoting.service import BrokerNetwork
 
 PUT_STATUS_CODES: dict[PutStatus, int] = {
     PutStatus.PUT_OK: ResponseCode.SUCCESS,
@@ -54,3 +60,15 @@ def int_field(request: RemotingCommand, name: str, default: int | None = None) -
         raise RequestProblem(
             ResponseCode.SYSTEM_ERROR, f"header field {name!r} must be an integer, got {value!r}"
         ) from None
+
+
+async def record_at(net: BrokerNetwork, offset: int, what: str) -> bytes:
+    """The stored record at a commit-log offset, or a SYSTEM_ERROR problem saying ``what``
+    could not be found (a store may not support reads by offset at all)."""
+    reader = getattr(net.runtime.store, "read_record_at", None)
+    if reader is None:
+        raise RequestProblem(ResponseCode.SYSTEM_ERROR, f"{what}, {offset}: the store cannot read by offset")
+    try:
+        return await reader(offset)  # type: ignore[no-any-return]
+    except (OffsetOutOfRange, CorruptRecord) as error:
+        raise RequestProblem(ResponseCode.SYSTEM_ERROR, f"{what}, {offset}: {error}") from None

@@ -55,13 +55,6 @@ def response_code(result: GetResult, requested_offset: int) -> int:
 async def handle_pull(
     net: BrokerNetwork, connection: Connection, request: RemotingCommand
 ) -> RemotingCommand:
-    try:
-        return await _pull(net, request)
-    except RequestProblem as problem:
-        return problem.response_to(request)
-
-
-async def _pull(net: BrokerNetwork, request: RemotingCommand) -> RemotingCommand:
     group, topic = required(request, "consumerGroup", "topic")
     queue_id = int_field(request, "queueId")
     offset = int_field(request, "queueOffset")

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from kernel.errors import CorruptRecord, OffsetOutOfRange
 from kernel.remoting import Connection, RemotingCommand, ResponseCode, parse_bool
-from plugins.remoting.handlers.common import int_field, required
+from plugins.remoting.handlers.common import int_field, record_at, required
 
 if TYPE_CHECKING:
     from plugins.remoting.service import BrokerNetwork
@@ -46,11 +45,4 @@ async def view_message(
     net: BrokerNetwork, connection: Connection, request: RemotingCommand
 ) -> RemotingCommand:
     offset = int_field(request, "offset")
-    store = net.runtime.store
-    try:
-        data = await store.read_record_at(offset)  # type: ignore[attr-defined]
-    except (OffsetOutOfRange, CorruptRecord, AttributeError) as error:
-        return request.response(
-            ResponseCode.SYSTEM_ERROR, remark=f"can not find message by the offset, {offset}: {error}"
-        )
-    return request.response(body=data)
+    return request.response(body=await record_at(net, offset, "can not find message by the offset"))

@@ -73,13 +73,6 @@ def decode_batch_body(body: bytes) -> list[tuple[int, bytes, dict[str, str]]]:
 async def handle_send(
     net: BrokerNetwork, connection: Connection, request: RemotingCommand
 ) -> RemotingCommand:
-    try:
-        return await _send(net, connection, request)
-    except RequestProblem as problem:
-        return problem.response_to(request)
-
-
-async def _send(net: BrokerNetwork, connection: Connection, request: RemotingCommand) -> RemotingCommand:
     header = send_header(request)
     if not net.writable:
         return request.response(

@@ -12,10 +12,9 @@ import random
 from typing import TYPE_CHECKING
 
 from kernel import record
-from kernel.errors import CorruptRecord, OffsetOutOfRange
 from kernel.model import Message, MessageBatch, Redelivery, RedeliveryAction
 from kernel.remoting import Connection, RemotingCommand, ResponseCode
-from plugins.remoting.handlers.common import PUT_STATUS_CODES, RequestProblem, int_field, required
+from plugins.remoting.handlers.common import PUT_STATUS_CODES, int_field, record_at, required
 from plugins.remoting.topics import DLQ_PREFIX, PERM_READ, PERM_WRITE, RETRY_PREFIX, TopicConfig
 
 if TYPE_CHECKING:
@@ -31,13 +30,6 @@ VERSION_3_4_9 = 121
 async def handle_send_back(
     net: BrokerNetwork, connection: Connection, request: RemotingCommand
 ) -> RemotingCommand:
-    try:
-        return await _send_back(net, request)
-    except RequestProblem as problem:
-        return problem.response_to(request)
-
-
-async def _send_back(net: BrokerNetwork, request: RemotingCommand) -> RemotingCommand:
     (group,) = required(request, "group")
     offset = int_field(request, "offset")
     delay_level = int_field(request, "delayLevel", 0)
@@ -50,13 +42,7 @@ async def _send_back(net: BrokerNetwork, request: RemotingCommand) -> RemotingCo
         return request.response(
             ResponseCode.NO_PERMISSION, remark=f"the broker[{net.broker_addr}] sending message is forbidden"
         )
-    store = net.runtime.store
-    try:
-        data = await store.read_record_at(offset)  # type: ignore[attr-defined]
-    except (OffsetOutOfRange, CorruptRecord, AttributeError) as error:
-        return request.response(
-            ResponseCode.SYSTEM_ERROR, remark=f"look message by offset failed, {offset}: {error}"
-        )
+    data = await record_at(net, offset, "look message by offset failed")
     stored = record.decode_record(data)
     max_times = group_config.retry_max_times
     if request.version >= VERSION_3_4_9 and request.ext.get("maxReconsumeTimes"):
