@@ -53,7 +53,6 @@ class BrokerNetwork:
             cluster=broker.cluster_name,
             broker_name=broker.broker_name,
             auto_create=broker.auto_create_topic_enable,
-            default_queue_nums=broker.default_topic_queue_nums,
         )
         return cls(
             runtime,

@@ -102,9 +102,7 @@ class TopicConfigManager:
         self._file = JsonStateFile(self.path)
 
     @classmethod
-    def load(
-        cls, path: Path, *, cluster: str, broker_name: str, auto_create: bool, default_queue_nums: int
-    ) -> TopicConfigManager:
+    def load(cls, path: Path, *, cluster: str, broker_name: str, auto_create: bool) -> TopicConfigManager:
         data = read_json_with_backup(path) or {}
         manager = cls(path)
         for name, item in (data.get("topicConfigTable") or {}).items():

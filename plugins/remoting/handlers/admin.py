@@ -16,7 +16,7 @@ from kernel.remoting import Connection, RemotingCommand, ResponseCode
 from kernel.remoting.admin_json import dumps_queue_keyed
 from plugins.remoting.handlers.common import int_field, required
 from plugins.remoting.subscriptions import SubscriptionGroupConfig
-from plugins.remoting.topics import RETRY_PREFIX, TopicConfig, topic_problem
+from plugins.remoting.topics import TopicConfig, topic_problem
 
 if TYPE_CHECKING:
     from plugins.remoting.service import BrokerNetwork
@@ -217,6 +217,3 @@ async def consumer_connections(
         "subscriptionTable": {t: s.to_json() for t, s in sorted(consumer.subscriptions.items())},
     }
     return request.response(body=_json(body))
-
-
-__all__ = ["RETRY_PREFIX"]
