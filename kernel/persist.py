@@ -15,6 +15,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import trio
+
 from kernel.errors import ConfigError
 
 log = logging.getLogger(__name__)
@@ -68,13 +70,9 @@ class JsonStateFile:
     finds another in progress waits for it and then writes the newest content."""
 
     def __init__(self, path: Path) -> None:
-        import trio
-
         self.path = path
         self._lock = trio.Lock()
 
     async def write(self, data: Any) -> None:
-        import trio
-
         async with self._lock:
             await trio.to_thread.run_sync(write_json_atomic, self.path, data)

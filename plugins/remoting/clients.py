@@ -207,6 +207,11 @@ class ClientManager:
                     )
                 )
 
+    def online(self, group: str) -> ConsumerGroup | None:
+        """The group if at least one of its clients is connected."""
+        consumer = self.consumers.get(group)
+        return consumer if consumer is not None and consumer.channels else None
+
     def subscription(self, group: str, topic: str) -> Subscription | None:
         consumer = self.consumers.get(group)
         return consumer.subscriptions.get(topic) if consumer else None

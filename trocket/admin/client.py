@@ -18,6 +18,7 @@ from kernel.errors import RemotingError, TrocketError
 from kernel.record import StoredMessage
 from kernel.remoting import RemotingClient, RemotingCommand, RequestCode, ResponseCode, code_name
 from kernel.remoting.admin_json import loads as loads_admin_json
+from kernel.remoting.admin_json import split_queue_key
 
 TIMEOUT = 5.0
 TOOLS_CONSUMER = "TOOLS_CONSUMER"
@@ -161,8 +162,8 @@ class AdminClient:
                 (await self.call(address, RequestCode.GET_TOPIC_STATS_INFO, {"topic": topic})).body
             )
             for key, value in body["offsetTable"].items():
-                _, broker_name, queue_id = key.rsplit("@", 2)
-                rows.append({"brokerName": broker_name, "queueId": int(queue_id), **value})
+                _, broker_name, queue_id = split_queue_key(key)
+                rows.append({"brokerName": broker_name, "queueId": queue_id, **value})
         return sorted(rows, key=lambda r: (r["brokerName"], r["queueId"]))
 
     # --- brokers ----------------------------------------------------------------------------
@@ -249,12 +250,12 @@ class AdminClient:
             if response.code != 0:
                 continue
             for key, value in loads_admin_json(response.body)["offsetTable"].items():
-                topic, name, queue_id = key.rsplit("@", 2)
+                topic, name, queue_id = split_queue_key(key)
                 rows.append(
                     {
                         "topic": topic,
                         "brokerName": name or broker_name,
-                        "queueId": int(queue_id),
+                        "queueId": queue_id,
                         **value,
                         "diff": value["brokerOffset"] - value["consumerOffset"],
                     }

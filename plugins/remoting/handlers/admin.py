@@ -14,7 +14,7 @@ import trio
 
 from kernel.remoting import Connection, RemotingCommand, ResponseCode
 from kernel.remoting.admin_json import dumps_queue_keyed
-from plugins.remoting.handlers.common import int_field, required
+from plugins.remoting.handlers.common import int_field, queryable, required
 from plugins.remoting.subscriptions import SubscriptionGroupConfig
 from plugins.remoting.topics import TopicConfig, topic_problem
 
@@ -150,7 +150,7 @@ async def consume_stats(
             ResponseCode.SYSTEM_ERROR,
             remark=f"group {group} has no committed offsets and no subscriptions here",
         )
-    store = net.runtime.store
+    store = queryable(net)
     broker_name = net.runtime.ctx.broker.broker_name
     entries = []
     for topic in topics:
@@ -161,8 +161,7 @@ async def consume_stats(
         for queue_id in range(config.write_queue_nums):
             broker_offset = store.max_queue_offset(topic, queue_id)
             consumer_offset = committed.get(queue_id, 0)
-            last = getattr(store, "store_time", None)
-            last_ts = last(topic, queue_id, consumer_offset - 1) if last and consumer_offset > 0 else 0
+            last_ts = store.store_time(topic, queue_id, consumer_offset - 1) if consumer_offset > 0 else 0
             entries.append(
                 (
                     {"brokerName": broker_name, "queueId": queue_id, "topic": topic},
@@ -184,13 +183,12 @@ async def topic_stats(
     config = net.topics.get(topic)
     if config is None:
         return request.response(ResponseCode.TOPIC_NOT_EXIST, remark=f"topic[{topic}] not exist")
-    store = net.runtime.store
+    store = queryable(net)
     broker_name = net.runtime.ctx.broker.broker_name
-    last = getattr(store, "store_time", None)
     entries = []
     for queue_id in range(config.write_queue_nums):
         low, high = store.min_queue_offset(topic, queue_id), store.max_queue_offset(topic, queue_id)
-        updated = last(topic, queue_id, high - 1) if last and high > 0 else 0
+        updated = store.store_time(topic, queue_id, high - 1) if high > 0 else 0
         entries.append(
             (
                 {"brokerName": broker_name, "queueId": queue_id, "topic": topic},
@@ -204,8 +202,8 @@ async def consumer_connections(
     net: BrokerNetwork, connection: Connection, request: RemotingCommand
 ) -> RemotingCommand:
     (group,) = required(request, "consumerGroup")
-    consumer = net.clients.consumers.get(group)
-    if consumer is None or not consumer.channels:
+    consumer = net.clients.online(group)
+    if consumer is None:
         return request.response(
             ResponseCode.CONSUMER_NOT_ONLINE, remark=f"the consumer group[{group}] not online"
         )

@@ -9,6 +9,7 @@ from kernel.model import PutStatus
 from kernel.remoting import RemotingCommand, ResponseCode
 
 if TYPE_CHECKING:
+    from kernel.abc import QueryableStore
     from plugins.remoting.service import BrokerNetwork
 
 PUT_STATUS_CODES: dict[PutStatus, int] = {
@@ -62,13 +63,25 @@ def int_field(request: RemotingCommand, name: str, default: int | None = None) -
         ) from None
 
 
+_LOOKUPS = ("read_record_at", "query_by_key", "store_time", "offset_by_time")
+
+
+def queryable(net: BrokerNetwork) -> QueryableStore:
+    """The broker's store as a :class:`~kernel.abc.QueryableStore`, or a SYSTEM_ERROR problem
+    naming the store when it offers no lookups (a third-party store may not)."""
+    store = net.runtime.store
+    if not all(hasattr(store, name) for name in _LOOKUPS):
+        raise RequestProblem(
+            ResponseCode.SYSTEM_ERROR,
+            f"the configured store ({type(store).__name__}) does not support lookups by offset, key or time",
+        )
+    return store  # type: ignore[return-value]
+
+
 async def record_at(net: BrokerNetwork, offset: int, what: str) -> bytes:
     """The stored record at a commit-log offset, or a SYSTEM_ERROR problem saying ``what``
-    could not be found (a store may not support reads by offset at all)."""
-    reader = getattr(net.runtime.store, "read_record_at", None)
-    if reader is None:
-        raise RequestProblem(ResponseCode.SYSTEM_ERROR, f"{what}, {offset}: the store cannot read by offset")
+    could not be found."""
     try:
-        return await reader(offset)  # type: ignore[no-any-return]
+        return await queryable(net).read_record_at(offset)
     except (OffsetOutOfRange, CorruptRecord) as error:
         raise RequestProblem(ResponseCode.SYSTEM_ERROR, f"{what}, {offset}: {error}") from None

@@ -13,7 +13,7 @@ import trio
 
 from kernel.model import MessageQueue
 from kernel.remoting import Connection, RemotingCommand, ResponseCode
-from plugins.remoting.handlers.common import RequestProblem, int_field, required
+from plugins.remoting.handlers.common import RequestProblem, int_field, queryable, required
 from plugins.remoting.topics import PERM_READ, PERM_WRITE, RETRY_PREFIX
 
 if TYPE_CHECKING:
@@ -67,8 +67,8 @@ async def consumer_list(
     net: BrokerNetwork, connection: Connection, request: RemotingCommand
 ) -> RemotingCommand:
     (group,) = required(request, "consumerGroup")
-    consumer = net.clients.consumers.get(group)
-    if consumer is None or not consumer.channels:
+    consumer = net.clients.online(group)
+    if consumer is None:
         return request.response(
             ResponseCode.SYSTEM_ERROR, remark=f"no consumer for this group, {group} (is it online?)"
         )
@@ -150,7 +150,7 @@ async def search_offset(
     net: BrokerNetwork, connection: Connection, request: RemotingCommand
 ) -> RemotingCommand:
     (topic,) = required(request, "topic")
-    store = _queryable(net)
+    store = queryable(net)
     offset = store.offset_by_time(topic, int_field(request, "queueId"), int_field(request, "timestamp"))
     return request.response(ext={"offset": offset})
 
@@ -160,18 +160,8 @@ async def earliest_store_time(
 ) -> RemotingCommand:
     (topic,) = required(request, "topic")
     queue_id = int_field(request, "queueId")
-    store = _queryable(net)
+    store = queryable(net)
     timestamp = store.store_time(topic, queue_id, store.min_queue_offset(topic, queue_id))
     if timestamp < 0:
         return request.response(ResponseCode.SYSTEM_ERROR, remark=f"queue {topic}:{queue_id} has no message")
     return request.response(ext={"timestamp": timestamp})
-
-
-def _queryable(net: BrokerNetwork) -> Any:
-    store = net.runtime.store
-    if not hasattr(store, "offset_by_time"):
-        raise RequestProblem(
-            ResponseCode.SYSTEM_ERROR,
-            f"the configured store ({type(store).__name__}) does not support lookups by time",
-        )
-    return store

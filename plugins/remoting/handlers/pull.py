@@ -39,7 +39,7 @@ _STATUS_CODES = {
 def exact_tag_filter(result: GetResult, tags: frozenset[str]) -> GetResult:
     """Drop records whose tag only collided on the hash (RocketMQ leaves this to clients; we
     do it on the broker too, so every client sees exactly what it subscribed to)."""
-    kept = [r for r in result.records if record.decode_record(r).tags in tags]
+    kept = [r for r in result.records if record.decode_dispatch(r, 0).properties.get("TAGS") in tags]
     if len(kept) == len(result.records):
         return result
     status = GetStatus.FOUND if kept else GetStatus.NO_MATCHED_MESSAGE

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from kernel.remoting import Connection, RemotingCommand, ResponseCode, parse_bool
-from plugins.remoting.handlers.common import int_field, record_at, required
+from plugins.remoting.handlers.common import int_field, queryable, record_at, required
 
 if TYPE_CHECKING:
     from plugins.remoting.service import BrokerNetwork
@@ -18,14 +18,7 @@ async def query_message(
     max_num = int_field(request, "maxNum", 32)
     if parse_bool(request.ext.get("_UNIQUE_KEY_QUERY")):
         max_num = max(max_num, 1)
-    store = net.runtime.store
-    query = getattr(store, "query_by_key", None)
-    if query is None:
-        return request.response(
-            ResponseCode.SYSTEM_ERROR,
-            remark=f"the configured store ({type(store).__name__}) has no message index",
-        )
-    records = await query(
+    records = await queryable(net).query_by_key(
         topic,
         key,
         max_num=max_num,

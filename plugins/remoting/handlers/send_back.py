@@ -44,6 +44,7 @@ async def handle_send_back(
         )
     data = await record_at(net, offset, "look message by offset failed")
     stored = record.decode_record(data)
+    view = record.decode_dispatch(data, 0)
     max_times = group_config.retry_max_times
     if request.version >= VERSION_3_4_9 and request.ext.get("maxReconsumeTimes"):
         max_times = int_field(request, "maxReconsumeTimes")
@@ -53,7 +54,7 @@ async def handle_send_back(
         decision: Redelivery | None = Redelivery.dead_letter()
     else:
         decision = ctx.hook.trocket_redelivery_decision(
-            message=record.decode_dispatch(data, 0),
+            message=view,
             group=group,
             attempt=attempt,
             max_attempts=max_times,
@@ -78,9 +79,7 @@ async def handle_send_back(
         topic = DLQ_PREFIX + group
         config = net.topics.get(topic) or await _create(net, topic, 1)
         reason = "delay level < 0" if delay_level < 0 else f"attempt {attempt} of {max_times}"
-        ctx.hook.trocket_dead_lettered(
-            message=record.decode_dispatch(data, 0), group=group, reason=reason, ctx=ctx
-        )
+        ctx.hook.trocket_dead_lettered(message=view, group=group, reason=reason, ctx=ctx)
     else:
         topic = RETRY_PREFIX + group
         config = net.topics.get(topic) or await _create(net, topic, max(1, group_config.retry_queue_nums))
