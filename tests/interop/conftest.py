@@ -82,6 +82,9 @@ data_dir = "{tmp_path / "data"}"
 listen_port = {broker_port}
 namesrv_addr = ["127.0.0.1:{namesrv_port}"]
 {extra}
+[store_mmap]
+commit_log_file_size = "16MiB"   # tests need not pre-allocate 1 GiB files on the host disk
+
 [namesrv]
 listen_port = {namesrv_port}
 """

@@ -62,6 +62,7 @@ def test_killed_and_stopped_brokers_leave_the_routes(tmp_path):
             config.write_text(
                 f'[broker]\nbroker_name = "{name}"\ndata_dir = "{tmp_path / name}"\n'
                 f'listen_port = {free_port()}\nnamesrv_addr = ["{namesrv}"]\n'
+                '[store_mmap]\ncommit_log_file_size = "16MiB"\n'
             )
             broker = start("broker", config, tmp_path / f"{name}.log")
             assert route_exists(namesrv, name), "a broker's own-name topic is routed once it registered"

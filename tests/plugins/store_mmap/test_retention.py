@@ -115,7 +115,8 @@ def tiny_filesystem(tmp_path):
     if not _mount_tmpfs(mount, "40k"):
         pytest.skip("cannot mount a tmpfs here (needs root and mount permission)")
     yield mount
-    subprocess.run(["umount", str(mount)], check=False)
+    if subprocess.run(["umount", str(mount)], capture_output=True).returncode != 0:
+        subprocess.run(["umount", "--lazy", str(mount)], check=False)  # still busy: detach now
 
 
 async def test_enospc_refuses_writes_cleanly_and_reads_continue(tiny_filesystem, tmp_path):
