@@ -8,7 +8,7 @@ call these methods directly, once per batch.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 import trio
 
@@ -30,7 +30,8 @@ class LogPositions(Protocol):
     """Waitable positions of the commit log, shared with flush policies and dispatch."""
 
     wrote: Watermark
-    """Advanced after every append (bytes visible to readers of the log)."""
+    """Bytes visible to readers of the log: advanced after every append, or after each commit
+    for a store that stages writes (:class:`BufferedStore`)."""
     flushed: Watermark
     """Advanced only after a successful flush (bytes durable on disk)."""
 
@@ -94,6 +95,27 @@ class MessageStore(Protocol):
     def statistics(self) -> Any: ...
 
 
+@runtime_checkable
+class BufferedStore(Protocol):
+    """A store that may stage appends in memory before writing them to its files (RocketMQ's
+    transient store pool). Staged bytes are acknowledged under an async policy but invisible to
+    readers and lost by a process crash until committed; :meth:`MessageStore.flush` always
+    commits first. A flush policy that supports it runs the commit loop."""
+
+    @property
+    def stages_writes(self) -> bool:
+        """Whether staging is on (a store may support it and have it switched off)."""
+
+    def uncommitted_bytes(self) -> int: ...
+
+    async def commit(self, *, least_pages: int = 0) -> int:
+        """Write staged bytes into the files if at least ``least_pages`` pages are staged
+        (0 = whatever is staged); return the committed (visible) end.
+
+        :raises kernel.errors.FlushError: the store turns read-only, as for a failed flush.
+        """
+
+
 class QueryableStore(MessageStore, Protocol):
     """Lookups the network layer serves to admin tools and clients (both built-in stores
     implement them; a store without them answers those requests with an error)."""
@@ -128,8 +150,11 @@ class Dispatcher(Protocol):
     def dispatch(self, records: Sequence[DispatchRecord], end_offset: int) -> None:
         """Apply a batch of records (in log order). Sync and in memory; no I/O waits."""
 
-    async def persist(self) -> None:
-        """Write the view's state durably (called periodically and at shutdown)."""
+    async def persist(self, *, thorough: bool) -> None:
+        """Write the view's state durably. Called every ``view_persist_interval`` with
+        ``thorough=False`` (flush what is worth flushing; a view may do nothing), and every
+        ``view_persist_thorough_interval`` and at shutdown with ``thorough=True`` (flush
+        everything, record progress)."""
 
 
 class FlushPolicy(Protocol):

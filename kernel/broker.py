@@ -171,7 +171,12 @@ class Broker:
             dispatchers: list[Dispatcher] = list(store.dispatchers())
             dispatchers += flatten(self.ctx.hook.trocket_register_dispatchers(ctx=self.ctx, store=store))
             self._dispatch = DispatchService(
-                self.ctx, store, dispatchers, visible_after_flush=cfg.visible_after_flush
+                self.ctx,
+                store,
+                dispatchers,
+                visible_after_flush=cfg.visible_after_flush,
+                persist_interval=cfg.view_persist_interval,
+                thorough_persist_interval=cfg.view_persist_thorough_interval,
             )
             phases = self._service_phases()
             phases[Phase.DURABILITY] = [
@@ -203,7 +208,7 @@ class Broker:
                 offset = self._dispatch.dispatched.value
                 while offset < end:
                     offset = await self._dispatch.dispatch_once(offset, end)
-            await self._dispatch.persist()
+            await self._dispatch.persist(thorough=True)
         if scope.cancelled_caught:
             log.error("final flush did not finish within %.1fs; next start recovers abnormally", grace)
             return False
@@ -277,7 +282,7 @@ class Broker:
     async def wait_dispatched(self, offset: int | None = None) -> None:
         """Wait until derived views cover ``offset`` (default: everything written so far)."""
         assert self._dispatch is not None
-        target = self.store.positions.wrote.value if offset is None else offset
+        target = self.store.watermarks().wrote if offset is None else offset
         await self._dispatch.dispatched.wait_reached(target)
 
     def change_role(self, role: BrokerRole) -> None:

@@ -22,6 +22,7 @@ log = logging.getLogger(__name__)
 
 BATCH_BYTES = 1024 * 1024
 PERSIST_INTERVAL = 1.0
+THOROUGH_PERSIST_INTERVAL = 60.0
 RETRY_DELAY = 1.0
 
 
@@ -52,6 +53,7 @@ class DispatchService:
     dispatchers: Sequence[Dispatcher]
     visible_after_flush: bool = False
     persist_interval: float = PERSIST_INTERVAL
+    thorough_persist_interval: float = THOROUGH_PERSIST_INTERVAL
     dispatched: Watermark = attrs.field(factory=Watermark, init=False)
     _batches: int = attrs.field(default=0, init=False)
     _records: int = attrs.field(default=0, init=False)
@@ -70,8 +72,9 @@ class DispatchService:
     async def run(self, *, task_status: trio.TaskStatus[Any] = trio.TASK_STATUS_IGNORED) -> None:
         """Dispatch until cancelled.
 
-        Resource handling: dispatchers are persisted every ``persist_interval`` by a sibling
-        task; the final persist is the lifecycle's job (shielded, after :meth:`drain`).
+        Resource handling: dispatchers are persisted every ``persist_interval`` (thoroughly
+        every ``thorough_persist_interval``) by a sibling task; the final, thorough persist is
+        the lifecycle's job (shielded, after :meth:`drain`).
         """
         offset = self.start_offset()
         self.dispatched.reset(offset)
@@ -119,14 +122,21 @@ class DispatchService:
         """Wait until everything visible has been dispatched (used by graceful shutdown)."""
         await self.dispatched.wait_reached(self.limit().value)
 
-    async def persist(self) -> None:
+    async def persist(self, *, thorough: bool = True) -> None:
+        """Persist every view, in registration order (the store's index before its queues, so a
+        checkpoint written by the queues covers the index)."""
         for dispatcher in self.dispatchers:
-            await dispatcher.persist()
+            await dispatcher.persist(thorough=thorough)
 
     async def _persist_periodically(self) -> None:
+        last_thorough = trio.current_time()
         while True:
             await trio.sleep(self.persist_interval)
-            await self.persist()
+            now = trio.current_time()
+            thorough = now - last_thorough >= self.thorough_persist_interval
+            await self.persist(thorough=thorough)
+            if thorough:
+                last_thorough = now
 
     def statistics(self) -> DispatchStatistics:
         wrote = self.store.positions.wrote.value

@@ -63,6 +63,13 @@ class BrokerConfig:
     message_delay_level: tuple[float, ...] = fields.delay_levels(DEFAULT_DELAY_LEVELS)
     visible_after_flush: bool = fields.boolean(False)
     """Dispatch to consume queues only up to the flushed position (RocketMQ 5's fix for 8239)."""
+    view_persist_interval: float = fields.duration("1s")
+    """``flushIntervalConsumeQueue``: how often derived views (consume queues, index, plugin
+    views) are asked to persist; a store flushes only views worth flushing then."""
+    view_persist_thorough_interval: float = fields.duration("60s")
+    """``flushConsumeQueueThoroughInterval``: how often every view is flushed completely and the
+    store's checkpoint is written (also at shutdown). Abnormal recovery re-dispatches the log
+    written since the last thorough persist."""
 
 
 @attrs.frozen(kw_only=True)

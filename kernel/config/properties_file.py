@@ -68,6 +68,10 @@ def _addresses(value: str) -> list[str]:
     return parts
 
 
+def _transient_pool(value: str) -> str:
+    return "buffered" if _boolean(value) else "pwrite"
+
+
 @attrs.frozen
 class PropertyMapping:
     """Where one RocketMQ property lands in the native model."""
@@ -109,6 +113,22 @@ MAPPINGS: dict[str, PropertyMapping] = {
     "flushCommitLogLeastPages": PropertyMapping("flush_async", "least_pages", _integer, "pages"),
     "flushCommitLogThoroughInterval": PropertyMapping(
         "flush_async", "thorough_interval", _millis, "milliseconds"
+    ),
+    "flushCommitLogTimed": PropertyMapping("flush_async", "timed", _boolean, "true|false"),
+    "commitIntervalCommitLog": PropertyMapping("flush_async", "commit_interval", _millis, "milliseconds"),
+    "commitCommitLogLeastPages": PropertyMapping("flush_async", "commit_least_pages", _integer, "pages"),
+    "commitCommitLogThoroughInterval": PropertyMapping(
+        "flush_async", "commit_thorough_interval", _millis, "milliseconds"
+    ),
+    "transientStorePoolEnable": PropertyMapping(
+        "store_mmap", "write_path", _transient_pool, "true (buffered writes) or false"
+    ),
+    "flushIntervalConsumeQueue": PropertyMapping("broker", "view_persist_interval", _millis, "milliseconds"),
+    "flushConsumeQueueThoroughInterval": PropertyMapping(
+        "broker", "view_persist_thorough_interval", _millis, "milliseconds"
+    ),
+    "flushConsumeQueueLeastPages": PropertyMapping(
+        "store_mmap", "flush_consume_queue_least_pages", _integer, "pages"
     ),
     "syncFlushTimeout": PropertyMapping("flush_sync", "timeout", _millis, "milliseconds"),
     "haListenPort": PropertyMapping("ha", "listen_port", _integer, "a TCP port"),

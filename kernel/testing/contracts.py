@@ -13,7 +13,7 @@ from contextlib import AbstractAsyncContextManager
 from typing import Any
 
 from kernel import pull, record
-from kernel.abc import MessageStore
+from kernel.abc import BufferedStore, MessageStore
 from kernel.model import GetStatus, Message, tags_code
 from kernel.testing.helpers import dispatch_all
 
@@ -37,7 +37,7 @@ async def check_append_and_read_back(store: MessageStore) -> None:
     assert result.queue_offsets == [0, 1, 2, 3, 4], result.queue_offsets
     assert result.physical_offsets == record.iter_sizes(result.sizes, result.first_offset)
     assert result.end_offset == result.physical_offsets[-1] + result.sizes[-1]
-    assert store.positions.wrote.value >= result.end_offset
+    assert store.watermarks().wrote >= result.end_offset
     await dispatch_all(store)
     assert store.max_queue_offset("T", 0) == 5
     entries = store.lookup("T", 0, 0, 10)
@@ -86,6 +86,8 @@ async def check_pull_statuses(store: MessageStore) -> None:
 
 async def check_read_log(store: MessageStore) -> None:
     result = await store.append([_msg("L", 2, i) for i in range(3)])
+    if isinstance(store, BufferedStore) and store.stages_writes:
+        await store.commit()
     records, next_offset = await store.read_log(
         result.first_offset, end=store.positions.wrote.value, max_bytes=1 << 20
     )
@@ -104,7 +106,25 @@ async def check_flush_advances_flushed(store: MessageStore) -> None:
     assert marks.flushed <= marks.committed <= marks.wrote
 
 
+async def check_staged_writes_are_invisible_until_committed(store: MessageStore) -> None:
+    """Only for a :class:`BufferedStore` with staging on: readers see nothing staged, a commit
+    publishes it, a flush commits first."""
+    if not (isinstance(store, BufferedStore) and store.stages_writes):
+        return
+    visible = store.positions.wrote.value
+    result = await store.append([_msg("S", 0, i) for i in range(3)])
+    assert store.positions.wrote.value == visible, "staged bytes must not be visible"
+    assert store.uncommitted_bytes() == result.end_offset - visible
+    assert await store.commit(least_pages=1 << 20) == visible, "below least_pages: no commit"
+    assert await store.commit() == result.end_offset
+    assert store.uncommitted_bytes() == 0
+    second = await store.append([_msg("S", 0, 3)])
+    assert await store.flush() >= second.end_offset
+    assert store.positions.wrote.value == second.end_offset
+
+
 CHECKS = (
+    check_staged_writes_are_invisible_until_committed,
     check_append_and_read_back,
     check_queue_offsets_are_per_queue,
     check_pull_statuses,

@@ -4,14 +4,17 @@ from __future__ import annotations
 
 from typing import Any
 
-from kernel.abc import MessageStore
+from kernel.abc import BufferedStore, MessageStore
 from kernel.config import Config, config_from_tables
 from kernel.context import BrokerContext
 from kernel.host import PluginHost
 
 
 async def dispatch_all(store: MessageStore) -> None:
-    """Feed the store's own dispatchers with everything written (no dispatch service needed)."""
+    """Feed the store's own dispatchers with everything written (no dispatch service needed);
+    a store staging its writes commits them first."""
+    if isinstance(store, BufferedStore) and store.stages_writes:
+        await store.commit()
     dispatchers = list(store.dispatchers())
     offset = min((d.dispatched_offset() for d in dispatchers), default=0)
     end = store.positions.wrote.value

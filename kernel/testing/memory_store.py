@@ -53,7 +53,7 @@ class MemoryQueueIndex:
                 queue.append(QueueEntry(r.queue_offset, r.physical_offset, r.size, r.tags_code))
         self._reached = end_offset
 
-    async def persist(self) -> None:
+    async def persist(self, *, thorough: bool) -> None:
         await trio.lowlevel.checkpoint()
 
 

@@ -16,7 +16,16 @@ from plugins.flush_async.policy import IntervalFlush
 
 def _make(ctx: BrokerContext, store: MessageStore) -> IntervalFlush:
     cfg = ctx.plugin_config(FlushAsyncConfig)
-    return IntervalFlush(store, cfg.interval, cfg.least_pages, cfg.thorough_interval, cfg.timed)
+    return IntervalFlush(
+        store,
+        cfg.interval,
+        cfg.least_pages,
+        cfg.thorough_interval,
+        cfg.timed,
+        cfg.commit_interval,
+        cfg.commit_least_pages,
+        cfg.commit_thorough_interval,
+    )
 
 
 def _settings(ctx: BrokerContext) -> Mapping[str, object]:
@@ -26,6 +35,9 @@ def _settings(ctx: BrokerContext) -> Mapping[str, object]:
         "least_pages": cfg.least_pages,
         "thorough_interval": format_duration(cfg.thorough_interval),
         "timed": cfg.timed,
+        "commit_interval": format_duration(cfg.commit_interval),
+        "commit_least_pages": cfg.commit_least_pages,
+        "commit_thorough_interval": format_duration(cfg.commit_thorough_interval),
     }
 
 

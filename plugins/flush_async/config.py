@@ -17,3 +17,11 @@ class FlushAsyncConfig:
     """``flushCommitLogThoroughInterval``: flush whatever is dirty at least this often."""
     timed: bool = fields.boolean(True)
     """``flushCommitLogTimed``: sleep the interval (true) or also wake on every append (false)."""
+    commit_interval: float = fields.duration("200ms")
+    """``commitIntervalCommitLog``: how often staged appends are written into the files when
+    the store stages writes (``[store_mmap] write_path = "buffered"``)."""
+    commit_least_pages: int = fields.integer(4, minimum=0)
+    """``commitCommitLogLeastPages``: commit only when this many 4 KiB pages are staged."""
+    commit_thorough_interval: float = fields.duration("200ms")
+    """``commitCommitLogThoroughInterval``: commit whatever is staged at least this often, so
+    a trickle of small messages becomes visible within this time."""

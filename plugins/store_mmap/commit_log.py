@@ -3,6 +3,11 @@
 A batch is encoded into one buffer and written with one call per file it touches. A record
 never straddles files: when the next record (plus the 8-byte end marker) does not fit, the
 file is closed with a BLANK record and the record goes to the next file.
+
+With staged writes (``write_path = "buffered"``) appended bytes wait in memory until
+:meth:`CommitLog.take_commit` / :meth:`CommitLog.commit_blocking` write them; ``positions.wrote``
+is then the committed end (what readers and dispatch may see) and :attr:`CommitLog.append_end`
+the end of everything appended.
 """
 
 from __future__ import annotations
@@ -42,9 +47,25 @@ class CommitLog:
     flushed_timestamp: int = 0
     """Store time of the newest message covered by the last flush (checkpoint field)."""
     _encoder: record.RecordEncoder = attrs.field(init=False)
+    _append_end: int = attrs.field(default=0, init=False)
 
     def __attrs_post_init__(self) -> None:
         self._encoder = record.RecordEncoder(self.store_host)
+
+    @property
+    def stages_writes(self) -> bool:
+        return self.files.stage_writes
+
+    @property
+    def append_end(self) -> int:
+        """End of every appended byte, staged or not."""
+        return self._append_end if self.stages_writes else self.positions.wrote.value
+
+    def reset_end(self, end: int) -> None:
+        """Recovery: ``end`` is where the log ends, durably."""
+        self._append_end = end
+        self.positions.wrote.reset(end)
+        self.positions.flushed.reset(end)
 
     @property
     def file_size(self) -> int:
@@ -76,7 +97,7 @@ class CommitLog:
         sizes: list[int] = []
         queue_offsets: list[int] = []
         try:
-            active = self.files.writable_file(self.positions.wrote.value)
+            active = self.files.writable_file(self.append_end)
             incoming = sum(size for _, _, size in measured)
             self.files.ensure_room(active, incoming, len(measured), largest)
         except OSError as error:
@@ -114,19 +135,61 @@ class CommitLog:
         known.update(next_offsets)
         end = active.start + active.wrote
         self.last_append_timestamp = now
-        self.positions.wrote.advance(end)
+        if self.stages_writes:
+            self._append_end = end
+        else:
+            self.positions.wrote.advance(end)
         return AppendResult(offsets, sizes, queue_offsets, now, end, self.store_host)
 
     def _close_file(self, mapped: MappedFile) -> None:
         """End ``mapped`` with the BLANK record covering the rest of the file."""
         remaining = mapped.size - mapped.wrote
         mapped.write(record.blank_record(remaining))
-        mapped.wrote = mapped.size
+        mapped.fill_to_end()
 
     # --- flushing ---------------------------------------------------------------------------
 
     def dirty_bytes(self) -> int:
-        return self.positions.wrote.value - self.positions.flushed.value
+        """Appended but not yet flushed (staged bytes included)."""
+        return self.append_end - self.positions.flushed.value
+
+    def uncommitted_bytes(self) -> int:
+        return self.append_end - self.positions.wrote.value
+
+    def take_commit(self) -> list[tuple[MappedFile, int, bytearray, int]]:
+        """Staged bytes of every file, oldest first, with each file held (event loop).
+        Pass the result to :meth:`commit_blocking`, then :meth:`end_commit`."""
+        work = []
+        for mapped in self.files.files:
+            if mapped.committed < mapped.wrote and mapped.hold():
+                taken = mapped.take_staged()
+                if taken is None:
+                    mapped.release()
+                    continue
+                work.append((mapped, *taken))
+        return work
+
+    @staticmethod
+    def commit_blocking(work: Sequence[tuple[MappedFile, int, bytearray, int]]) -> None:
+        """Write taken bytes into their files (worker thread).
+
+        :raises FlushError: on an OS error; the caller makes the store read-only.
+        """
+        for mapped, position, data, _ in work:
+            try:
+                mapped.commit_blocking(position, data)
+            except OSError as error:
+                raise FlushError(f"commit to {mapped.path} failed: {error}") from error
+
+    def end_commit(self, work: Sequence[tuple[MappedFile, int, bytearray, int]], *, ok: bool) -> None:
+        """Release the files; on success advance the committed (visible) end."""
+        for mapped, _, _, end in work:
+            if ok:
+                mapped.end_commit(end)
+            mapped.release()
+        if ok and work:
+            last = work[-1][0]
+            self.positions.wrote.advance(last.start + last.committed)
 
     def flush_blocking(self) -> tuple[int, int]:
         """Flush every file with unflushed bytes (worker thread). Returns (flushed offset, the
@@ -137,18 +200,22 @@ class CommitLog:
         covered_ts = self.last_append_timestamp
         flushed = self.positions.flushed.value
         for mapped in list(self.files.files):
-            if mapped.end <= flushed or mapped.flushed >= mapped.wrote:
-                if mapped.start + mapped.flushed > flushed:
-                    flushed = mapped.start + mapped.flushed
+            if mapped.end <= flushed:
                 continue
-            if not mapped.hold():
-                continue
-            try:
-                flushed = mapped.start + mapped.flush_blocking()
-            except OSError as error:
-                raise FlushError(f"flush of {mapped.path} failed: {error}") from error
-            finally:
-                mapped.release()
+            if mapped.flushed < mapped.committed:
+                if not mapped.hold():
+                    break
+                try:
+                    mapped.flush_blocking()
+                except OSError as error:
+                    raise FlushError(f"flush of {mapped.path} failed: {error}") from error
+                finally:
+                    mapped.release()
+            flushed = max(flushed, mapped.start + mapped.flushed)
+            if mapped.flushed < mapped.size:
+                # The log is flushed contiguously: files after a partly written one are
+                # pre-allocated and empty, and must not move the position past unsynced bytes.
+                break
         return flushed, covered_ts
 
     # --- reading ----------------------------------------------------------------------------
@@ -175,7 +242,7 @@ class CommitLog:
         """The record starting at commit-log ``offset`` (lookup by offset message id)."""
         mapped = self.files.find(offset)
         position = offset - mapped.start
-        limit = min(mapped.wrote, self.positions.wrote.value - mapped.start)
+        limit = min(mapped.committed, self.positions.wrote.value - mapped.start)
         size = record.check_record(mapped.buffer, position, limit=limit)
         return mapped.read(position, size)
 

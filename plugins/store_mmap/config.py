@@ -30,10 +30,17 @@ class StoreMmapConfig:
         validator=_multiple_of_entry,
     )
     """``mapedFileSizeConsumeQueue``: bytes per consume-queue file (300 000 entries by default)."""
-    write_path: str = fields.choice("pwrite", ("pwrite", "mmap"))
+    write_path: str = fields.choice("pwrite", ("pwrite", "mmap", "buffered"))
     """``pwrite``: each batch is encoded into a buffer and written with one ``pwrite``, flushed
     with ``fdatasync``. ``mmap``: bytes are copied into the mapping and flushed with ``msync``.
-    Both are read through the mapping. See bench/store_append.py for the measured choice."""
+    ``buffered`` (``transientStorePoolEnable``): batches are staged in memory and written by a
+    commit (the flush policy's commit loop, or any flush); they become visible to consumers
+    only then, and a process crash loses staged bytes even if acknowledged under async flush.
+    All are read through the mapping. See bench/store_append.py for the measured choice."""
+    flush_consume_queue_least_pages: int = fields.integer(2, minimum=0)
+    """``flushConsumeQueueLeastPages``: a periodic persist flushes a consume-queue file once this
+    many 4 KiB pages are dirty (a thorough persist flushes all; see ``[broker]``
+    ``view_persist_interval`` and ``view_persist_thorough_interval``)."""
     message_index_enable: bool = fields.boolean(True)
     """``messageIndexEnable``: build the key index (queries by key and unique key)."""
     index_hash_slots: int = fields.integer(5_000_000, minimum=1)

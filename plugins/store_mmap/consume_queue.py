@@ -18,6 +18,7 @@ import trio
 
 from kernel.model import DispatchRecord, QueueEntry
 from plugins.store_mmap.config import CQ_ENTRY_SIZE
+from plugins.store_mmap.mapped_file import PAGE_SIZE
 from plugins.store_mmap.mapped_file_queue import MappedFileQueue
 
 log = logging.getLogger(__name__)
@@ -124,9 +125,13 @@ class ConsumeQueue:
                 break
         return out
 
-    def flush_blocking(self) -> None:
+    def flush_blocking(self, least_pages: int = 0) -> None:
+        """Flush files with unflushed entries: a full file always, the others once at least
+        ``least_pages`` pages are dirty (0 = any)."""
         for mapped in self.files.files:
-            if mapped.flushed < mapped.wrote and mapped.hold():
+            dirty = mapped.wrote - mapped.flushed
+            worth = mapped.wrote == mapped.size or dirty >= least_pages * PAGE_SIZE
+            if dirty > 0 and worth and mapped.hold():
                 try:
                     mapped.flush_blocking()
                 finally:
@@ -140,16 +145,19 @@ class ConsumeQueues:
     root: Path
     file_size: int
     on_persist: Callable[[int, int], None] | None = None
-    """Called after a durable flush with (dispatched log offset, newest store timestamp)."""
+    """Called after a thorough flush with (dispatched log offset, newest store timestamp)."""
+    least_pages: int = 2
+    """``flushConsumeQueueLeastPages``: a periodic (not thorough) persist flushes a queue file
+    only once this many pages are dirty."""
     queues: dict[tuple[str, int], ConsumeQueue] = attrs.field(factory=dict)
     name: str = "consume_queue"
     _dispatched: int = 0
     _newest_timestamp: int = 0
 
     @classmethod
-    def load(cls, root: Path, file_size: int) -> ConsumeQueues:
+    def load(cls, root: Path, file_size: int, *, least_pages: int = 2) -> ConsumeQueues:
         root.mkdir(parents=True, exist_ok=True)
-        queues = cls(root, file_size)
+        queues = cls(root, file_size, least_pages=least_pages)
         for topic_dir in sorted(p for p in root.iterdir() if p.is_dir()):
             for queue_dir in sorted(p for p in topic_dir.iterdir() if p.is_dir() and p.name.isdigit()):
                 key = (topic_dir.name, int(queue_dir.name))
@@ -223,16 +231,18 @@ class ConsumeQueues:
         queue.append(BLANK_ENTRY * blanks, start // CQ_ENTRY_SIZE)
         queue.min_queue_offset = queue_offset
 
-    async def persist(self) -> None:
-        """Flush every queue, then (same worker thread) record the dispatched offset in the
+    async def persist(self, *, thorough: bool) -> None:
+        """Flush queue files with at least ``least_pages`` dirty pages; when ``thorough``, flush
+        every queue and then (same worker thread) record the dispatched offset in the
         checkpoint, so the checkpoint never claims entries that are not durable."""
         dispatched, newest = self._dispatched, self._newest_timestamp
         queues = list(self.queues.values())
-        on_persist = self.on_persist
+        on_persist = self.on_persist if thorough else None
+        least_pages = 0 if thorough else self.least_pages
 
         def flush_all() -> None:
             for queue in queues:
-                queue.flush_blocking()
+                queue.flush_blocking(least_pages)
             if on_persist is not None:
                 on_persist(dispatched, newest)
 

@@ -288,7 +288,13 @@ class IndexService:
         log.info("created index file %s", name)
         return True
 
-    async def persist(self) -> None:
+    async def persist(self, *, thorough: bool) -> None:
+        """Flush the index files, only when ``thorough``: index files take random writes all
+        over a large mapping, so they are flushed with the checkpoint (RocketMQ flushes them
+        when full and at shutdown); recovery rebuilds entries newer than the checkpoint."""
+        if not thorough:
+            await trio.lowlevel.checkpoint()
+            return
         files, newest = list(self.files), self._newest_timestamp
         await trio.to_thread.run_sync(lambda: [f.flush_blocking() for f in files])
         self.flushed_timestamp = max(self.flushed_timestamp, newest)

@@ -1,8 +1,11 @@
 """One fixed-size store file, named by the 20-digit offset of its first byte.
 
-Positions inside the file: ``wrote`` (bytes appended), ``flushed`` (bytes known durable).
-Readers copy bytes out of a read-only-in-spirit ``mmap`` of the file; writers use ``pwrite``
-or the mapping (see :class:`~plugins.store_mmap.config.StoreMmapConfig.write_path`).
+Positions inside the file: ``wrote`` (bytes appended), ``committed`` (bytes in the file, so
+visible to readers), ``flushed`` (bytes known durable). Readers copy bytes out of a
+read-only-in-spirit ``mmap`` of the file; writers use ``pwrite`` or the mapping, or stage bytes
+in memory until a commit writes them (RocketMQ's transient store pool; see
+:class:`~plugins.store_mmap.config.StoreMmapConfig.write_path`). Without staging ``committed``
+is ``wrote``.
 
 Reference counting (RocketMQ's ``hold``/``release``): a flush running in a worker thread holds
 the file, and :meth:`destroy` defers unmapping until the last holder releases, so a file is
@@ -36,8 +39,12 @@ class MappedFile:
     """Global offset of the first byte (the file's name)."""
     size: int
     use_mmap_writes: bool = False
+    stage_writes: bool = False
     wrote: int = 0
     flushed: int = 0
+    _committed: int = attrs.field(default=0, init=False)
+    _staged: bytearray = attrs.field(factory=bytearray, init=False)
+    _staged_at: int = attrs.field(default=0, init=False)
     _fd: int = attrs.field(default=-1, init=False)
     _map: mmap.mmap | None = attrs.field(default=None, init=False)
     _refs: int = attrs.field(default=0, init=False)
@@ -45,7 +52,14 @@ class MappedFile:
 
     @classmethod
     def open(
-        cls, path: Path, size: int, *, create: bool, use_mmap_writes: bool = False, start: int | None = None
+        cls,
+        path: Path,
+        size: int,
+        *,
+        create: bool,
+        use_mmap_writes: bool = False,
+        stage_writes: bool = False,
+        start: int | None = None,
     ) -> MappedFile:
         """Open (or create, allocating ``size`` bytes) and map the file.
 
@@ -71,7 +85,9 @@ class MappedFile:
                 # Never leave a half-created file behind: the next start would refuse it.
                 path.unlink(missing_ok=True)
             raise
-        mapped = cls(path=path, start=start, size=size, use_mmap_writes=use_mmap_writes)
+        mapped = cls(
+            path=path, start=start, size=size, use_mmap_writes=use_mmap_writes, stage_writes=stage_writes
+        )
         mapped._fd = fd
         mapped._map = mapping
         return mapped
@@ -91,15 +107,61 @@ class MappedFile:
             raise ValueError(f"{self.path} is closed")
         return self._map
 
+    @property
+    def committed(self) -> int:
+        """Bytes in the file (readable through the mapping); ``wrote`` unless writes are staged."""
+        return self._committed if self.stage_writes else self.wrote
+
+    def set_positions(self, position: int) -> None:
+        """Everything up to ``position`` is written, committed and flushed (load, recovery)."""
+        self.wrote = self.flushed = self._committed = position
+        self._staged = bytearray()
+
     def write(self, data: bytes | bytearray | memoryview) -> None:
         """Append ``data`` at ``wrote``; the caller checked it fits."""
-        if self.use_mmap_writes:
+        if self.stage_writes:
+            if not self._staged:
+                self._staged_at = self.wrote
+            self._staged += data
+        elif self.use_mmap_writes:
             self.buffer[self.wrote : self.wrote + len(data)] = data
         else:
             written = os.pwrite(self._fd, data, self.wrote)
             if written != len(data):
                 raise OSError(f"short write to {self.path}: {written} of {len(data)} bytes")
         self.wrote += len(data)
+
+    def fill_to_end(self) -> None:
+        """Mark the file full after its end-of-file record (the rest is allocated zeros)."""
+        self.wrote = self.size
+
+    def take_staged(self) -> tuple[int, bytearray, int] | None:
+        """Hand the staged bytes to a commit: (file position, bytes, position after them).
+
+        Runs on the event loop; appends that follow go to a fresh staging buffer, so the commit
+        can write in a worker thread while appends continue.
+        """
+        if self.committed >= self.wrote or not self._staged:
+            return None
+        taken, self._staged = self._staged, bytearray()
+        return self._staged_at, taken, self.wrote
+
+    def commit_blocking(self, position: int, data: bytearray) -> None:
+        """Write staged bytes into the file (worker thread); ``end_committed`` follows on the
+        event loop once this returned.
+
+        :raises OSError: naming the file; nothing counts as committed.
+        """
+        view = memoryview(data)
+        while view:
+            written = os.pwrite(self._fd, view, position)
+            if written <= 0:
+                raise OSError(f"short write to {self.path} at {position}")
+            view = view[written:]
+            position += written
+
+    def end_commit(self, end: int) -> None:
+        self._committed = max(self._committed, end)
 
     def read(self, position: int, size: int) -> bytes:
         return self.buffer[position : position + size]
@@ -109,7 +171,7 @@ class MappedFile:
 
         The position moves only when the OS reported success.
         """
-        target = self.wrote
+        target = self.committed
         if target <= self.flushed:
             return self.flushed
         if self.use_mmap_writes:

@@ -25,10 +25,13 @@ class MappedFileQueue:
     directory: Path
     file_size: int
     use_mmap_writes: bool = False
+    stage_writes: bool = False
     files: list[MappedFile] = attrs.field(factory=list)
 
     @classmethod
-    def load(cls, directory: Path, file_size: int, *, use_mmap_writes: bool = False) -> MappedFileQueue:
+    def load(
+        cls, directory: Path, file_size: int, *, use_mmap_writes: bool = False, stage_writes: bool = False
+    ) -> MappedFileQueue:
         """Open every file of ``directory`` (created if missing), marked fully written.
 
         Recovery then sets the real positions with :meth:`truncate`.
@@ -36,7 +39,7 @@ class MappedFileQueue:
         :raises StoreError: a file of the wrong size or a gap between files, naming the files.
         """
         directory.mkdir(parents=True, exist_ok=True)
-        queue = cls(directory, file_size, use_mmap_writes)
+        queue = cls(directory, file_size, use_mmap_writes, stage_writes)
         paths = sorted(p for p in directory.iterdir() if _NAME.match(p.name))
         for position, path in enumerate(paths):
             actual = path.stat().st_size
@@ -51,8 +54,10 @@ class MappedFileQueue:
                     f"{path} is {actual} bytes but files in {directory} are configured as "
                     f"{file_size} bytes; was the file size setting changed?"
                 )
-            mapped = MappedFile.open(path, file_size, create=False, use_mmap_writes=use_mmap_writes)
-            mapped.wrote = mapped.flushed = file_size
+            mapped = MappedFile.open(
+                path, file_size, create=False, use_mmap_writes=use_mmap_writes, stage_writes=stage_writes
+            )
+            mapped.set_positions(file_size)
             if queue.files and queue.files[-1].end != mapped.start:
                 queue.close()
                 mapped.close()
@@ -125,7 +130,13 @@ class MappedFileQueue:
 
     def _create(self, start: int) -> MappedFile:
         path = self.directory / file_name(start)
-        mapped = MappedFile.open(path, self.file_size, create=True, use_mmap_writes=self.use_mmap_writes)
+        mapped = MappedFile.open(
+            path,
+            self.file_size,
+            create=True,
+            use_mmap_writes=self.use_mmap_writes,
+            stage_writes=self.stage_writes,
+        )
         self.files.append(mapped)
         log.info("created %s", path)
         return mapped
@@ -139,7 +150,7 @@ class MappedFileQueue:
                 mapped.destroy()
                 continue
             position = min(offset - mapped.start, mapped.size)
-            mapped.wrote = mapped.flushed = position
+            mapped.set_positions(position)
             keep.append(mapped)
         self.files = keep
 

@@ -168,8 +168,7 @@ def recover_store(
 
     end = scan.end
     files.truncate(end)
-    commit_log.positions.wrote.reset(end)
-    commit_log.positions.flushed.reset(end)
+    commit_log.reset_end(end)
 
     dropped = 0
     for queue in queues.queues.values():

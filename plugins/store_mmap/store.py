@@ -39,6 +39,9 @@ log = logging.getLogger(__name__)
 class MmapStoreStatistics:
     min_offset: int
     wrote: int
+    """Appended, staged bytes included."""
+    committed: int
+    """In the files, visible to readers (equals ``wrote`` unless writes are staged)."""
     flushed: int
     commit_log_files: int
     consume_queues: int
@@ -87,8 +90,48 @@ class MmapStore:
         await trio.lowlevel.checkpoint()
         return self.commit_log.append(messages)
 
+    @property
+    def stages_writes(self) -> bool:
+        return self.commit_log.stages_writes
+
+    def uncommitted_bytes(self) -> int:
+        return self.commit_log.uncommitted_bytes()
+
+    async def commit(self, *, least_pages: int = 0) -> int:
+        """Write staged appends into the files (``write_path = "buffered"``), making them
+        visible to dispatch; a no-op for the other write paths.
+
+        :raises FlushError: the store turns read-only and flush waiters are failed.
+        """
+        if least_pages and self.commit_log.uncommitted_bytes() < least_pages * PAGE_SIZE:
+            await trio.lowlevel.checkpoint()
+            return self.positions.wrote.value
+        async with self._flush_lock:
+            await self._commit_locked()
+        return self.positions.wrote.value
+
+    async def _commit_locked(self) -> None:
+        work = self.commit_log.take_commit()
+        if not work:
+            await trio.lowlevel.checkpoint()
+            return
+        ok = False
+        try:
+            await trio.to_thread.run_sync(self.commit_log.commit_blocking, work)
+            ok = True
+        except FlushError as error:
+            self._fail(error)
+            raise
+        finally:
+            self.commit_log.end_commit(work, ok=ok)
+
+    def _fail(self, error: FlushError) -> None:
+        self.commit_log.read_only_reason = f"store is read-only after a flush failure: {error}"
+        log.error("%s", self.commit_log.read_only_reason)
+        self.positions.flushed.fail(error)
+
     async def flush(self, *, least_pages: int = 0) -> int:
-        """Flush the commit log (fdatasync or msync in a worker thread).
+        """Commit staged bytes, then flush the commit log (fdatasync or msync in a worker thread).
 
         :raises FlushError: the flushed position stays, the store turns read-only and every
             waiter on ``positions.flushed`` is failed.
@@ -97,20 +140,24 @@ class MmapStore:
             await trio.lowlevel.checkpoint()
             return self.positions.flushed.value
         async with self._flush_lock:
+            await self._commit_locked()
             try:
                 flushed, covered_ts = await trio.to_thread.run_sync(self.commit_log.flush_blocking)
             except FlushError as error:
-                self.commit_log.read_only_reason = f"store is read-only after a flush failure: {error}"
-                log.error("%s", self.commit_log.read_only_reason)
-                self.positions.flushed.fail(error)
+                self._fail(error)
                 raise
             self.positions.flushed.advance(flushed)
             self.checkpoint.physic_timestamp = max(self.checkpoint.physic_timestamp, covered_ts)
             return self.positions.flushed.value
 
     def watermarks(self) -> Watermarks:
-        wrote = self.positions.wrote.value
-        return Watermarks(self.commit_log.files.min_offset, wrote, wrote, self.positions.flushed.value)
+        committed = self.positions.wrote.value
+        return Watermarks(
+            self.commit_log.files.min_offset,
+            self.commit_log.append_end,
+            committed,
+            self.positions.flushed.value,
+        )
 
     def writable(self) -> tuple[bool, str]:
         reason = self.commit_log.read_only_reason or self.commit_log.disk_full_reason
@@ -215,7 +262,8 @@ class MmapStore:
     def statistics(self) -> MmapStoreStatistics:
         return MmapStoreStatistics(
             min_offset=self.commit_log.files.min_offset,
-            wrote=self.positions.wrote.value,
+            wrote=self.commit_log.append_end,
+            committed=self.positions.wrote.value,
             flushed=self.positions.flushed.value,
             commit_log_files=len(self.commit_log.files.files),
             consume_queues=len(self.queues.queues),
@@ -243,10 +291,17 @@ async def open_mmap_store(ctx: BrokerContext) -> AsyncIterator[MmapStore]:
     try:
         commit_dir = config.commit_log_dir or root / "commitlog"
         files = MappedFileQueue.load(
-            commit_dir, config.commit_log_file_size, use_mmap_writes=config.write_path == "mmap"
+            commit_dir,
+            config.commit_log_file_size,
+            use_mmap_writes=config.write_path == "mmap",
+            stage_writes=config.write_path == "buffered",
         )
         try:
-            queues = ConsumeQueues.load(root / "consumequeue", config.consume_queue_file_size)
+            queues = ConsumeQueues.load(
+                root / "consumequeue",
+                config.consume_queue_file_size,
+                least_pages=config.flush_consume_queue_least_pages,
+            )
         except BaseException:
             files.close()
             raise

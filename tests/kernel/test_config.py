@@ -247,3 +247,31 @@ def test_network_properties_are_mapped_onto_the_remoting_table(tmp_path):
         False,
         0.3,
     )
+
+
+def test_flush_and_transient_pool_properties_are_mapped(tmp_path):
+    path = write(
+        tmp_path,
+        "broker.properties",
+        "\n".join(
+            [
+                "flushDiskType=ASYNC_FLUSH",
+                "transientStorePoolEnable=true",
+                "commitIntervalCommitLog=100",
+                "commitCommitLogLeastPages=8",
+                "commitCommitLogThoroughInterval=400",
+                "flushCommitLogTimed=false",
+                "flushIntervalConsumeQueue=2000",
+                "flushConsumeQueueThoroughInterval=30000",
+                "flushConsumeQueueLeastPages=3",
+            ]
+        ),
+    )
+    config = load_config(path)
+    assert (config.broker.view_persist_interval, config.broker.view_persist_thorough_interval) == (2.0, 30.0)
+    assert config.sections["store_mmap"] == {"write_path": "buffered", "flush_consume_queue_least_pages": 3}
+    from plugins.flush_async.config import FlushAsyncConfig
+
+    flush = Broker.assemble(config).ctx.plugin_config(FlushAsyncConfig)
+    assert (flush.commit_interval, flush.commit_least_pages, flush.commit_thorough_interval) == (0.1, 8, 0.4)
+    assert flush.timed is False

@@ -82,8 +82,8 @@ class Recorder:
                 self._end = end_offset
                 recorder.calls.append(("dispatcher", {"count": len(records)}))
 
-            async def persist(self) -> None:
-                recorder.calls.append(("persist", {}))
+            async def persist(self, *, thorough: bool) -> None:
+                recorder.calls.append(("persist", {"thorough": thorough}))
 
         return [CountingView()]
 
@@ -357,3 +357,15 @@ def test_hook_trocket_dead_lettered():
     host = PluginHost.load([], objects=[("alerting", Alerting())])
     host.hook.trocket_dead_lettered(message=None, group="g", reason="max reconsume times reached", ctx=None)
     assert seen == [("g", "max reconsume times reached")]
+
+
+async def test_views_persist_lightly_each_interval_and_thoroughly_on_schedule(broker_factory, autojump_clock):
+    """``view_persist_interval`` / ``view_persist_thorough_interval`` (flushIntervalConsumeQueue,
+    flushConsumeQueueThoroughInterval): light persists every second, a thorough one every five
+    here, and a thorough one at shutdown."""
+    recorder = Recorder()
+    settings = {"view_persist_interval": "1s", "view_persist_thorough_interval": "5s"}
+    async with broker_factory(plugin_objects=[("recorder", recorder)], broker=settings):
+        await trio.sleep(10.5)
+    flags = [call["thorough"] for call in recorder.of("persist")]
+    assert flags == [False] * 4 + [True] + [False] * 4 + [True] + [True], flags

@@ -14,7 +14,7 @@ from kernel import Broker, Message, MessageBatch
 from kernel.testing import make_config
 
 
-async def main(data_dir: str, flush: str) -> None:
+async def main(data_dir: str, flush: str, write_path: str) -> None:
     config = make_config(
         broker={"plugins": ["store_mmap", "flush_sync", "flush_async"], "data_dir": data_dir, "flush": flush},
         store_mmap={
@@ -25,6 +25,7 @@ async def main(data_dir: str, flush: str) -> None:
             # This test is about crashes, not retention: a busy host disk above 85 % must not
             # make forced cleaning delete the files being verified.
             "clean_file_forcibly_enable": False,
+            "write_path": write_path,
         },
         flush_async={"interval": "50ms"},
     )
@@ -52,4 +53,4 @@ async def main(data_dir: str, flush: str) -> None:
 
 
 if __name__ == "__main__":
-    trio.run(main, sys.argv[1], sys.argv[2])
+    trio.run(main, sys.argv[1], sys.argv[2], sys.argv[3] if len(sys.argv) > 3 else "pwrite")

@@ -42,7 +42,7 @@ async def clean_close(store: MmapStore) -> None:
     """What a clean broker stop does: dispatch everything, flush the log, persist the queues."""
     await dispatch_all(store)
     await store.flush()
-    await store.queues.persist()
+    await store.queues.persist(thorough=True)
 
 
 def messages(topic: str, queue_id: int, count: int, start: int = 0, size: int = 100) -> list[Message]:

@@ -99,3 +99,16 @@ def _offsets(data: bytes) -> list[int]:
         out.append(at)
         at += size
     return out
+
+
+@pytest.mark.parametrize("write_path", ["pwrite", "mmap", "buffered"])
+async def test_flushed_position_never_passes_the_written_end(tmp_path, write_path):
+    """Regression: the pre-allocated next file (empty, "fully flushed") once moved the flushed
+    position to its start, past bytes of the active file that were never synced, so a sync-flush
+    put could be acknowledged before its bytes reached the disk."""
+    async with opened(tmp_path, write_path=write_path) as (store, _):
+        for i in range(40):
+            result = await store.append(messages("T", 0, 1, start=i))
+            flushed = await store.flush()
+            assert flushed == result.end_offset == store.positions.flushed.value
+        assert len(list((tmp_path / "commitlog").iterdir())) >= 3, "rolled, next file pre-allocated"

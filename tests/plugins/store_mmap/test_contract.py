@@ -1,4 +1,4 @@
-"""store_mmap passes the kernel's store conformance suite, with both write paths."""
+"""store_mmap passes the kernel's store conformance suite, with every write path."""
 
 from contextlib import asynccontextmanager
 
@@ -10,7 +10,7 @@ from plugins.store_mmap.store import open_mmap_store
 from .helpers import store_context
 
 
-@pytest.mark.parametrize("write_path", ["pwrite", "mmap"])
+@pytest.mark.parametrize("write_path", ["pwrite", "mmap", "buffered"])
 @pytest.mark.parametrize("file_size", [4096, 1 << 20])
 async def test_conformance(tmp_path, write_path, file_size):
     counter = iter(range(1000))

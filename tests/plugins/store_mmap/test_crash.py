@@ -20,10 +20,12 @@ REPO = Path(__file__).resolve().parents[3]
 WRITER = Path(__file__).with_name("crash_writer.py")
 
 
-def run_and_kill(data_dir: Path, flush: str, acks_wanted: int) -> list[tuple[str, int, int, int, bytes]]:
+def run_and_kill(
+    data_dir: Path, flush: str, acks_wanted: int, write_path: str = "pwrite"
+) -> list[tuple[str, int, int, int, bytes]]:
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     process = subprocess.Popen(
-        [sys.executable, str(WRITER), str(data_dir), flush],
+        [sys.executable, str(WRITER), str(data_dir), flush, write_path],
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
         env=env,
@@ -91,11 +93,17 @@ async def verify(data_dir: Path, acks) -> None:
     assert broker.clean_stop
 
 
-@pytest.mark.parametrize("flush", ["async", "sync"])
-def test_sigkill_under_load_loses_no_acknowledged_message(tmp_path, flush):
+@pytest.mark.parametrize(
+    ("flush", "write_path"),
+    [("async", "pwrite"), ("sync", "pwrite"), ("sync", "buffered")],
+    ids=["async", "sync", "sync-buffered"],
+)
+def test_sigkill_under_load_loses_no_acknowledged_message(tmp_path, flush, write_path):
+    """Async flush with staged writes is left out on purpose: staged bytes die with the
+    process (documented in docs/durability.md)."""
     all_acks = []
     for _ in range(3):
-        acks = run_and_kill(tmp_path, flush, acks_wanted=400)
+        acks = run_and_kill(tmp_path, flush, acks_wanted=400, write_path=write_path)
         assert len(acks) == 400
         all_acks.extend(acks)
         trio.run(verify, tmp_path, all_acks)
