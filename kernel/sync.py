@@ -10,6 +10,7 @@ from __future__ import annotations
 import heapq
 import itertools
 import math
+from collections import deque
 
 import attrs
 import trio
@@ -42,6 +43,10 @@ class Watermark:
     _waiters: list[tuple[int, int, trio.Event]] = attrs.field(factory=list, init=False)
     _counter: itertools.count[int] = attrs.field(factory=itertools.count, init=False)
     _failure: BaseException | None = attrs.field(default=None, init=False)
+    _deadlines: deque[tuple[float, trio.Event]] = attrs.field(factory=deque, init=False)
+    """Waiters of :meth:`wait_reached_by` in deadline order (callers use one timeout, so
+    appending keeps the order; an earlier deadline re-sorts, rarely)."""
+    _new_deadline: trio.Event = attrs.field(factory=trio.Event, init=False)
 
     @property
     def value(self) -> int:
@@ -111,6 +116,67 @@ class Watermark:
             await self.wait_reached(target)
             return True
         return False
+
+    async def wait_reached_by(self, target: int, deadline: float) -> bool:
+        """Like :meth:`wait_reached_or_timeout` with an absolute trio deadline, without a cancel
+        scope per call (the hot path of group commit: a scope costs more than the wait).
+        Return whether the target was reached. Needs :meth:`expire_overdue_waiters` running.
+
+        :raises WatermarkFailed: as :meth:`wait_reached`.
+        """
+        if self._failure is not None:
+            raise WatermarkFailed(str(self._failure)) from self._failure
+        if self._value >= target:
+            await trio.lowlevel.checkpoint()
+            return True
+        event = trio.Event()
+        entry = (target, next(self._counter), event)
+        heapq.heappush(self._waiters, entry)
+        deadlines = self._deadlines
+        while deadlines and deadlines[0][1].is_set():
+            deadlines.popleft()  # released waiters, oldest first: keeps the queue short
+        if not deadlines:
+            deadlines.append((deadline, event))
+            self._new_deadline.set()
+        elif deadline >= deadlines[-1][0]:
+            deadlines.append((deadline, event))
+        else:
+            self._deadlines = deque(sorted([*deadlines, (deadline, event)], key=lambda d: d[0]))
+            self._new_deadline.set()
+        try:
+            await event.wait()
+        except BaseException:
+            if not event.is_set():
+                event.set()  # the reaper and advance() skip set entries
+            raise
+        if self._failure is not None:
+            raise WatermarkFailed(str(self._failure)) from self._failure
+        return self._value >= target
+
+    async def expire_overdue_waiters(self) -> None:
+        """Wake :meth:`wait_reached_by` waiters whose deadline passed (they return False).
+        Runs until cancelled, as a sibling of whatever advances the watermark."""
+        while True:
+            deadlines = self._deadlines
+            while deadlines and deadlines[0][1].is_set():
+                deadlines.popleft()
+            self._new_deadline = trio.Event()
+            if not deadlines:
+                await self._new_deadline.wait()
+                continue
+            with trio.move_on_at(deadlines[0][0]):
+                await self._new_deadline.wait()
+                continue
+            now = trio.current_time()
+            expired = False
+            while deadlines and deadlines[0][0] <= now:
+                event = deadlines.popleft()[1]
+                if not event.is_set():
+                    event.set()
+                    expired = True
+            if expired:
+                self._waiters = [w for w in self._waiters if not w[2].is_set()]
+                heapq.heapify(self._waiters)
 
     def statistics(self) -> WatermarkStatistics:
         return WatermarkStatistics(

@@ -48,7 +48,13 @@ class GroupCommitFlush:
     async def run(self, *, task_status: trio.TaskStatus[Any] = trio.TASK_STATUS_IGNORED) -> None:
         """Flush whenever a put waits. Error handling: a failed flush is logged and counted;
         the store has already failed its ``flushed`` watermark, so waiters get FAILED."""
-        task_status.started()
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(self.store.positions.flushed.expire_overdue_waiters)
+            task_status.started()
+            await self._flush_loop()
+            nursery.cancel_scope.cancel()
+
+    async def _flush_loop(self) -> None:
         while True:
             await self._wanted.wait()
             self._wanted = trio.Event()
@@ -65,7 +71,7 @@ class GroupCommitFlush:
         if not wait:
             return Durability.IN_PAGE_CACHE
         try:
-            reached = await flushed.wait_reached_or_timeout(result.end_offset, self.timeout)
+            reached = await flushed.wait_reached_by(result.end_offset, trio.current_time() + self.timeout)
         except WatermarkFailed:
             return Durability.FAILED
         if not reached:

@@ -55,3 +55,39 @@ async def test_failure_wakes_waiters_with_an_error():
     mark.clear_failure()
     mark.advance(1)
     assert await mark.wait_reached(1) == 1
+
+
+async def test_deadline_waits_expire_in_deadline_order_and_release_on_advance(autojump_clock):
+    """wait_reached_by (group commit's hot path): one reaper task expires overdue waiters, in
+    deadline order even when a later caller has an earlier deadline; advance releases the rest."""
+    mark = Watermark()
+    outcomes: dict[str, tuple[bool, float]] = {}
+
+    async def waiter(name: str, target: int, timeout: float) -> None:
+        reached = await mark.wait_reached_by(target, trio.current_time() + timeout)
+        outcomes[name] = (reached, trio.current_time())
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(mark.expire_overdue_waiters)
+        start = trio.current_time()
+        nursery.start_soon(waiter, "late", 10, 5.0)
+        await trio.testing.wait_all_tasks_blocked()
+        nursery.start_soon(waiter, "early", 10, 2.0)
+        nursery.start_soon(waiter, "released", 3, 4.0)
+        await trio.sleep(1.0)
+        mark.advance(5)
+        await trio.sleep(10)
+        nursery.cancel_scope.cancel()
+    assert outcomes["released"] == (True, start + 1.0)
+    assert outcomes["early"] == (False, start + 2.0)
+    assert outcomes["late"] == (False, start + 5.0)
+    assert mark.statistics().waiters == 0
+
+
+async def test_deadline_wait_is_cancellable_and_fails_like_wait_reached():
+    mark = Watermark()
+    with trio.move_on_after(0.01):
+        await mark.wait_reached_by(10, trio.current_time() + 60)
+    mark.fail(OSError("gone"))
+    with pytest.raises(WatermarkFailed):
+        await mark.wait_reached_by(10, trio.current_time() + 60)
