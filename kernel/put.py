@@ -70,6 +70,8 @@ def validate(batch: MessageBatch, max_message_size: int) -> Rejection | None:
             )
         if not message.topic or len(message.topic.encode()) > MAX_TOPIC_LENGTH:
             return Rejection(PutStatus.MESSAGE_ILLEGAL, f"topic {message.topic!r} is empty or too long")
+        if "\0" in message.topic or any("\0" in k or "\0" in v for k, v in message.properties.items()):
+            return Rejection(PutStatus.MESSAGE_ILLEGAL, "a topic or property contains a NUL character")
         if message.properties and _properties_too_large(message.properties):
             return Rejection(
                 PutStatus.PROPERTIES_SIZE_EXCEEDED,

@@ -82,7 +82,8 @@ class RecordEncoder:
     def measure(self, message: Message) -> tuple[bytes, bytes, int]:
         """(topic bytes, properties bytes, stored size) of ``message``.
 
-        :raises ValueError: topic over 127 bytes or properties over 32767 bytes.
+        :raises ValueError: topic over 127 bytes, properties over 32767 bytes, or a NUL
+            character in either (stored records use NUL-free text to detect torn writes).
         """
         topic = self._topics.get(message.topic)
         if topic is None:
@@ -94,6 +95,8 @@ class RecordEncoder:
         props = encode_properties(message.properties) if message.properties else b""
         if len(props) > 32767:
             raise ValueError(f"properties are {len(props)} bytes; the limit is 32767")
+        if b"\0" in props or b"\0" in topic:
+            raise ValueError("a topic or property contains a NUL character")
         return topic, props, HEADER_SIZE + len(message.body) + 3 + len(topic) + len(props)
 
     def encode(
@@ -197,10 +200,33 @@ def check_header(
     props_len = _PROPS_LEN.unpack_from(buffer, props_at)[0]
     if props_len < 0 or props_at + 2 + props_len != offset + size:
         raise CorruptRecord(offset, "lengths do not add up to the record size")
-    # A slice copy is cheaper than exporting a memoryview per call; bodies are <= 4 MiB.
-    if check_crc and zlib.crc32(buffer[offset + HEADER_SIZE : topic_at]) & 0x7FFFFFFF != fields[2]:
-        raise CorruptRecord(offset, "body CRC mismatch")
+    if check_crc:
+        # A slice copy is cheaper than exporting a memoryview per call; bodies are <= 4 MiB.
+        if zlib.crc32(buffer[offset + HEADER_SIZE : topic_at]) & 0x7FFFFFFF != fields[2]:
+            raise CorruptRecord(offset, "body CRC mismatch")
+        _check_topic_and_properties(buffer, offset, topic_at, props_at, offset + size)
     return fields
+
+
+def _check_topic_and_properties(
+    buffer: bytes | bytearray | memoryview, offset: int, topic_at: int, props_at: int, end: int
+) -> None:
+    """The body CRC does not cover the topic and properties. After a power loss the page
+    holding them may never have reached the disk while the body did: such a record reads as
+    zeros there, so NUL bytes (never valid in a topic or a property) or undecodable text mark
+    it as torn."""
+    tail = buffer[topic_at + 1 : end]
+    if isinstance(tail, memoryview):
+        tail = tail.tobytes()
+    topic_len = props_at - topic_at - 1
+    topic, props = tail[:topic_len], tail[topic_len + 2 :]
+    if not topic or b"\0" in topic or b"\0" in props:
+        raise CorruptRecord(offset, "topic or properties contain NUL bytes (a torn write?)")
+    try:
+        topic.decode()
+        props.decode()
+    except UnicodeDecodeError:
+        raise CorruptRecord(offset, "topic or properties are not valid UTF-8") from None
 
 
 def check_record(

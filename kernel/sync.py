@@ -133,8 +133,10 @@ class Watermark:
         entry = (target, next(self._counter), event)
         heapq.heappush(self._waiters, entry)
         deadlines = self._deadlines
-        while deadlines and deadlines[0][1].is_set():
-            deadlines.popleft()  # released waiters, oldest first: keeps the queue short
+        while len(deadlines) > 1 and deadlines[0][1].is_set():
+            # Released waiters, oldest first: keeps the queue short. One stays, so the reaper
+            # (asleep until the head's deadline) is not woken by every wait of a lone producer.
+            deadlines.popleft()
         if not deadlines:
             deadlines.append((deadline, event))
             self._new_deadline.set()

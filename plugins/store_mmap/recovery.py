@@ -73,6 +73,9 @@ def scan_log(
         while position + END_FILE_MIN_BLANK_LENGTH <= size_limit:
             try:
                 fields = check_header(buffer, position, size_limit, check_crc)
+                if fields[6] != mapped.start + position:
+                    # Every record stores its own log offset: a stale or torn header shows here.
+                    raise CorruptRecord(position, f"stored log offset {fields[6]} is not its position")
             except CorruptRecord as error:
                 # Not a message: the file's BLANK filler, never-written zeros (the end of the
                 # log), or a torn/corrupt record. Checked here, once per file, not per record.

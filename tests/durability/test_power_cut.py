@@ -6,24 +6,10 @@ from __future__ import annotations
 
 import pytest
 
-from kernel.testing.power_cut import PowerCutRun, unavailable_reason
+from kernel.testing.power_cut import PowerCutRun, store_tables, unavailable_reason
 
 REASON = unavailable_reason()
 pytestmark = pytest.mark.skipif(REASON is not None, reason=REASON or "")
-
-
-def _tables(flush: str, **store: object) -> dict:
-    return {
-        "broker": {"plugins": ["store_mmap", "flush_sync", "flush_async"], "flush": flush},
-        "store_mmap": {
-            "commit_log_file_size": "1MiB",
-            "consume_queue_file_size": 200_000,
-            "index_hash_slots": 10_000,
-            "index_max_entries": 100_000,
-            "clean_file_forcibly_enable": False,
-            **store,
-        },
-    }
 
 
 def _cut_many(tmp_path, tables: dict, cuts: int):
@@ -41,13 +27,13 @@ def _cut_many(tmp_path, tables: dict, cuts: int):
 
 @pytest.mark.parametrize("write_path", ["pwrite", "buffered"])
 def test_sync_flush_loses_no_acknowledged_message_across_twenty_cuts(tmp_path, write_path):
-    results = _cut_many(tmp_path, _tables("sync", write_path=write_path), cuts=20)
+    results = _cut_many(tmp_path, store_tables("sync", write_path=write_path), cuts=20)
     for result in results:
         assert result.lost == (), f"cut {result.number}: {len(result.lost)} acknowledged messages lost"
 
 
 def test_async_flush_losses_lie_in_the_unflushed_window(tmp_path):
-    results = _cut_many(tmp_path, _tables("async"), cuts=10)
+    results = _cut_many(tmp_path, store_tables("async"), cuts=10)
     for result in results:
         assert result.lost_below_flushed == (), (
             f"cut {result.number}: lost messages below the flushed position {result.flushed_bound}"

@@ -116,6 +116,7 @@ async def test_async_flush_least_pages_and_thorough_interval(broker_factory, aut
         (Message("T", b"x" * (4 * 1024 * 1024 + 1)), PutStatus.MESSAGE_ILLEGAL),
         (Message("", b"x"), PutStatus.MESSAGE_ILLEGAL),
         (Message("t" * 128, b"x"), PutStatus.MESSAGE_ILLEGAL),
+        (Message("T", b"x", properties={"K": "nul\x00inside"}), PutStatus.MESSAGE_ILLEGAL),
         (Message("T", b"x", properties={"big": "v" * 33000}), PutStatus.PROPERTIES_SIZE_EXCEEDED),
     ],
 )

@@ -47,8 +47,14 @@ async def test_as01_clean_restart_keeps_every_offset(tmp_path):
         assert more.queue_offsets == [20] and more.first_offset >= end
 
 
-def corrupt_last_record(root):
-    """Flip a body byte of the newest record (CRC mismatch), like a torn last write."""
+PHYSICAL_OFFSET_AT = 28
+"""Where a v1 record stores its own commit-log offset."""
+
+
+def corrupt_last_record(root, how: str = "body"):
+    """Damage the newest record like a torn last write: ``body`` flips a body byte (CRC
+    mismatch), ``topic`` zeroes topic and properties (a page that never reached the disk; the
+    body CRC does not cover it), ``offset`` changes the stored log offset (a stale header)."""
     files = sorted((root / "commitlog").iterdir())
     for path in reversed(files):
         data = bytearray(path.read_bytes())
@@ -60,19 +66,34 @@ def corrupt_last_record(root):
             offsets.append(at)
             at += size
         if offsets:
-            data[offsets[-1] + record.HEADER_SIZE] ^= 0xFF
+            victim = record.decode_record(bytes(data), offsets[-1])
+            last = offsets[-1]
+            if how == "body":
+                data[last + record.HEADER_SIZE] ^= 0xFF
+            elif how == "topic":
+                # Lengths survive (they sit in other bytes), the text is zeros.
+                topic_at = last + record.HEADER_SIZE + len(victim.body)
+                props_at = topic_at + 1 + data[topic_at]
+                data[topic_at + 1 : props_at] = bytes(props_at - topic_at - 1)
+                data[props_at + 2 : last + victim.size] = bytes(last + victim.size - props_at - 2)
+            else:
+                data[last + PHYSICAL_OFFSET_AT] ^= 0x40
             path.write_bytes(bytes(data))
-            return record.decode_record(bytes(data), offsets[-1])
+            return victim
     raise AssertionError("no record to corrupt")
 
 
+@pytest.mark.parametrize(
+    ("how", "note"),
+    [("body", "body CRC mismatch"), ("topic", "NUL bytes"), ("offset", "is not its position")],
+)
 @pytest.mark.parametrize("clean", [True, False], ids=["as02-clean-marker", "as03-crash-marker"])
-async def test_corrupt_last_record_is_truncated_and_its_offset_reused(tmp_path, clean):
+async def test_corrupt_last_record_is_truncated_and_its_offset_reused(tmp_path, clean, how, note):
     await fill(tmp_path)
-    victim = corrupt_last_record(tmp_path)
+    victim = corrupt_last_record(tmp_path, how)
     assert (victim.topic, victim.queue_id, victim.queue_offset) == ("B", 0, 9)
     async with opened(tmp_path, clean=clean) as (store, report):
-        assert any("body CRC mismatch" in note for note in report.notes), report.notes
+        assert any(note in n for n in report.notes), report.notes
         assert report.log_max_offset == victim.physical_offset
         await assert_intact(store, b0=9)
         again = await store.append(messages("B", 0, 1, start=9))
