@@ -92,7 +92,14 @@ def scan_log(
             raw_topic = buffer[topic_at + 1 : topic_at + 1 + buffer[topic_at]]
             topic = topics.get(raw_topic)
             if topic is None:
-                topic = topics[raw_topic] = raw_topic.decode()
+                try:
+                    topic = topics[raw_topic] = raw_topic.decode()
+                except UnicodeDecodeError:
+                    result.invalid = (
+                        f"{mapped.path.name} offset {mapped.start + position}: topic is not UTF-8"
+                    )
+                    stop = True
+                    break
             key = (topic, fields[3])
             if key not in first_offsets:
                 first_offsets[key] = fields[5]
