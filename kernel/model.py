@@ -29,6 +29,10 @@ PROPERTY_RETRY_TOPIC = "RETRY_TOPIC"
 PROPERTY_ORIGIN_MESSAGE_ID = "ORIGIN_MESSAGE_ID"
 PROPERTY_RECONSUME_TIME = "RECONSUME_TIME"
 PROPERTY_MAX_RECONSUME_TIMES = "MAX_RECONSUME_TIMES"
+PROPERTY_TIMER_DELIVER_MS = "TIMER_DELIVER_MS"
+PROPERTY_TIMER_DELAY_MS = "TIMER_DELAY_MS"
+SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
+"""Where a delay plugin parks delayed messages until they are due (RocketMQ's name)."""
 
 # sysFlag bits (RocketMQ's MessageSysFlag).
 SYSFLAG_COMPRESSED = 0x1
@@ -127,6 +131,13 @@ class Message(MessagePropertiesView):
             return int(self.properties.get(PROPERTY_DELAY_TIME_LEVEL, "0"))
         except ValueError:
             return 0
+
+    @property
+    def wants_delay(self) -> bool:
+        """Whether the message asks for delayed delivery (a delay level, or RocketMQ 5's
+        absolute time / delay in milliseconds)."""
+        props = self.properties
+        return self.delay_level > 0 or PROPERTY_TIMER_DELIVER_MS in props or PROPERTY_TIMER_DELAY_MS in props
 
 
 @attrs.define

@@ -17,6 +17,7 @@ from kernel.context import BrokerContext
 from kernel.errors import StoreNotWritable
 from kernel.model import (
     MAX_PROPERTIES_SIZE,
+    SCHEDULE_TOPIC,
     AppendResult,
     Durability,
     MessageBatch,
@@ -80,6 +81,19 @@ def validate(batch: MessageBatch, max_message_size: int) -> Rejection | None:
     return None
 
 
+def _unscheduled_delay(batch: MessageBatch) -> Rejection | None:
+    """A delayed message that no plugin parked in the schedule topic would be delivered at
+    once: refuse it instead of silently ignoring the delay."""
+    for message in batch.messages:
+        if message.topic != SCHEDULE_TOPIC and message.wants_delay:
+            return Rejection(
+                PutStatus.SERVICE_NOT_AVAILABLE,
+                "delayed delivery is not enabled on this broker: add the retry_dlq plugin to "
+                "[broker] plugins",
+            )
+    return None
+
+
 def _properties_too_large(properties: dict[str, str]) -> bool:
     """Exact check only when a cheap bound (4 UTF-8 bytes per character) cannot rule it out,
     so the usual small property map is not encoded twice per put."""
@@ -106,6 +120,8 @@ class PutPipeline:
         rejection = validate(batch, self.ctx.broker.max_message_size)
         if rejection is None:
             rejection = self.ctx.hook.trocket_before_append(batch=batch, ctx=self.ctx)
+        if rejection is None:
+            rejection = _unscheduled_delay(batch)
         if rejection is not None:
             result = PutResult(rejection.status, None, rejection.remark)
         else:

@@ -10,11 +10,11 @@ from typing import Any
 import attrs
 import trio
 
+from kernel.model import SCHEDULE_TOPIC as SCHEDULE_TOPIC  # re-exported: one name everywhere
 from kernel.persist import JsonStateFile, read_json_with_backup
 
 PERM_PRIORITY, PERM_READ, PERM_WRITE, PERM_INHERIT = 8, 4, 2, 1
 DEFAULT_TOPIC = "TBW102"
-SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
 RETRY_PREFIX = "%RETRY%"
 DLQ_PREFIX = "%DLQ%"
 _VALID_TOPIC = re.compile(r"^[%|a-zA-Z0-9_-]+$")

@@ -146,3 +146,18 @@ async def test_visible_after_flush_hides_unflushed_messages(broker_factory, auto
         assert (await broker.get_messages("T", 0, 0)).status is GetStatus.NO_MESSAGE_IN_QUEUE
         await trio.sleep(1.5)
         assert (await broker.get_messages("T", 0, 0)).status is GetStatus.FOUND
+
+
+@pytest.mark.parametrize(
+    "properties",
+    [{"DELAY": "3"}, {"TIMER_DELIVER_MS": "1893456000000"}, {"TIMER_DELAY_MS": "5000"}],
+    ids=["delay-level", "deliver-at", "delay-ms"],
+)
+async def test_delayed_messages_are_refused_without_a_delay_plugin(broker_factory, properties):
+    """Without retry_dlq nothing would hold the message back: refusing beats ignoring the delay."""
+    async with broker_factory() as broker:
+        result = await broker.put(MessageBatch([Message("T", b"later", properties=properties)]))
+        assert result.status is PutStatus.SERVICE_NOT_AVAILABLE
+        assert "delayed delivery is not enabled" in result.remark and "retry_dlq" in result.remark
+        plain = await broker.put(MessageBatch([Message("T", b"now", properties={"DELAY": "0"})]))
+        assert plain.status is PutStatus.PUT_OK
