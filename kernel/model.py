@@ -31,6 +31,8 @@ PROPERTY_RECONSUME_TIME = "RECONSUME_TIME"
 PROPERTY_MAX_RECONSUME_TIMES = "MAX_RECONSUME_TIMES"
 PROPERTY_TIMER_DELIVER_MS = "TIMER_DELIVER_MS"
 PROPERTY_TIMER_DELAY_MS = "TIMER_DELAY_MS"
+PROPERTY_TIMER_OUT_MS = "TIMER_OUT_MS"
+"""The absolute delivery time (ms) a delay plugin computed for a parked message."""
 SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
 """Where a delay plugin parks delayed messages until they are due (RocketMQ's name)."""
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -76,3 +77,12 @@ class JsonStateFile:
     async def write(self, data: Any) -> None:
         async with self._lock:
             await trio.to_thread.run_sync(write_json_atomic, self.path, data)
+
+
+_UNQUOTED_KEY = re.compile(r"([{,])\s*(-?\d+)\s*:")
+
+
+def lenient_json_keys(text: str) -> str:
+    """Quote fastjson's unquoted integer map keys (``{0:12}``), as found in RocketMQ's own
+    ``consumerOffset.json`` and ``delayOffset.json``, so a file copied from a Java broker loads."""
+    return _UNQUOTED_KEY.sub(r'\1"\2":', text)

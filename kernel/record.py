@@ -27,7 +27,9 @@ from kernel.errors import CorruptRecord
 from kernel.model import (
     PROPERTY_KEYS,
     PROPERTY_TAGS,
+    PROPERTY_TIMER_OUT_MS,
     PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX,
+    SCHEDULE_TOPIC,
     SYSFLAG_BORNHOST_V6,
     SYSFLAG_STOREHOST_V6,
     DispatchRecord,
@@ -240,6 +242,15 @@ def check_record(
     return check_header(buffer, offset, limit, check_crc)[0]
 
 
+def _schedule_time(props: dict[str, str]) -> int:
+    """In the schedule topic the consume-queue tag field holds the delivery time (ms), as in
+    RocketMQ, so a scheduler finds due messages without reading the log."""
+    try:
+        return int(props.get(PROPERTY_TIMER_OUT_MS, "0"))
+    except ValueError:
+        return 0
+
+
 def decode_dispatch(buffer: bytes | bytearray | memoryview, offset: int) -> DispatchRecord:
     """Decode what derived views need from a record already checked by :func:`check_record`."""
     (size, _, _, queue_id, _, queue_offset, physical_offset, sys_flag, _, _, _, store_ts, _, _, _,
@@ -256,7 +267,7 @@ def decode_dispatch(buffer: bytes | bytearray | memoryview, offset: int) -> Disp
         queue_offset=queue_offset,
         physical_offset=physical_offset,
         size=size,
-        tags_code=tags_code(props.get(PROPERTY_TAGS)),
+        tags_code=_schedule_time(props) if topic == SCHEDULE_TOPIC else tags_code(props.get(PROPERTY_TAGS)),
         store_timestamp=store_ts,
         sys_flag=sys_flag,
         keys=props.get(PROPERTY_KEYS, ""),

@@ -6,15 +6,12 @@ every commit, so they are written periodically and at shutdown, not per commit.
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 from typing import Any
 
 import attrs
 
-from kernel.persist import JsonStateFile, read_json_with_backup
-
-_UNQUOTED_KEY = re.compile(r"([{,])\s*(-?\d+)\s*:")
+from kernel.persist import JsonStateFile, lenient_json_keys, read_json_with_backup
 
 
 def _key(topic: str, group: str) -> str:
@@ -79,9 +76,3 @@ class ConsumerOffsetManager:
         except BaseException:
             self.dirty = True
             raise
-
-
-def lenient_json_keys(text: str) -> str:
-    """Quote fastjson's unquoted integer map keys (``{0:12}``), as found in RocketMQ's own
-    ``consumerOffset.json``, so a file copied from a Java broker loads."""
-    return _UNQUOTED_KEY.sub(r'\1"\2":', text)

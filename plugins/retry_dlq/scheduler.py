@@ -1,0 +1,168 @@
+"""The scheduler: one task per delay level moves due messages from ``SCHEDULE_TOPIC_XXXX`` queue
+``level - 1`` to their real topic, in order (RocketMQ's ``ScheduleMessageService``).
+
+A level's queue is FIFO by delivery time (every message of a level waits the same delay), so a
+task only looks at the head: due entries (tag field = delivery time) are delivered in batches,
+then it sleeps until the head is due or ``poll_interval`` passes.
+
+Progress (the next schedule-queue offset per level) lives in ``config/delayOffset.json``,
+written every ``progress_persist_interval`` and at shutdown, and corrected at start against the
+queue's real range. A crash between a delivery and the next progress write delivers those
+messages again after restart: duplicates, never losses.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from pathlib import Path
+from typing import Any
+
+import attrs
+import trio
+
+from kernel import record
+from kernel.context import BrokerRuntime
+from kernel.model import SCHEDULE_TOPIC, MessageBatch, PutStatus
+from kernel.persist import JsonStateFile, lenient_json_keys, read_json_with_backup
+from plugins.retry_dlq.config import RetryDlqConfig
+from plugins.retry_dlq.parking import unpark
+
+log = logging.getLogger(__name__)
+
+RETRY_AFTER_FAILURE = 1.0
+
+
+@attrs.frozen
+class LevelProgress:
+    level: int
+    delay: float
+    """Seconds."""
+    next_offset: int
+    """Next schedule-queue offset to deliver."""
+    pending: int
+    """Messages parked and not yet delivered."""
+    delivered: int
+    """Delivered since start."""
+
+
+@attrs.define(eq=False)
+class DelayScheduler:
+    """See the module docstring."""
+
+    runtime: BrokerRuntime
+    levels: tuple[float, ...]
+    config: RetryDlqConfig
+    path: Path
+    offsets: dict[int, int] = attrs.field(factory=dict)
+    _delivered: dict[int, int] = attrs.field(factory=dict, init=False)
+    _file: JsonStateFile = attrs.field(init=False)
+
+    def __attrs_post_init__(self) -> None:
+        self._file = JsonStateFile(self.path)
+
+    def load(self) -> None:
+        """Read ``delayOffset.json`` (fastjson's unquoted keys accepted) and clamp each level's
+        offset to its queue's range."""
+        data = read_json_with_backup(self.path, preprocess=lenient_json_keys) or {}
+        table = data.get("offsetTable", {})
+        store = self.runtime.store
+        for level in range(1, len(self.levels) + 1):
+            saved = int(table.get(str(level), 0))
+            low = store.min_queue_offset(SCHEDULE_TOPIC, level - 1)
+            high = store.max_queue_offset(SCHEDULE_TOPIC, level - 1)
+            corrected = min(max(saved, low), high)
+            if corrected != saved:
+                log.warning(
+                    "delay level %d: saved offset %d is outside [%d, %d]; using %d",
+                    level,
+                    saved,
+                    low,
+                    high,
+                    corrected,
+                )
+            self.offsets[level] = corrected
+
+    async def run(self, *, task_status: trio.TaskStatus[Any] = trio.TASK_STATUS_IGNORED) -> None:
+        """Deliver until cancelled; progress is persisted periodically and, shielded, at the end."""
+        self.load()
+        try:
+            async with trio.open_nursery() as nursery:
+                for level in self.offsets:
+                    nursery.start_soon(self._deliver_level, level)
+                nursery.start_soon(self._persist_periodically)
+                task_status.started()
+        finally:
+            with trio.CancelScope(shield=True):
+                await self.persist()
+
+    async def persist(self) -> None:
+        await self._file.write({"offsetTable": {str(k): v for k, v in sorted(self.offsets.items())}})
+
+    async def _persist_periodically(self) -> None:
+        while True:
+            await trio.sleep(self.config.progress_persist_interval)
+            await self.persist()
+
+    async def _deliver_level(self, level: int) -> None:
+        store = self.runtime.store
+        queue_id = level - 1
+        while True:
+            offset = self.offsets[level]
+            entries = store.lookup(SCHEDULE_TOPIC, queue_id, offset, self.config.delivery_batch)
+            if entries and entries[0].queue_offset > offset:
+                offset = self.offsets[level] = entries[0].queue_offset  # retention moved the head
+            now = int(time.time() * 1000)
+            due = []
+            for entry in entries:
+                if entry.tags_code > now:
+                    break
+                due.append(entry)
+            if not due:
+                wait = self.config.poll_interval
+                if entries:
+                    wait = min(wait, max(0.0, (entries[0].tags_code - now) / 1000))
+                await trio.sleep(wait)
+                continue
+            if await self._deliver(due):
+                self.offsets[level] = due[-1].queue_offset + 1
+                self._delivered[level] = self._delivered.get(level, 0) + len(due)
+            else:
+                await trio.sleep(RETRY_AFTER_FAILURE)
+
+    async def _deliver(self, entries: list[Any]) -> bool:
+        """Put the messages of ``entries`` to their real topics; False to retry later."""
+        raw = await self.runtime.store.read_records(entries)
+        messages = [unpark(record.decode_record(data)) for data in raw]
+        result = await self.runtime.put(MessageBatch(messages))
+        if result.status.stored:
+            return True
+        if result.status in (PutStatus.SERVICE_NOT_AVAILABLE, PutStatus.OS_PAGE_CACHE_BUSY):
+            log.warning("scheduled delivery waits: %s %s", result.status.value, result.remark)
+            return False
+        # Refused for good (e.g. a topic made illegal since): deliver the others one by one.
+        for message in messages:
+            single = await self.runtime.put(MessageBatch([message]))
+            if not single.status.stored:
+                log.error(
+                    "scheduled message for %s dropped after %s: %s",
+                    message.topic,
+                    single.status.value,
+                    single.remark,
+                )
+        return True
+
+    def progress(self) -> list[LevelProgress]:
+        store = self.runtime.store
+        out = []
+        for level, offset in sorted(self.offsets.items()):
+            high = store.max_queue_offset(SCHEDULE_TOPIC, level - 1)
+            out.append(
+                LevelProgress(
+                    level, self.levels[level - 1], offset, high - offset, self._delivered.get(level, 0)
+                )
+            )
+        return out
+
+    def statistics(self) -> list[LevelProgress]:
+        return self.progress()
