@@ -17,7 +17,14 @@ import time
 
 from kernel import ConfigSection, Phase, Redelivery, ServiceSpec, hookimpl
 from kernel.context import BrokerContext, BrokerRuntime, StashKey
-from kernel.model import DispatchRecord, MessageBatch, Rejection
+from kernel.model import (
+    PROPERTY_TIMER_DELAY_MS,
+    PROPERTY_TIMER_DELIVER_MS,
+    DispatchRecord,
+    MessageBatch,
+    PutStatus,
+    Rejection,
+)
 from plugins.retry_dlq.config import RetryDlqConfig
 from plugins.retry_dlq.parking import park
 from plugins.retry_dlq.scheduler import DelayScheduler
@@ -39,6 +46,13 @@ def trocket_before_append(batch: MessageBatch, ctx: BrokerContext) -> Rejection 
     levels = ctx.broker.message_delay_level
     now_ms = 0
     for message in batch.messages:
+        if PROPERTY_TIMER_DELIVER_MS in message.properties or PROPERTY_TIMER_DELAY_MS in message.properties:
+            # Not built yet: refuse clearly rather than deliver at the wrong time.
+            return Rejection(
+                PutStatus.SERVICE_NOT_AVAILABLE,
+                "arbitrary-time delays (TIMER_DELIVER_MS / TIMER_DELAY_MS) are not supported by "
+                "this broker yet; use a delay level (DELAY)",
+            )
         if message.delay_level > 0:
             now_ms = now_ms or int(time.time() * 1000)
             park(message, levels, now_ms)
