@@ -206,33 +206,17 @@ def check_header(
         # A slice copy is cheaper than exporting a memoryview per call; bodies are <= 4 MiB.
         if zlib.crc32(buffer[offset + HEADER_SIZE : topic_at]) & 0x7FFFFFFF != fields[2]:
             raise CorruptRecord(offset, "body CRC mismatch")
-        # The CRC does not cover topic and properties; see _check_topic_and_properties. Inline
-        # here (one call per record matters to recovery); memoryviews take the helper.
-        if isinstance(buffer, memoryview):
-            _check_topic_and_properties(buffer, offset, topic_at, props_at, offset + size)
-        elif (
+        # The CRC does not cover topic and properties. After a power loss the page holding
+        # them may never have reached the disk while the body did: they read as zeros, and a
+        # NUL is never valid in either (refused at put). Searched in place, no copy.
+        find = buffer.tobytes().find if isinstance(buffer, memoryview) else buffer.find
+        if (
             props_at == topic_at + 1
-            or buffer.find(b"\0", topic_at + 1, props_at) >= 0
-            or buffer.find(b"\0", props_at + 2, offset + size) >= 0
+            or find(b"\0", topic_at + 1, props_at) >= 0
+            or find(b"\0", props_at + 2, offset + size) >= 0
         ):
             raise CorruptRecord(offset, "topic or properties contain NUL bytes (a torn write?)")
     return fields
-
-
-def _check_topic_and_properties(
-    buffer: bytes | bytearray | memoryview, offset: int, topic_at: int, props_at: int, end: int
-) -> None:
-    """The body CRC does not cover the topic and properties. After a power loss the page
-    holding them may never have reached the disk while the body did: such a record reads as
-    zeros there, and a NUL byte is never valid in a topic or a property (refused at put).
-    Searched in place (no copy): recovery runs this for every record."""
-    find = buffer.tobytes().find if isinstance(buffer, memoryview) else buffer.find
-    if (
-        props_at == topic_at + 1
-        or find(b"\0", topic_at + 1, props_at) >= 0
-        or find(b"\0", props_at + 2, end) >= 0
-    ):
-        raise CorruptRecord(offset, "topic or properties contain NUL bytes (a torn write?)")
 
 
 def check_record(

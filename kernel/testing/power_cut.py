@@ -234,9 +234,10 @@ class PowerCutRun:
             self._read(left)
         self._check_alive()
 
-    def cut(self, copy: Path) -> tuple[LoopImage, list[Ack], int, int]:
-        """Stop the writer wherever it is, copy the image, let it continue. Returns the copy,
-        the acknowledgements printed before the cut, the flushed bound and the cut time."""
+    def cut(self, copy: Path, *, resume: bool = True) -> tuple[LoopImage, list[Ack], int, int]:
+        """Stop the writer wherever it is, copy the image, let it continue (unless ``resume`` is
+        false: then call :meth:`resume`). Returns the copy, the acknowledgements printed before
+        the cut, the flushed bound and the cut time."""
         assert self._process is not None and self._image is not None
         self._check_alive()
         os.kill(self._process.pid, signal.SIGSTOP)
@@ -244,8 +245,11 @@ class PowerCutRun:
             cut_at = int(time.time() * 1000)
             self._drain()
             image = self._image.copy_to(copy)
-        finally:
-            os.kill(self._process.pid, signal.SIGCONT)
+        except BaseException:
+            self.resume()
+            raise
+        if resume:
+            self.resume()
         self._cuts += 1
         return image, list(self.acks), self.flushed_bound, cut_at
 
@@ -255,16 +259,18 @@ class PowerCutRun:
         self.run_for(random.uniform(min_run, max_run))
         number = self._cuts
         copy_path = self.workdir / f"cut-{number}.img"
-        image, acks, bound, cut_at = self.cut(copy_path)
-        assert self._process is not None
-        os.kill(self._process.pid, signal.SIGSTOP)
+        image, acks, bound, cut_at = self.cut(copy_path, resume=False)
         try:
             with image.mounted(self.workdir / f"cut-{number}") as mountpoint:
                 result = trio.run(self._verify, number, mountpoint / "store", acks, bound, cut_at)
         finally:
-            os.kill(self._process.pid, signal.SIGCONT)
+            self.resume()
             copy_path.unlink(missing_ok=True)
         return result
+
+    def resume(self) -> None:
+        assert self._process is not None
+        os.kill(self._process.pid, signal.SIGCONT)
 
     async def _verify(
         self, number: int, data_dir: Path, acks: list[Ack], bound: int, cut_at: int
