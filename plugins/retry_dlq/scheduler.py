@@ -163,6 +163,3 @@ class DelayScheduler:
                 )
             )
         return out
-
-    def statistics(self) -> list[LevelProgress]:
-        return self.progress()

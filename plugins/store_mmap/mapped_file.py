@@ -147,7 +147,7 @@ class MappedFile:
         return self._staged_at, taken, self.wrote
 
     def commit_blocking(self, position: int, data: bytearray) -> None:
-        """Write staged bytes into the file (worker thread); ``end_committed`` follows on the
+        """Write staged bytes into the file (worker thread); :meth:`end_commit` follows on the
         event loop once this returned.
 
         :raises OSError: naming the file; nothing counts as committed.
