@@ -15,7 +15,7 @@ Each spec ends with a trailer: *Firstresult*, *Colour* and *Since*.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING
 
 import pluggy
@@ -297,6 +297,23 @@ def trocket_broker_stopping(ctx: BrokerContext, reason: str) -> None:
     """
 
 
+@hookspec
+def trocket_runtime_figures(ctx: BrokerContext) -> Mapping[str, str]:
+    """Figures a plugin adds to the broker's runtime info (``GET_BROKER_RUNTIME_INFO``, shown by
+    ``trocket admin brokerStatus``), for example a scheduler's progress.
+
+    Use RocketMQ's key names where one exists (``scheduleMessageOffset_<level>``), so tools
+    written for RocketMQ read them; keys must not clash with the broker's own.
+
+    :param ctx: the broker context.
+    :returns: key to value, both strings.
+
+    Firstresult: no; the mappings are merged.
+    Colour: sync; called per request; cheap reads only.
+    Since: 0.1
+    """
+
+
 # --------------------------------------------------------------------------------------------
 # Retry / delay / dead letter
 # --------------------------------------------------------------------------------------------
@@ -308,13 +325,15 @@ def trocket_redelivery_decision(
 ) -> Redelivery | None:
     """Decide what happens to a message a consumer group sent back.
 
-    ``retry_dlq`` registers the default (RocketMQ's schedule: delay level ``3 + attempt``,
-    dead letter at ``max_attempts``) with ``trylast=True``; register ``tryfirst=True`` to
-    override it for some groups and return ``None`` for the rest.
+    ``retry_dlq`` registers the default (RocketMQ's schedule: delay level ``3 + reconsumeTimes``,
+    dead letter once ``attempt`` exceeds ``max_attempts``) with ``trylast=True``; register
+    ``tryfirst=True`` to override it for some groups and return ``None`` for the rest. The
+    network layer decides dead letter itself beyond ``max_attempts`` or when the client asks
+    for it (delay level < 0), as RocketMQ does.
 
     :param message: the message being sent back.
     :param group: the consumer group.
-    :param attempt: how many times it was consumed before (RocketMQ's reconsume times).
+    :param attempt: failed consumptions including this one (RocketMQ's reconsume times + 1).
     :param max_attempts: the group's ``maxReconsumeTimes``.
     :param ctx: the broker context.
     :returns: :class:`~kernel.model.Redelivery`, or ``None`` to defer.

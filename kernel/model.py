@@ -31,10 +31,17 @@ PROPERTY_RECONSUME_TIME = "RECONSUME_TIME"
 PROPERTY_MAX_RECONSUME_TIMES = "MAX_RECONSUME_TIMES"
 PROPERTY_TIMER_DELIVER_MS = "TIMER_DELIVER_MS"
 PROPERTY_TIMER_DELAY_MS = "TIMER_DELAY_MS"
+PROPERTY_TIMER_DELAY_SEC = "TIMER_DELAY_SEC"
+TIMER_PROPERTIES = (PROPERTY_TIMER_DELIVER_MS, PROPERTY_TIMER_DELAY_MS, PROPERTY_TIMER_DELAY_SEC)
+"""RocketMQ 5's ways to ask for an arbitrary delivery time: absolute ms, or a delay in ms or s."""
 PROPERTY_TIMER_OUT_MS = "TIMER_OUT_MS"
 """The absolute delivery time (ms) a delay plugin computed for a parked message."""
 SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
-"""Where a delay plugin parks delayed messages until they are due (RocketMQ's name)."""
+"""Where a delay plugin parks messages with a delay level until they are due (RocketMQ's name)."""
+TIMER_TOPIC = "rmq_sys_wheel_timer"
+"""Where a delay plugin parks messages with an arbitrary delivery time (RocketMQ 5's name)."""
+PARKING_TOPICS = frozenset({SCHEDULE_TOPIC, TIMER_TOPIC})
+"""Topics whose consume-queue tag field holds the delivery time (``TIMER_OUT_MS``), not a tag hash."""
 
 # sysFlag bits (RocketMQ's MessageSysFlag).
 SYSFLAG_COMPRESSED = 0x1
@@ -136,10 +143,10 @@ class Message(MessagePropertiesView):
 
     @property
     def wants_delay(self) -> bool:
-        """Whether the message asks for delayed delivery (a delay level, or RocketMQ 5's
-        absolute time / delay in milliseconds)."""
+        """Whether the message asks for delayed delivery (a delay level, or one of RocketMQ 5's
+        :data:`TIMER_PROPERTIES`)."""
         props = self.properties
-        return self.delay_level > 0 or PROPERTY_TIMER_DELIVER_MS in props or PROPERTY_TIMER_DELAY_MS in props
+        return self.delay_level > 0 or any(name in props for name in TIMER_PROPERTIES)
 
 
 @attrs.define

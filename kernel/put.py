@@ -17,7 +17,7 @@ from kernel.context import BrokerContext
 from kernel.errors import StoreNotWritable
 from kernel.model import (
     MAX_PROPERTIES_SIZE,
-    SCHEDULE_TOPIC,
+    PARKING_TOPICS,
     AppendResult,
     Durability,
     MessageBatch,
@@ -85,7 +85,7 @@ def _unscheduled_delay(batch: MessageBatch) -> Rejection | None:
     """A delayed message that no plugin parked in the schedule topic would be delivered at
     once: refuse it instead of silently ignoring the delay."""
     for message in batch.messages:
-        if message.topic != SCHEDULE_TOPIC and message.wants_delay:
+        if message.topic not in PARKING_TOPICS and message.wants_delay:
             return Rejection(
                 PutStatus.SERVICE_NOT_AVAILABLE,
                 "delayed delivery is not enabled on this broker: add the retry_dlq plugin to "

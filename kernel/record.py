@@ -25,11 +25,11 @@ import attrs
 
 from kernel.errors import CorruptRecord
 from kernel.model import (
+    PARKING_TOPICS,
     PROPERTY_KEYS,
     PROPERTY_TAGS,
     PROPERTY_TIMER_OUT_MS,
     PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX,
-    SCHEDULE_TOPIC,
     SYSFLAG_BORNHOST_V6,
     SYSFLAG_STOREHOST_V6,
     DispatchRecord,
@@ -227,7 +227,7 @@ def check_record(
 
 
 def _schedule_time(props: dict[str, str]) -> int:
-    """In the schedule topic the consume-queue tag field holds the delivery time (ms), as in
+    """In the parking topics the consume-queue tag field holds the delivery time (ms), as in
     RocketMQ, so a scheduler finds due messages without reading the log."""
     try:
         return int(props.get(PROPERTY_TIMER_OUT_MS, "0"))
@@ -251,7 +251,7 @@ def decode_dispatch(buffer: bytes | bytearray | memoryview, offset: int) -> Disp
         queue_offset=queue_offset,
         physical_offset=physical_offset,
         size=size,
-        tags_code=_schedule_time(props) if topic == SCHEDULE_TOPIC else tags_code(props.get(PROPERTY_TAGS)),
+        tags_code=_schedule_time(props) if topic in PARKING_TOPICS else tags_code(props.get(PROPERTY_TAGS)),
         store_timestamp=store_ts,
         sys_flag=sys_flag,
         keys=props.get(PROPERTY_KEYS, ""),

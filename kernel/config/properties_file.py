@@ -36,6 +36,10 @@ def _millis(value: str) -> str:
     return f"{_integer(value)}ms"
 
 
+def _seconds(value: str) -> str:
+    return f"{_integer(value)}s"
+
+
 def _hours(value: str) -> str:
     return f"{_integer(value)}h"
 
@@ -130,6 +134,7 @@ MAPPINGS: dict[str, PropertyMapping] = {
     "flushConsumeQueueLeastPages": PropertyMapping(
         "store_mmap", "flush_consume_queue_least_pages", _integer, "pages"
     ),
+    "timerMaxDelaySec": PropertyMapping("retry_dlq", "timer_max_delay", _seconds, "seconds"),
     "syncFlushTimeout": PropertyMapping("flush_sync", "timeout", _millis, "milliseconds"),
     "haListenPort": PropertyMapping("ha", "listen_port", _integer, "a TCP port"),
     "brokerIP1": PropertyMapping("broker", "listen_host", _text, "the address clients reach"),

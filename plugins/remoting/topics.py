@@ -11,6 +11,7 @@ import attrs
 import trio
 
 from kernel.model import SCHEDULE_TOPIC as SCHEDULE_TOPIC  # re-exported: one name everywhere
+from kernel.model import TIMER_TOPIC
 from kernel.persist import JsonStateFile, read_json_with_backup
 
 PERM_PRIORITY, PERM_READ, PERM_WRITE, PERM_INHERIT = 8, 4, 2, 1
@@ -111,6 +112,7 @@ class TopicConfigManager:
         manager.version = DataVersion(int(version.get("counter", 0)), int(version.get("timestamp", 0)))
         system = [
             TopicConfig(SCHEDULE_TOPIC, 18, 18, PERM_READ | PERM_WRITE),
+            TopicConfig(TIMER_TOPIC, 1, 1, PERM_READ | PERM_WRITE),
             TopicConfig(cluster, 16, 16, PERM_READ | PERM_WRITE),
             TopicConfig(broker_name, 1, 1, PERM_READ | PERM_WRITE | PERM_INHERIT),
             TopicConfig("OFFSET_MOVED_EVENT", 1, 1, PERM_READ | PERM_WRITE),

@@ -1,9 +1,11 @@
 """retry_dlq: delay levels, scheduled delivery, consumer retries and dead-letter queues.
 
 - ``trocket_before_append``: a message with a delay level is parked in
-  ``SCHEDULE_TOPIC_XXXX`` (queue ``level - 1``, delivery time in the consume-queue tag field).
-- a SCHEDULING-phase service delivers due messages to their real topic, one task per level,
-  with progress in ``config/delayOffset.json``.
+  ``SCHEDULE_TOPIC_XXXX`` (queue ``level - 1``), one with an arbitrary time (``TIMER_DELIVER_MS``,
+  ``TIMER_DELAY_MS``, ``TIMER_DELAY_SEC``) in ``rmq_sys_wheel_timer``; the delivery time goes to
+  the consume-queue tag field.
+- two SCHEDULING-phase services deliver due messages to their real topic: one task per delay
+  level (progress in ``config/delayOffset.json``) and the timer (``config/timerProgress.json``).
 - ``trocket_redelivery_decision`` (``trylast``): RocketMQ's retry schedule for messages a
   consumer sent back: delay level ``3 + reconsumeTimes`` until ``maxReconsumeTimes``, then the
   dead-letter queue. A plugin registered ``tryfirst`` overrides it.
@@ -17,21 +19,17 @@ import time
 
 from kernel import ConfigSection, Phase, Redelivery, ServiceSpec, hookimpl
 from kernel.context import BrokerContext, BrokerRuntime, StashKey
-from kernel.model import (
-    PROPERTY_TIMER_DELAY_MS,
-    PROPERTY_TIMER_DELIVER_MS,
-    DispatchRecord,
-    MessageBatch,
-    PutStatus,
-    Rejection,
-)
+from kernel.model import DispatchRecord, MessageBatch, PutStatus, Rejection
+from kernel.units import format_duration
 from plugins.retry_dlq.config import RetryDlqConfig
-from plugins.retry_dlq.parking import park
+from plugins.retry_dlq.parking import IllegalDelay, park, park_timer, timer_delivery_ms
 from plugins.retry_dlq.scheduler import DelayScheduler
+from plugins.retry_dlq.timer import TimerScheduler
 
-__all__ = ["SCHEDULER", "DelayScheduler", "RetryDlqConfig"]
+__all__ = ["SCHEDULER", "TIMER", "DelayScheduler", "RetryDlqConfig", "TimerScheduler"]
 
 SCHEDULER = StashKey[DelayScheduler]("retry_dlq.scheduler")
+TIMER = StashKey[TimerScheduler]("retry_dlq.timer")
 RETRY_BASE_LEVEL = 3
 """Retries start at level 3 (10 s with the default levels): RocketMQ's ``3 + reconsumeTimes``."""
 
@@ -43,25 +41,25 @@ def trocket_config_sections() -> list[ConfigSection]:
 
 @hookimpl
 def trocket_before_append(batch: MessageBatch, ctx: BrokerContext) -> Rejection | None:
+    """Park every delayed message of the batch; one illegal delay refuses the whole batch."""
     levels = ctx.broker.message_delay_level
-    now_ms = 0
+    max_delay = ctx.plugin_config(RetryDlqConfig).timer_max_delay
+    now_ms = int(time.time() * 1000)
     for message in batch.messages:
-        if PROPERTY_TIMER_DELIVER_MS in message.properties or PROPERTY_TIMER_DELAY_MS in message.properties:
-            # Not built yet: refuse clearly rather than deliver at the wrong time.
-            return Rejection(
-                PutStatus.SERVICE_NOT_AVAILABLE,
-                "arbitrary-time delays (TIMER_DELIVER_MS / TIMER_DELAY_MS) are not supported by "
-                "this broker yet; use a delay level (DELAY)",
-            )
-        if message.delay_level > 0:
-            now_ms = now_ms or int(time.time() * 1000)
+        try:
+            deliver_ms = timer_delivery_ms(message, now_ms, max_delay)
+        except IllegalDelay as error:
+            return Rejection(PutStatus.MESSAGE_ILLEGAL, str(error))
+        if deliver_ms is not None:
+            park_timer(message, deliver_ms, now_ms)
+        elif message.delay_level > 0:
             park(message, levels, now_ms)
     return None
 
 
 @hookimpl
 def trocket_register_services(ctx: BrokerContext) -> list[ServiceSpec]:
-    def make(runtime: BrokerRuntime) -> DelayScheduler:
+    def make_scheduler(runtime: BrokerRuntime) -> DelayScheduler:
         scheduler = DelayScheduler(
             runtime,
             runtime.ctx.broker.message_delay_level,
@@ -71,7 +69,37 @@ def trocket_register_services(ctx: BrokerContext) -> list[ServiceSpec]:
         runtime.ctx.stash[SCHEDULER] = scheduler
         return scheduler
 
-    return [ServiceSpec("retry_dlq.scheduler", Phase.SCHEDULING, make)]
+    def make_timer(runtime: BrokerRuntime) -> TimerScheduler:
+        timer = TimerScheduler(
+            runtime,
+            runtime.ctx.plugin_config(RetryDlqConfig),
+            runtime.ctx.data_dir / "config" / "timerProgress.json",
+        )
+        runtime.ctx.stash[TIMER] = timer
+        return timer
+
+    return [
+        ServiceSpec("retry_dlq.scheduler", Phase.SCHEDULING, make_scheduler),
+        ServiceSpec("retry_dlq.timer", Phase.SCHEDULING, make_timer),
+    ]
+
+
+@hookimpl
+def trocket_runtime_figures(ctx: BrokerContext) -> dict[str, str]:
+    """RocketMQ's ``scheduleMessageOffset_<level>`` (``next,max``) per level, the levels, and
+    the timer's figures (``timerPending``, ``timerNextDeliverMs``, ``timerOffsetBehind``)."""
+    levels = ctx.broker.message_delay_level
+    figures = {"messageDelayLevel": " ".join(format_duration(delay) for delay in levels)}
+    if (scheduler := ctx.stash.get(SCHEDULER, None)) is not None:
+        for level in scheduler.progress():
+            figures[f"scheduleMessageOffset_{level.level}"] = f"{level.next_offset},{level.max_offset}"
+    if (timer := ctx.stash.get(TIMER, None)) is not None:
+        progress = timer.progress()
+        figures["timerPending"] = str(progress.pending)
+        figures["timerNextDeliverMs"] = str(progress.next_deliver_ms or 0)
+        figures["timerOffsetBehind"] = str(progress.max_offset - progress.enqueue_offset)
+        figures["timerDelivered"] = str(progress.delivered)
+    return figures
 
 
 @hookimpl(trylast=True)

@@ -16,3 +16,7 @@ class RetryDlqConfig:
     """How often an idle level looks for newly parked messages (RocketMQ polls every 100 ms)."""
     delivery_batch: int = fields.integer(256, minimum=1)
     """Due messages moved to their real topic per put."""
+    timer_max_delay: float = fields.duration("3d")
+    """The furthest ahead a ``TIMER_DELIVER_MS`` / ``TIMER_DELAY_MS`` message may be due
+    (RocketMQ 5's ``timerMaxDelaySec``); later ones are refused with MESSAGE_ILLEGAL. Keep it
+    below ``[store_mmap] file_reserved_time`` so a parked message outlives retention."""

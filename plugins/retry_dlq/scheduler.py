@@ -21,16 +21,13 @@ from typing import Any
 import attrs
 import trio
 
-from kernel import record
 from kernel.context import BrokerRuntime
-from kernel.model import SCHEDULE_TOPIC, MessageBatch, PutStatus
+from kernel.model import SCHEDULE_TOPIC
 from kernel.persist import JsonStateFile, lenient_json_keys, read_json_with_backup
 from plugins.retry_dlq.config import RetryDlqConfig
-from plugins.retry_dlq.parking import unpark
+from plugins.retry_dlq.delivery import RETRY_AFTER_FAILURE, deliver_parked
 
 log = logging.getLogger(__name__)
-
-RETRY_AFTER_FAILURE = 1.0
 
 
 @attrs.frozen
@@ -40,6 +37,8 @@ class LevelProgress:
     """Seconds."""
     next_offset: int
     """Next schedule-queue offset to deliver."""
+    max_offset: int
+    """One past the last parked message."""
     pending: int
     """Messages parked and not yet delivered."""
     delivered: int
@@ -124,33 +123,11 @@ class DelayScheduler:
                     wait = min(wait, max(0.0, (entries[0].tags_code - now) / 1000))
                 await trio.sleep(wait)
                 continue
-            if await self._deliver(due):
+            if await deliver_parked(self.runtime, due):
                 self.offsets[level] = due[-1].queue_offset + 1
                 self._delivered[level] = self._delivered.get(level, 0) + len(due)
             else:
                 await trio.sleep(RETRY_AFTER_FAILURE)
-
-    async def _deliver(self, entries: list[Any]) -> bool:
-        """Put the messages of ``entries`` to their real topics; False to retry later."""
-        raw = await self.runtime.store.read_records(entries)
-        messages = [unpark(record.decode_record(data)) for data in raw]
-        result = await self.runtime.put(MessageBatch(messages))
-        if result.status.stored:
-            return True
-        if result.status in (PutStatus.SERVICE_NOT_AVAILABLE, PutStatus.OS_PAGE_CACHE_BUSY):
-            log.warning("scheduled delivery waits: %s %s", result.status.value, result.remark)
-            return False
-        # Refused for good (e.g. a topic made illegal since): deliver the others one by one.
-        for message in messages:
-            single = await self.runtime.put(MessageBatch([message]))
-            if not single.status.stored:
-                log.error(
-                    "scheduled message for %s dropped after %s: %s",
-                    message.topic,
-                    single.status.value,
-                    single.remark,
-                )
-        return True
 
     def progress(self) -> list[LevelProgress]:
         store = self.runtime.store
@@ -159,7 +136,7 @@ class DelayScheduler:
             high = store.max_queue_offset(SCHEDULE_TOPIC, level - 1)
             out.append(
                 LevelProgress(
-                    level, self.levels[level - 1], offset, high - offset, self._delivered.get(level, 0)
+                    level, self.levels[level - 1], offset, high, high - offset, self._delivered.get(level, 0)
                 )
             )
         return out

@@ -7,6 +7,7 @@ RocketMQ admin tool does, so it works against Trocket and RocketMQ brokers alike
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
@@ -15,6 +16,7 @@ import attrs
 
 from kernel import record
 from kernel.errors import RemotingError, TrocketError
+from kernel.model import Message, encode_properties
 from kernel.record import StoredMessage
 from kernel.remoting import RemotingClient, RemotingCommand, RequestCode, ResponseCode, code_name
 from kernel.remoting.admin_json import loads as loads_admin_json
@@ -23,6 +25,14 @@ from kernel.remoting.admin_json import split_queue_key
 TIMEOUT = 5.0
 TOOLS_CONSUMER = "TOOLS_CONSUMER"
 """The group mqadmin uses for its one-off pulls (no offsets are committed)."""
+_PULL_ANSWERS = (
+    0,
+    ResponseCode.PULL_NOT_FOUND,
+    ResponseCode.PULL_RETRY_IMMEDIATELY,
+    ResponseCode.PULL_OFFSET_MOVED,
+)
+TOOLS_PRODUCER = "TOOLS_PRODUCER"
+"""The producer group of messages the tools send (a resent dead letter)."""
 
 
 class AdminError(TrocketError):
@@ -217,24 +227,54 @@ class AdminClient:
         ]
         if not addresses or addresses[0] is None:
             raise AdminError(f"broker {broker_name!r} does not serve topic {topic!r}")
+        messages, _ = await self.pull(addresses[0], topic, queue_id, offset, 1)
+        return messages[0] if messages else None
+
+    async def pull(
+        self, address: str, topic: str, queue_id: int, offset: int, max_nums: int
+    ) -> tuple[list[StoredMessage], int]:
+        """Messages from ``offset`` on, as the tools' group (no offset is committed), and the
+        offset to pull from next."""
         response = await self.call(
-            addresses[0],
+            address,
             RequestCode.PULL_MESSAGE,
             {
                 "consumerGroup": TOOLS_CONSUMER,
                 "topic": topic,
                 "queueId": queue_id,
                 "queueOffset": offset,
-                "maxMsgNums": 1,
+                "maxMsgNums": max_nums,
                 "sysFlag": 4,
                 "commitOffset": 0,
                 "suspendTimeoutMillis": 0,
                 "subscription": "*",
                 "subVersion": 0,
             },
-            ok=(0, 19, 20, 21),
+            ok=_PULL_ANSWERS,
         )
-        return record.decode_records(response.body)[0] if response.code == 0 and response.body else None
+        next_offset = int(response.ext.get("nextBeginOffset", offset))
+        if response.code != 0 or not response.body:
+            return [], next_offset
+        return record.decode_records(response.body), next_offset
+
+    async def send(self, address: str, message: Message, *, producer_group: str = TOOLS_PRODUCER) -> str:
+        """Send one message to a broker (SEND_MESSAGE) and return its offset message id."""
+        header = {
+            "producerGroup": producer_group,
+            "topic": message.topic,
+            "defaultTopic": "TBW102",
+            "defaultTopicQueueNums": 4,
+            "queueId": message.queue_id,
+            "sysFlag": message.sys_flag,
+            "bornTimestamp": int(time.time() * 1000),
+            "flag": message.flag,
+            "properties": encode_properties(message.properties).decode(),
+            "reconsumeTimes": message.reconsume_times,
+            "unitMode": False,
+            "batch": False,
+        }
+        response = await self.call(address, RequestCode.SEND_MESSAGE, header, message.body)
+        return str(response.ext.get("msgId", ""))
 
     # --- consumers --------------------------------------------------------------------------
 

@@ -15,6 +15,7 @@ from typing import Any
 import trio
 
 from kernel.record import StoredMessage
+from trocket.admin import retries
 from trocket.admin.client import AdminClient, AdminError
 
 Command = Callable[[AdminClient, argparse.Namespace], Awaitable[Any]]
@@ -108,6 +109,23 @@ def add_parsers(sub: Any) -> None:
     p.add_argument("-q", "--retryQueueNums", type=int, default=1)
     p.add_argument("-r", "--retryMaxTimes", type=int, default=16)
     p.add_argument("-a", "--notifyConsumerIdsChanged", type=_bool, default=True)
+
+    p = command(
+        "queryDlqMsg", "dead-lettered messages of a consumer group (%DLQ%<group>)", query_dlq, _print_messages
+    )
+    p.add_argument("-g", "--consumerGroup", required=True)
+    p.add_argument("-m", "--maxNum", type=int, default=64, help="at most this many messages")
+
+    p = command(
+        "resendDlqMsg", "send a dead-lettered message back to its original topic", resend_dlq, _print_table
+    )
+    p.add_argument("-g", "--consumerGroup", required=True)
+    p.add_argument("-i", "--msgId", required=True, help="the dead letter's offset message id")
+
+    p = command(
+        "scheduleProgress", "delayed-delivery progress per delay level and timer", schedule, _print_table
+    )
+    p.add_argument("-b", "--brokerAddr", help="one broker ip:port (default: every master)")
 
     p = command("wipeWritePerm", "stop producers from writing to a broker", wipe_write_perm, _print_lines)
     p.add_argument("-b", "--brokerName", required=True)
@@ -305,6 +323,22 @@ async def update_sub_group(client: AdminClient, args: argparse.Namespace) -> lis
     for address in targets:
         await client.update_sub_group(address, config)
     return [f"create subscription group to {address} success." for address in targets]
+
+
+async def query_dlq(client: AdminClient, args: argparse.Namespace) -> list[StoredMessage]:
+    found = await retries.dlq_messages(client, args.consumerGroup, max_num=args.maxNum)
+    if not found:
+        raise AdminError(f"the dead-letter queue of {args.consumerGroup!r} is empty")
+    return found
+
+
+async def resend_dlq(client: AdminClient, args: argparse.Namespace) -> list[dict[str, Any]]:
+    return [await retries.resend_dlq_message(client, args.consumerGroup, args.msgId)]
+
+
+async def schedule(client: AdminClient, args: argparse.Namespace) -> list[dict[str, Any]]:
+    addresses = [args.brokerAddr] if args.brokerAddr else list((await client.master_addrs()).values())
+    return await retries.schedule_progress(client, addresses)
 
 
 async def wipe_write_perm(client: AdminClient, args: argparse.Namespace) -> list[str]:

@@ -132,6 +132,9 @@ async def runtime_info(
         "uptimeSeconds": int(trio.current_time() - net.started_at),
         "bootTimestamp": net.boot_timestamp,
     }
+    for figures in runtime.ctx.hook.trocket_runtime_figures(ctx=runtime.ctx):
+        for key, value in figures.items():
+            table.setdefault(key, value)  # the broker's own figures win over a plugin's
     return request.response(body=_json({"table": {k: str(v) for k, v in table.items()}}))
 
 

@@ -79,11 +79,3 @@ def test_default_redelivery_schedule_is_level_three_plus_reconsume_times_then_dl
     assert decide(message=None, group="g", attempt=5, max_attempts=16, ctx=Ctx) == Redelivery.retry(7)
     assert decide(message=None, group="g", attempt=16, max_attempts=16, ctx=Ctx) == Redelivery.retry(18)
     assert decide(message=None, group="g", attempt=17, max_attempts=16, ctx=Ctx) == Redelivery.dead_letter()
-
-
-async def test_arbitrary_time_delays_are_refused_clearly_until_supported(broker_factory):
-    async with broker_factory(plugins=["retry_dlq"], broker=SHORT_LEVELS) as broker:
-        message = Message("Orders", b"x", properties={"TIMER_DELAY_MS": "5000"})
-        result = await broker.put(MessageBatch([message]))
-        assert result.status is PutStatus.SERVICE_NOT_AVAILABLE
-        assert "TIMER_DELIVER_MS" in result.remark and "not supported" in result.remark

@@ -1,0 +1,114 @@
+"""Admin views of consumer retries: a group's dead letters, resending one, and the scheduler's
+progress. Built on :class:`AdminClient` requests any RocketMQ broker answers (route, topic
+stats, pull, view by id, send, runtime info); the timer figures are Trocket's own."""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+from kernel.model import (
+    PROPERTY_DELAY_TIME_LEVEL,
+    PROPERTY_REAL_QUEUE_ID,
+    PROPERTY_REAL_TOPIC,
+    PROPERTY_RETRY_TOPIC,
+    PROPERTY_TIMER_OUT_MS,
+    Message,
+)
+from kernel.record import StoredMessage
+from trocket.admin.client import AdminClient, AdminError
+
+DLQ_PREFIX = "%DLQ%"
+PULL_BATCH = 32
+PERM_WRITE = 2
+_NOT_RESENT = (PROPERTY_RETRY_TOPIC, PROPERTY_DELAY_TIME_LEVEL, PROPERTY_REAL_TOPIC, PROPERTY_REAL_QUEUE_ID,
+               PROPERTY_TIMER_OUT_MS)  # fmt: skip
+"""Retry bookkeeping a resent message must not carry: it starts over in its original topic."""
+
+
+async def dlq_messages(client: AdminClient, group: str, *, max_num: int = 64) -> list[StoredMessage]:
+    """Up to ``max_num`` messages in ``%DLQ%<group>``, oldest first per queue."""
+    topic = DLQ_PREFIX + group
+    try:
+        queues = await client.topic_status(topic)
+    except AdminError as error:
+        raise AdminError(f"group {group!r} has no dead-letter queue yet ({error})") from None
+    route = await client.route(topic)
+    masters = {b["brokerName"]: b["brokerAddrs"].get("0") for b in route["brokerDatas"]}
+    found: list[StoredMessage] = []
+    for queue in queues:
+        address = masters.get(queue["brokerName"])
+        offset, end = queue["minOffset"], queue["maxOffset"]
+        while address and offset < end and len(found) < max_num:
+            messages, next_offset = await client.pull(
+                address, topic, queue["queueId"], offset, min(PULL_BATCH, max_num - len(found))
+            )
+            found += messages
+            if next_offset <= offset:
+                break
+            offset = next_offset
+    return found
+
+
+async def resend_dlq_message(client: AdminClient, group: str, msg_id: str) -> dict[str, Any]:
+    """Send the dead letter ``msg_id`` (its offset message id, as ``queryDlqMsg`` prints it)
+    back to its original topic, with reconsume times reset. The dead letter itself stays."""
+    dead = await client.view_message(msg_id)
+    if dead.topic != DLQ_PREFIX + group:
+        raise AdminError(f"message {msg_id} is in topic {dead.topic!r}, not {DLQ_PREFIX + group!r}")
+    original = dead.properties.get(PROPERTY_RETRY_TOPIC)
+    if not original:
+        raise AdminError(f"message {msg_id} does not say its original topic (no {PROPERTY_RETRY_TOPIC})")
+    address, queue_id = await _writable_queue(client, original)
+    properties = {k: v for k, v in dead.properties.items() if k not in _NOT_RESENT}
+    copy = Message(original, dead.body, queue_id, dead.flag, properties, dead.sys_flag)
+    new_id = await client.send(address, copy)
+    return {"msgId": msg_id, "topic": original, "queueId": queue_id, "newMsgId": new_id, "broker": address}
+
+
+async def _writable_queue(client: AdminClient, topic: str) -> tuple[str, int]:
+    route = await client.route(topic)
+    masters = {b["brokerName"]: b["brokerAddrs"].get("0") for b in route["brokerDatas"]}
+    choices = [
+        (masters[q["brokerName"]], q["writeQueueNums"])
+        for q in route["queueDatas"]
+        if q["perm"] & PERM_WRITE and q["writeQueueNums"] > 0 and masters.get(q["brokerName"])
+    ]
+    if not choices:
+        raise AdminError(f"topic {topic!r} has no writable queue on any live master")
+    address, queues = random.choice(choices)
+    return address, random.randrange(queues)
+
+
+async def schedule_progress(client: AdminClient, broker_addrs: list[str]) -> list[dict[str, Any]]:
+    """One row per delay level and one for the timer, per broker, from its runtime info."""
+    rows: list[dict[str, Any]] = []
+    for address in broker_addrs:
+        table = await client.broker_runtime_info(address)
+        if "messageDelayLevel" not in table:
+            raise AdminError(f"broker {address} does not schedule delayed messages (no retry_dlq plugin)")
+        delays = table["messageDelayLevel"].split()
+        for level, delay in enumerate(delays, start=1):
+            next_offset, max_offset = (int(x) for x in table[f"scheduleMessageOffset_{level}"].split(","))
+            rows.append(
+                {
+                    "broker": address,
+                    "level": str(level),
+                    "delay": delay,
+                    "nextOffset": next_offset,
+                    "maxOffset": max_offset,
+                    "pending": max_offset - next_offset,
+                }
+            )
+        if "timerPending" in table:
+            rows.append(
+                {
+                    "broker": address,
+                    "level": "timer",
+                    "delay": "any",
+                    "nextOffset": "",
+                    "maxOffset": "",
+                    "pending": int(table["timerPending"]),
+                }
+            )
+    return rows
