@@ -31,6 +31,7 @@ from kernel.model import (
     PROPERTY_TIMER_OUT_MS,
     PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX,
     SYSFLAG_BORNHOST_V6,
+    SYSFLAG_COMPRESSED,
     SYSFLAG_STOREHOST_V6,
     DispatchRecord,
     Message,
@@ -285,6 +286,17 @@ class StoredMessage(MessagePropertiesView):
     @property
     def offset_msg_id(self) -> str:
         return offset_msg_id(self.store_host, self.physical_offset)
+
+    @property
+    def payload(self) -> bytes:
+        """The body as the producer gave it: clients zlib-compress large bodies and set
+        sysFlag bit 0, and the broker stores them as they came.
+
+        :raises zlib.error: when a body flagged compressed does not inflate.
+        """
+        if self.sys_flag & SYSFLAG_COMPRESSED:
+            return zlib.decompress(self.body)
+        return self.body
 
 
 def decode_record(buffer: bytes | bytearray | memoryview, offset: int = 0) -> StoredMessage:

@@ -4,7 +4,10 @@ Run as a subprocess (the client is a native library with its own threads); print
 line per result so the test can check exactly what the official client saw.
 
     python cpp_client.py produce NAMESRV TOPIC COUNT
-    python cpp_client.py consume NAMESRV TOPIC GROUP EXPRESSION EXPECTED SECONDS [reconsume_first]
+    python cpp_client.py consume NAMESRV TOPIC GROUP EXPRESSION EXPECTED SECONDS [MODE]
+
+MODE ``reconsume_first`` fails each message once; ``always_fail`` fails every delivery and
+EXPECTED counts failures instead of distinct messages received.
 """
 
 from __future__ import annotations
@@ -77,15 +80,19 @@ def consume(
     consumer.set_namesrv_addr(namesrv)
     seen: list[dict] = []
     failed_once: set[str] = set()
+    rejected: list[str] = []
+    received: set[str] = set()
+    done = rejected if mode == "always_fail" else received  # distinct bodies: copies may repeat
 
     def on_message(_consumer, handle):  # raw callback: return a status code, never raise
         from rocketmq.client import RecvMessage
 
         message = RecvMessage(handle)
         body = _text(message.body)
-        if mode == "reconsume_first" and body not in failed_once:
+        if mode == "always_fail" or (mode == "reconsume_first" and body not in failed_once):
             failed_once.add(body)
-            emit({"kind": "rejected", "body": body})
+            rejected.append(body)
+            emit({"kind": "rejected", "body": body, "reconsume": message.reconsume_times})
             return _CConsumeStatus.RECONSUME_LATER.value
         seen.append(
             {
@@ -100,6 +107,7 @@ def consume(
                 "offset": message.queue_offset,
             }
         )
+        received.add(body)
         emit(seen[-1])
         return _CConsumeStatus.CONSUME_SUCCESS.value
 
@@ -110,7 +118,7 @@ def consume(
     consumer._register_callback(on_message)
     consumer.start()
     deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline and len(seen) < expected:
+    while time.monotonic() < deadline and len(done) < expected:
         time.sleep(0.1)
     time.sleep(1.0)  # anything arriving late (a duplicate) is still recorded
     consumer.shutdown()

@@ -10,6 +10,9 @@ from tests.interop.conftest import RunningBroker, run_client, start_broker
 TOPIC = "InteropTopic"
 COUNT = 20
 
+SHORT_DELAY_LEVELS = 'message_delay_level = "1s 1s 1s"'
+"""Retries use level 3 + reconsume times, clamped: one second each."""
+
 
 def test_official_producer_and_tag_filtered_push_consumer(running_broker: RunningBroker):
     sent = run_client("produce", running_broker.namesrv, TOPIC, str(COUNT))
@@ -78,9 +81,7 @@ def test_admin_commands_against_a_running_broker(running_broker: RunningBroker):
 
 
 def test_reconsume_later_comes_back_through_the_retry_topic(tmp_path):
-    broker = start_broker(
-        tmp_path, 'plugins = ["store_mmap", "flush_async", "remoting", "namesrv", "tests.interop.retry_now"]'
-    )
+    broker = start_broker(tmp_path, SHORT_DELAY_LEVELS)
     try:
         run_client("produce", broker.namesrv, "RetryTopic", "4")
         seen = run_client(
@@ -94,6 +95,28 @@ def test_reconsume_later_comes_back_through_the_retry_topic(tmp_path):
         # The 1.2 client sends back every message of a pulled batch after the first failure,
         # so the retry topic can hold more copies than there were rejections.
         assert sum(row["#Max Offset"] for row in retry) >= len(rejected)
+    finally:
+        broker.process.send_signal(signal.SIGTERM)
+        broker.process.wait(timeout=60)
+
+
+def test_always_failing_messages_end_in_the_dead_letter_queue(tmp_path):
+    broker = start_broker(tmp_path, SHORT_DELAY_LEVELS)
+    try:
+        broker.admin("updateTopic", "-b", broker.broker, "-t", "DlqTopic", "-r", "1", "-w", "1")
+        broker.admin("updateSubGroup", "-b", broker.broker, "-g", "CG_dlq", "-r", "2")
+        run_client("produce", broker.namesrv, "DlqTopic", "1")  # 6 messages: sync, oneway, 4 orderly
+        # The consumer fails everything for 15 s: three deliveries (retryMaxTimes 2) take ~4 s.
+        consume = ("consume", broker.namesrv, "DlqTopic", "CG_dlq", "*", "999", "15", "always_fail")
+        failures = run_client(*consume)
+        # The 1.2 client also sends back the rest of a pulled batch when one message fails, so
+        # the listener does not see every delivery; what it sees never exceeds the limit.
+        assert failures and {f["reconsume"] for f in failures} <= {0, 1, 2}, failures
+        assert any(f["reconsume"] == 2 for f in failures), "retries reached the listener"
+        dead = broker.admin_json("queryDlqMsg", "-g", "CG_dlq")
+        produced = {"x" * 5000 + "-0", "oneway", *(f"orderly-{i}" for i in range(4))}
+        assert {m["body"] for m in dead} == produced
+        assert all(m["reconsumeTimes"] == 3 and m["properties"]["RETRY_TOPIC"] == "DlqTopic" for m in dead)
     finally:
         broker.process.send_signal(signal.SIGTERM)
         broker.process.wait(timeout=60)

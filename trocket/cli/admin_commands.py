@@ -9,6 +9,7 @@ import argparse
 import datetime
 import json
 import sys
+import zlib
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
@@ -373,6 +374,10 @@ def _jsonable(value: Any) -> Any:
 
 
 def _message_json(m: StoredMessage) -> dict[str, Any]:
+    try:
+        body = m.payload
+    except zlib.error:
+        body = m.body  # flagged compressed but is not: show what is stored
     return {
         "offsetMsgId": m.offset_msg_id,
         "topic": m.topic,
@@ -389,8 +394,8 @@ def _message_json(m: StoredMessage) -> dict[str, Any]:
         "storeHost": f"{m.store_host[0]}:{m.store_host[1]}",
         "sysFlag": m.sys_flag,
         "properties": m.properties,
-        "bodySize": len(m.body),
-        "body": m.body.decode("utf-8", "replace"),
+        "bodySize": len(body),
+        "body": body.decode("utf-8", "replace"),
     }
 
 
