@@ -168,3 +168,18 @@ async def test_delayed_sends_without_the_plugin_are_refused(cluster_factory):
         for properties in ({"DELAY": "2"}, {"TIMER_DELAY_MS": "1000"}):
             refused = await cluster.call_raw(send_request("Later", b"x", properties=properties))
             assert refused.code != 0 and "retry_dlq" in refused.remark
+
+
+async def test_level_two_is_invisible_for_five_seconds_then_delivered_intact(cluster_factory):
+    """Default levels: level 2 is 5 s."""
+    async with cluster_factory(plugins=["retry_dlq"]) as cluster:
+        sent_at = trio.current_time()
+        request = send_request("Later", b"in five", tags="TagL", keys="K-5", properties={"DELAY": "2"})
+        assert (await cluster.call_raw(request)).code == 0
+        await trio.sleep(4.0)
+        early = await cluster.call_raw(pull_request("Later", 0, 0))
+        assert early.code != 0, "nothing is visible before 5 s"
+        message = await _pull_one(cluster, "Later", 0)
+        assert trio.current_time() - sent_at >= 5.0
+        assert (message.body, message.tags, message.keys) == (b"in five", "TagL", ["K-5"])
+        assert message.queue_id == 0 and "DELAY" not in message.properties
