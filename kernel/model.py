@@ -448,11 +448,30 @@ class ReplicatorProvider:
 
 @attrs.frozen
 class AllocateStrategy:
-    """A consumer queue-allocation strategy: a pure function selected by name."""
+    """A consumer queue-allocation strategy: a pure function selected by name.
+
+    Every client of a consumer group must compute the same assignment from the same sorted
+    inputs, so strategies are deterministic; a client only keeps the queues it is given.
+    """
 
     name: str
     allocate: AllocateStrategyFn
+    """The strategy with its default options."""
     description: str = ""
+    configure: Callable[[Mapping[str, str]], AllocateStrategyFn] | None = None
+    """Builds the strategy from a consumer's options (e.g. ``virtual_nodes``), checking them
+    (required ones included); None when it takes none."""
+
+    def bind(self, options: Mapping[str, str]) -> AllocateStrategyFn:
+        """The function to call for a consumer configured with ``options``.
+
+        :raises ValueError: for options this strategy does not take, naming them.
+        """
+        if self.configure is not None:
+            return self.configure(options)
+        if options:
+            raise ValueError(f"allocate strategy {self.name!r} takes no options, got {sorted(options)}")
+        return self.allocate
 
 
 @attrs.frozen
