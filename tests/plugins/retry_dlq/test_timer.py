@@ -16,6 +16,8 @@ from kernel.model import TIMER_TOPIC, GetStatus, PutStatus
 from plugins.retry_dlq import TIMER
 
 TOPIC = "Timed"
+MMAP = {"plugins": ["store_mmap", "retry_dlq"], "store": "mmap"}
+MMAP_TABLE = {"commit_log_file_size": "1MiB", "consume_queue_file_size": 6000}
 
 
 def _now_ms() -> int:
@@ -61,7 +63,7 @@ async def test_a_timed_message_is_parked_then_delivered_intact(broker_factory):
 
 
 async def test_timed_messages_fire_in_time_order_and_on_time(broker_factory):
-    async with broker_factory(plugins=["retry_dlq"]) as broker:
+    async with broker_factory(**MMAP, store_mmap=MMAP_TABLE) as broker:
         base = _now_ms() + 1000
         due = {f"m{i:02d}": base + i * 37 % 1500 for i in range(40)}
         names = list(due)
@@ -117,9 +119,7 @@ async def test_the_maximum_delay_is_configurable(broker_factory):
 
 
 async def test_pending_timers_survive_a_restart_and_nothing_is_delivered_twice(broker_factory, tmp_path):
-    mmap = {"plugins": ["store_mmap", "retry_dlq"], "store": "mmap"}
-    mmap_table = {"commit_log_file_size": "1MiB", "consume_queue_file_size": 6000}
-    async with broker_factory(**mmap, store_mmap=mmap_table) as broker:
+    async with broker_factory(**MMAP, store_mmap=MMAP_TABLE) as broker:
         start = _now_ms()
         for i in range(10):  # five due at once, five after the restart
             delay = 100 if i < 5 else 2500 + i * 10
@@ -127,7 +127,7 @@ async def test_pending_timers_survive_a_restart_and_nothing_is_delivered_twice(b
         await _wait_for(broker, 5)
     saved = json.loads((tmp_path / "data" / "config" / "timerProgress.json").read_text())
     assert saved["enqueueOffset"] == 10 and saved["lowOffset"] == 5
-    async with broker_factory(**mmap, store_mmap=mmap_table) as broker:
+    async with broker_factory(**MMAP, store_mmap=MMAP_TABLE) as broker:
         assert broker.ctx.stash[TIMER].progress().pending == 5
         delivered = await _wait_for(broker, 10)
         assert [m.body for m in delivered] == [f"r{i}".encode() for i in range(10)], "each exactly once"
