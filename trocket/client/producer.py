@@ -1,0 +1,350 @@
+"""The producer (RocketMQ's ``DefaultMQProducer``), on trio.
+
+    async with Producer("PG_orders", "127.0.0.1:9876") as producer:
+        result = await producer.send(Message("Orders", b"...", tags="paid", keys=["order-42"]))
+
+Behaviour a RocketMQ user expects: queues chosen round robin over the topic's writable queues,
+skipping brokers the latency fault tolerance isolated; a failed attempt retried
+``retry_times_when_send_failed`` times on another broker when there is one; ``send_timeout`` is
+the budget for all attempts together; bodies over ``compress_over`` bytes are zlib-compressed
+(sysFlag bit 0); bodies over ``max_message_size`` are refused before anything is sent; every
+message gets a client unique id (``UNIQ_KEY``).
+"""
+
+from __future__ import annotations
+
+import random
+import time
+import zlib
+from collections.abc import Callable, Sequence
+from contextlib import AsyncExitStack
+from typing import Any
+
+import attrs
+import trio
+
+from kernel.errors import RemotingError
+from kernel.model import MessageQueue, encode_properties
+from kernel.remoting import RemotingClient, RemotingCommand, RequestCode, ResponseCode
+from trocket.client.batch import encode_batch
+from trocket.client.errors import ClientError, InvalidMessage, SendError
+from trocket.client.fault import LatencyFaultTolerance
+from trocket.client.message import PROPERTY_UNIQ_KEY, PROPERTY_WAIT, Message, SendResult, SendStatus
+from trocket.client.message_id import new_message_id
+from trocket.client.routes import RouteCache
+from trocket.client.selectors import QueueSelector
+
+SYSFLAG_COMPRESSED = 0x1
+STORED = {
+    ResponseCode.SUCCESS: SendStatus.SEND_OK,
+    ResponseCode.FLUSH_DISK_TIMEOUT: SendStatus.FLUSH_DISK_TIMEOUT,
+    ResponseCode.FLUSH_SLAVE_TIMEOUT: SendStatus.FLUSH_SLAVE_TIMEOUT,
+    ResponseCode.SLAVE_NOT_AVAILABLE: SendStatus.SLAVE_NOT_AVAILABLE,
+}
+RETRIED_CODES = frozenset(
+    {
+        ResponseCode.TOPIC_NOT_EXIST,
+        ResponseCode.SERVICE_NOT_AVAILABLE,
+        ResponseCode.SYSTEM_ERROR,
+        ResponseCode.SYSTEM_BUSY,
+        ResponseCode.NO_PERMISSION,
+    }
+)
+"""Broker answers worth another attempt on another broker (as RocketMQ's producer)."""
+
+SendCallback = Callable[[SendResult | None, BaseException | None], Any]
+
+
+def _split(addresses: str | Sequence[str]) -> tuple[str, ...]:
+    if isinstance(addresses, str):
+        addresses = addresses.replace(",", ";").split(";")
+    return tuple(a.strip() for a in addresses if a.strip())
+
+
+@attrs.define(eq=False)
+class Producer:
+    """See the module docstring. Use as ``async with``; ``start()`` / ``shutdown()`` do the same
+    and must be called from one task, in that order."""
+
+    group: str
+    namesrv_addr: str | Sequence[str] = "127.0.0.1:9876"
+    send_timeout: float = 3.0
+    retry_times_when_send_failed: int = 2
+    retry_another_broker_when_not_store_ok: bool = False
+    compress_over: int = 4096
+    max_message_size: int = 4 * 1024 * 1024
+    default_topic_queue_nums: int = 4
+    latency_fault_tolerance: bool = True
+    _remoting: RemotingClient | None = attrs.field(default=None, init=False)
+    _routes: RouteCache | None = attrs.field(default=None, init=False)
+    _nursery: trio.Nursery | None = attrs.field(default=None, init=False)
+    _stack: AsyncExitStack | None = attrs.field(default=None, init=False)
+    _faults: LatencyFaultTolerance = attrs.field(init=False)
+    _counter: int = attrs.field(init=False)
+
+    def __attrs_post_init__(self) -> None:
+        self._faults = LatencyFaultTolerance(self.latency_fault_tolerance)
+        self._counter = random.randrange(1 << 16)
+        if not _split(self.namesrv_addr):
+            raise ClientError("no NameServer address given")
+
+    # --- lifecycle --------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        if self._stack is not None:
+            raise ClientError(f"producer {self.group!r} is already started")
+        stack = AsyncExitStack()
+        self._remoting = await stack.enter_async_context(RemotingClient.open())
+        self._nursery = await stack.enter_async_context(trio.open_nursery())
+        self._routes = RouteCache(self._remoting, _split(self.namesrv_addr), self.default_topic_queue_nums)
+        self._stack = stack
+
+    async def shutdown(self) -> None:
+        """Waits for ``send_async`` sends still running, then closes connections."""
+        if self._stack is not None:
+            stack, self._stack = self._stack, None
+            await stack.aclose()
+
+    async def __aenter__(self) -> Producer:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.shutdown()
+
+    # --- sending ----------------------------------------------------------------------------
+
+    async def send(
+        self,
+        message: Message,
+        *,
+        queue: MessageQueue | None = None,
+        selector: QueueSelector | None = None,
+        arg: object = None,
+        timeout: float | None = None,
+    ) -> SendResult:
+        """Send and wait for the broker's answer. With ``queue`` or ``selector`` (ordered
+        messages) the queue is fixed and a failure is not retried elsewhere.
+
+        :raises InvalidMessage: before sending, for a message that cannot be sent.
+        :raises SendError: when every allowed attempt failed or the timeout ran out.
+        """
+        body, sys_flag = self._prepare(message)
+        properties = message.wire_properties()
+        properties.setdefault(PROPERTY_UNIQ_KEY, new_message_id())
+        request = self._request(message.topic, message.flag, sys_flag, properties, body)
+        return await self._send(
+            message.topic, request, properties[PROPERTY_UNIQ_KEY], queue, selector, arg, timeout
+        )
+
+    async def send_batch(
+        self, messages: Sequence[Message], *, queue: MessageQueue | None = None, timeout: float | None = None
+    ) -> SendResult:
+        """Send messages of one topic as one request (stored consecutively in one queue).
+        Batches are not compressed and cannot be delayed, as in RocketMQ."""
+        if not messages:
+            raise InvalidMessage("an empty batch")
+        topics = {m.topic for m in messages}
+        if len(topics) != 1:
+            raise InvalidMessage(f"a batch must have one topic, got {sorted(topics)}")
+        if any(m.delay_level > 0 for m in messages):
+            raise InvalidMessage("batched messages cannot have a delay level")
+        ids, entries = [], []
+        for message in messages:
+            self._check(message)
+            properties = message.wire_properties()
+            properties.setdefault(PROPERTY_UNIQ_KEY, new_message_id())
+            ids.append(properties[PROPERTY_UNIQ_KEY])
+            entries.append((message.flag, message.body, properties))
+        body = encode_batch(entries)
+        if len(body) > self.max_message_size:
+            raise InvalidMessage(f"the batch is {len(body)} bytes; the limit is {self.max_message_size}")
+        (topic,) = topics
+        request = self._request(topic, 0, 0, {}, body, code=RequestCode.SEND_BATCH_MESSAGE)
+        return await self._send(topic, request, ",".join(ids), queue, None, None, timeout)
+
+    async def send_oneway(self, message: Message, *, queue: MessageQueue | None = None) -> None:
+        """Send without waiting for an answer: one attempt, no result, fastest and least safe."""
+        body, sys_flag = self._prepare(message)
+        properties = message.wire_properties()
+        properties.setdefault(PROPERTY_UNIQ_KEY, new_message_id())
+        remoting, routes = self._started()
+        info = await routes.publish_info(message.topic)
+        target = queue or self._pick(info.queues, None)
+        request = self._request(
+            message.topic, message.flag, sys_flag, properties, body, queue_id=target.queue_id
+        )
+        try:
+            await remoting.invoke_oneway(info.addresses[target.broker_name], request)
+        except RemotingError as error:
+            raise SendError(f"oneway send to {target.broker_name} failed: {error}") from None
+
+    def send_async(
+        self, message: Message, callback: SendCallback | None = None, **options: Any
+    ) -> PendingSend:
+        """Start a send in the background and return at once. ``callback(result, error)`` is
+        called when it completes; ``await pending.result()`` gives the result or raises."""
+        if self._nursery is None:
+            raise ClientError(f"producer {self.group!r} is not started")
+        pending = PendingSend()
+
+        async def run() -> None:
+            try:
+                pending.set(await self.send(message, **options), None)
+            except (ClientError, RemotingError) as error:
+                pending.set(None, error)
+            if callback is not None:
+                callback(pending.value, pending.error)
+
+        self._nursery.start_soon(run)
+        return pending
+
+    # --- internals --------------------------------------------------------------------------
+
+    def _started(self) -> tuple[RemotingClient, RouteCache]:
+        if self._remoting is None or self._routes is None:
+            raise ClientError(f"producer {self.group!r} is not started")
+        return self._remoting, self._routes
+
+    def _check(self, message: Message) -> None:
+        if not message.topic or len(message.topic) > 127:
+            raise InvalidMessage(f"topic {message.topic!r} is empty or longer than 127 characters")
+        if not message.body:
+            raise InvalidMessage("the message body is empty")
+        if len(message.body) > self.max_message_size:
+            raise InvalidMessage(
+                f"the message body is {len(message.body)} bytes; the limit is {self.max_message_size}"
+            )
+
+    def _prepare(self, message: Message) -> tuple[bytes, int]:
+        self._check(message)
+        if len(message.body) > self.compress_over:
+            return zlib.compress(message.body, 5), SYSFLAG_COMPRESSED
+        return message.body, 0
+
+    def _request(
+        self,
+        topic: str,
+        flag: int,
+        sys_flag: int,
+        properties: dict[str, str],
+        body: bytes,
+        *,
+        code: int = RequestCode.SEND_MESSAGE_V2,
+        queue_id: int = 0,
+    ) -> RemotingCommand:
+        properties.setdefault(PROPERTY_WAIT, "true")
+        header = {
+            "a": self.group,
+            "b": topic,
+            "c": "TBW102",
+            "d": self.default_topic_queue_nums,
+            "e": queue_id,
+            "f": sys_flag,
+            "g": int(time.time() * 1000),
+            "h": flag,
+            "i": encode_properties(properties).decode() if properties else "",
+            "j": 0,
+            "k": False,
+            "m": code == RequestCode.SEND_BATCH_MESSAGE,
+        }
+        return RemotingCommand.request(code, header, body)
+
+    def _pick(self, queues: Sequence[MessageQueue], avoid: str | None) -> MessageQueue:
+        """Round robin, skipping isolated brokers and (on a retry) the broker that just failed."""
+        self._counter += 1
+        count = len(queues)
+        for i in range(count):
+            queue = queues[(self._counter + i) % count]
+            if queue.broker_name != avoid and self._faults.available(queue.broker_name):
+                return queue
+        others = [q for q in queues if q.broker_name != avoid] or list(queues)
+        best = self._faults.least_bad(sorted({q.broker_name for q in others}))
+        candidates = [q for q in others if q.broker_name == best]
+        return candidates[self._counter % len(candidates)]
+
+    async def _send(
+        self,
+        topic: str,
+        request: RemotingCommand,
+        msg_id: str,
+        fixed: MessageQueue | None,
+        selector: QueueSelector | None,
+        arg: object,
+        timeout: float | None,
+    ) -> SendResult:
+        remoting, routes = self._started()
+        budget = self.send_timeout if timeout is None else timeout
+        deadline = trio.current_time() + budget
+        pinned = fixed is not None or selector is not None
+        attempts = 1 if pinned else 1 + self.retry_times_when_send_failed
+        last_error, last_code, avoid = "no attempt was made", None, None
+        stored: SendResult | None = None
+        for attempt in range(attempts):
+            left = deadline - trio.current_time()
+            if left <= 0:
+                last_error = f"send timeout: {budget:.3g}s spent in {attempt} attempt(s); last: {last_error}"
+                break
+            info = await routes.publish_info(topic, refresh=attempt > 0)
+            if fixed is not None:
+                queue = fixed
+            elif selector is not None:
+                queue = selector(list(info.queues), arg)
+            else:
+                queue = self._pick(info.queues, avoid)
+            address = info.addresses.get(queue.broker_name)
+            if address is None:
+                raise SendError(f"broker {queue.broker_name!r} has no live master for topic {topic!r}")
+            request.ext["e"] = str(queue.queue_id)
+            started = time.monotonic()
+            try:
+                response = await remoting.invoke(address, request, left)
+            except RemotingError as error:
+                self._faults.record(queue.broker_name, 0, failed=True)
+                last_error, last_code = f"{queue.broker_name} ({address}): {error}", None
+                avoid = queue.broker_name
+                continue
+            self._faults.record(queue.broker_name, (time.monotonic() - started) * 1000)
+            status = STORED.get(response.code)  # type: ignore[call-overload]
+            if status is None:
+                last_error = f"{queue.broker_name} answered {response.code}: {response.remark or ''}"
+                last_code = response.code
+                if response.code in RETRIED_CODES:
+                    avoid = queue.broker_name
+                    if response.code == ResponseCode.TOPIC_NOT_EXIST:
+                        routes.forget(topic)
+                    continue
+                raise SendError(f"send to {topic!r} refused: {last_error}", response.code)
+            result = SendResult(
+                status,
+                msg_id,
+                str(response.ext.get("msgId", "")),
+                MessageQueue(topic, queue.broker_name, int(response.ext.get("queueId", queue.queue_id))),
+                int(response.ext.get("queueOffset", -1)),
+            )
+            if status is SendStatus.SEND_OK or not self.retry_another_broker_when_not_store_ok:
+                return result
+            stored, avoid = result, queue.broker_name  # stored, not durably enough: try elsewhere
+        if stored is not None:
+            return stored
+        raise SendError(f"send to {topic!r} failed after {attempts} attempt(s): {last_error}", last_code)
+
+
+@attrs.define(eq=False)
+class PendingSend:
+    """The outcome of :meth:`Producer.send_async`."""
+
+    value: SendResult | None = None
+    error: BaseException | None = None
+    _done: trio.Event = attrs.field(factory=trio.Event)
+
+    def set(self, value: SendResult | None, error: BaseException | None) -> None:
+        self.value, self.error = value, error
+        self._done.set()
+
+    async def result(self) -> SendResult:
+        await self._done.wait()
+        if self.error is not None:
+            raise self.error
+        assert self.value is not None
+        return self.value

@@ -1,0 +1,90 @@
+"""Topic routes as a producer uses them: the writable queues of each master, refreshed from the
+NameServers (RocketMQ's ``TopicPublishInfo`` and ``pollNameServerInterval``)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+import attrs
+import trio
+
+from kernel.errors import RemotingError
+from kernel.model import MessageQueue
+from kernel.remoting import RemotingClient, RemotingCommand, RequestCode, ResponseCode
+from trocket.client.errors import ClientError
+
+PERM_WRITE = 2
+DEFAULT_TOPIC = "TBW102"
+"""The template topic brokers that auto-create topics register (RocketMQ's name)."""
+ROUTE_TTL = 30.0
+"""Seconds a route is used before it is asked for again (``pollNameServerInterval``)."""
+
+
+@attrs.frozen
+class PublishInfo:
+    queues: tuple[MessageQueue, ...]
+    """Writable queues, by broker name then queue id."""
+    addresses: dict[str, str]
+    """Broker name → master address."""
+    auto_create: bool = False
+    """Built from ``TBW102``: the topic does not exist yet and the broker creates it."""
+
+
+def publish_info(topic: str, route: dict[str, Any], *, queue_limit: int | None = None) -> PublishInfo:
+    addresses = {
+        b["brokerName"]: b["brokerAddrs"]["0"] for b in route["brokerDatas"] if "0" in b["brokerAddrs"]
+    }
+    queues = []
+    for data in sorted(route["queueDatas"], key=lambda d: d["brokerName"]):
+        if not data["perm"] & PERM_WRITE or data["brokerName"] not in addresses:
+            continue
+        count = data["writeQueueNums"] if queue_limit is None else min(queue_limit, data["writeQueueNums"])
+        queues += [MessageQueue(topic, data["brokerName"], i) for i in range(count)]
+    return PublishInfo(tuple(queues), addresses, auto_create=queue_limit is not None)
+
+
+@attrs.define(eq=False)
+class RouteCache:
+    remoting: RemotingClient
+    namesrv_addrs: Sequence[str]
+    default_topic_queue_nums: int = 4
+    timeout: float = 3.0
+    _cache: dict[str, tuple[float, PublishInfo]] = attrs.field(factory=dict, init=False)
+
+    async def publish_info(self, topic: str, *, refresh: bool = False) -> PublishInfo:
+        cached = self._cache.get(topic)
+        if cached and not refresh and trio.current_time() - cached[0] < ROUTE_TTL:
+            return cached[1]
+        route = await self._route(topic)
+        if route is not None:
+            info = publish_info(topic, route)
+        else:
+            template = await self._route(DEFAULT_TOPIC)
+            if template is None:
+                raise ClientError(f"topic {topic!r} has no route and no broker auto-creates topics")
+            info = publish_info(topic, template, queue_limit=self.default_topic_queue_nums)
+        if not info.queues:
+            raise ClientError(f"topic {topic!r} has no writable queue on any live master")
+        self._cache[topic] = (trio.current_time(), info)
+        return info
+
+    def forget(self, topic: str) -> None:
+        self._cache.pop(topic, None)
+
+    async def _route(self, topic: str) -> dict[str, Any] | None:
+        errors = []
+        for address in self.namesrv_addrs:
+            request = RemotingCommand.request(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": topic})
+            try:
+                response = await self.remoting.invoke(address, request, self.timeout)
+            except RemotingError as error:
+                errors.append(str(error))
+                continue
+            if response.code == ResponseCode.TOPIC_NOT_EXIST:
+                return None
+            if response.code == 0:
+                return dict(json.loads(response.body))
+            errors.append(f"{address}: code {response.code} {response.remark or ''}")
+        raise ClientError(f"no NameServer answered for topic {topic!r}: {'; '.join(errors)}")
