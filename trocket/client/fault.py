@@ -3,7 +3,7 @@ failed is avoided for a while when choosing the queue for the next send.
 
 A send that took ``latency`` ms makes its broker unavailable for the period matching the
 largest ``LATENCY_STEPS_MS`` entry it reached (0 below 550 ms, 30 s from 550 ms, ... 10 min from
-15 s); a failed send counts as 30 s of latency. When every broker is isolated the least bad
+15 s); a failed send counts as 30 s of latency (10 minutes). When every broker is isolated the least bad
 one is used anyway: isolation steers, it never blocks sending.
 """
 

@@ -1,0 +1,47 @@
+"""Latency fault tolerance periods and client message ids, without a broker."""
+
+from __future__ import annotations
+
+import pytest
+
+from trocket.client.fault import LatencyFaultTolerance, isolation_for
+from trocket.client.message_id import MessageIdGenerator
+
+
+@pytest.mark.parametrize(
+    ("latency_ms", "isolated_ms"),
+    [(0, 0), (549, 0), (550, 30_000), (999, 30_000), (1000, 60_000), (2000, 120_000), (3000, 180_000),
+     (15_000, 600_000), (99_999, 600_000)],
+)  # fmt: skip
+def test_isolation_periods_follow_rocketmq(latency_ms, isolated_ms):
+    assert isolation_for(latency_ms) == isolated_ms
+
+
+def test_a_failed_broker_is_avoided_until_its_period_ends():
+    now = [100.0]
+    faults = LatencyFaultTolerance(clock=lambda: now[0])
+    faults.record("broker-a", 0, failed=True)
+    faults.record("broker-b", 1200)
+    assert not faults.available("broker-a") and not faults.available("broker-b")
+    # A failure counts as 30 s of latency: 10 minutes away, as in RocketMQ; 1.2 s: one minute.
+    assert faults.least_bad(["broker-a", "broker-b"]) == "broker-b"
+    now[0] += 60
+    assert faults.available("broker-b") and not faults.available("broker-a")
+    now[0] += 540
+    assert faults.available("broker-a")
+    faults.record("broker-a", 20)
+    assert faults.available("broker-a"), "a fast answer clears the isolation"
+
+
+def test_disabled_fault_tolerance_never_isolates():
+    faults = LatencyFaultTolerance(enabled=False)
+    faults.record("broker-a", 0, failed=True)
+    assert faults.available("broker-a")
+
+
+def test_message_ids_are_unique_32_hex_digits():
+    generator = MessageIdGenerator()
+    ids = [generator.next_id() for _ in range(70_000)]
+    assert len(set(ids)) == len(ids)
+    assert all(len(i) == 32 and int(i, 16) >= 0 for i in ids[:100])
+    assert len({i[:20] for i in ids}) == 1, "ip, pid and the per-process random are a fixed prefix"
