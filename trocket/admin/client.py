@@ -7,7 +7,6 @@ RocketMQ admin tool does, so it works against Trocket and RocketMQ brokers alike
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
@@ -16,7 +15,6 @@ import attrs
 
 from kernel import record
 from kernel.errors import RemotingError, TrocketError
-from kernel.model import Message, encode_properties
 from kernel.record import StoredMessage
 from kernel.remoting import RemotingClient, RemotingCommand, RequestCode, ResponseCode, code_name
 from kernel.remoting.admin_json import loads as loads_admin_json
@@ -256,25 +254,6 @@ class AdminClient:
         if response.code != 0 or not response.body:
             return [], next_offset
         return record.decode_records(response.body), next_offset
-
-    async def send(self, address: str, message: Message, *, producer_group: str = TOOLS_PRODUCER) -> str:
-        """Send one message to a broker (SEND_MESSAGE) and return its offset message id."""
-        header = {
-            "producerGroup": producer_group,
-            "topic": message.topic,
-            "defaultTopic": "TBW102",
-            "defaultTopicQueueNums": 4,
-            "queueId": message.queue_id,
-            "sysFlag": message.sys_flag,
-            "bornTimestamp": int(time.time() * 1000),
-            "flag": message.flag,
-            "properties": encode_properties(message.properties).decode(),
-            "reconsumeTimes": message.reconsume_times,
-            "unitMode": False,
-            "batch": False,
-        }
-        response = await self.call(address, RequestCode.SEND_MESSAGE, header, message.body)
-        return str(response.ext.get("msgId", ""))
 
     # --- consumers --------------------------------------------------------------------------
 

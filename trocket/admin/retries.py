@@ -4,7 +4,6 @@ stats, pull, view by id, send, runtime info); the timer figures are Trocket's ow
 
 from __future__ import annotations
 
-import random
 from typing import Any
 
 from kernel.model import (
@@ -13,14 +12,13 @@ from kernel.model import (
     PROPERTY_REAL_TOPIC,
     PROPERTY_RETRY_TOPIC,
     PROPERTY_TIMER_OUT_MS,
-    Message,
 )
 from kernel.record import StoredMessage
-from trocket.admin.client import AdminClient, AdminError
+from trocket.admin.client import TOOLS_PRODUCER, AdminClient, AdminError
+from trocket.client import ClientError, Message, Producer
 
 DLQ_PREFIX = "%DLQ%"
 PULL_BATCH = 32
-PERM_WRITE = 2
 _NOT_RESENT = (PROPERTY_RETRY_TOPIC, PROPERTY_DELAY_TIME_LEVEL, PROPERTY_REAL_TOPIC, PROPERTY_REAL_QUEUE_ID,
                PROPERTY_TIMER_OUT_MS)  # fmt: skip
 """Retry bookkeeping a resent message must not carry: it starts over in its original topic."""
@@ -52,32 +50,28 @@ async def dlq_messages(client: AdminClient, group: str, *, max_num: int = 64) ->
 
 async def resend_dlq_message(client: AdminClient, group: str, msg_id: str) -> dict[str, Any]:
     """Send the dead letter ``msg_id`` (its offset message id, as ``queryDlqMsg`` prints it)
-    back to its original topic, with reconsume times reset. The dead letter itself stays."""
+    back to its original topic with a producer, reconsume times reset and ``UNIQ_KEY`` kept.
+    The dead letter itself stays."""
     dead = await client.view_message(msg_id)
     if dead.topic != DLQ_PREFIX + group:
         raise AdminError(f"message {msg_id} is in topic {dead.topic!r}, not {DLQ_PREFIX + group!r}")
     original = dead.properties.get(PROPERTY_RETRY_TOPIC)
     if not original:
         raise AdminError(f"message {msg_id} does not say its original topic (no {PROPERTY_RETRY_TOPIC})")
-    address, queue_id = await _writable_queue(client, original)
     properties = {k: v for k, v in dead.properties.items() if k not in _NOT_RESENT}
-    copy = Message(original, dead.body, queue_id, dead.flag, properties, dead.sys_flag)
-    new_id = await client.send(address, copy)
-    return {"msgId": msg_id, "topic": original, "queueId": queue_id, "newMsgId": new_id, "broker": address}
-
-
-async def _writable_queue(client: AdminClient, topic: str) -> tuple[str, int]:
-    route = await client.route(topic)
-    masters = {b["brokerName"]: b["brokerAddrs"].get("0") for b in route["brokerDatas"]}
-    choices = [
-        (masters[q["brokerName"]], q["writeQueueNums"])
-        for q in route["queueDatas"]
-        if q["perm"] & PERM_WRITE and q["writeQueueNums"] > 0 and masters.get(q["brokerName"])
-    ]
-    if not choices:
-        raise AdminError(f"topic {topic!r} has no writable queue on any live master")
-    address, queues = random.choice(choices)
-    return address, random.randrange(queues)
+    copy = Message(original, dead.payload, properties=properties, flag=dead.flag)
+    try:
+        async with Producer(TOOLS_PRODUCER, client.namesrv_addrs, send_timeout=client.timeout) as producer:
+            result = await producer.send(copy)
+    except ClientError as error:
+        raise AdminError(f"resending {msg_id} to {original!r} failed: {error}") from None
+    return {
+        "msgId": msg_id,
+        "topic": original,
+        "brokerName": result.queue.broker_name,
+        "queueId": result.queue.queue_id,
+        "newOffsetMsgId": result.offset_msg_id,
+    }
 
 
 async def schedule_progress(client: AdminClient, broker_addrs: list[str]) -> list[dict[str, Any]]:
