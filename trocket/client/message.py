@@ -7,13 +7,8 @@ from collections.abc import Sequence
 
 import attrs
 
-from kernel.model import MessageQueue
+from kernel.model import PROPERTY_DELAY_TIME_LEVEL, PROPERTY_KEYS, PROPERTY_TAGS, MessageQueue
 
-PROPERTY_TAGS = "TAGS"
-PROPERTY_KEYS = "KEYS"
-PROPERTY_DELAY = "DELAY"
-PROPERTY_UNIQ_KEY = "UNIQ_KEY"
-PROPERTY_WAIT = "WAIT"
 KEY_SEPARATOR = " "
 """RocketMQ joins several keys with a space in the ``KEYS`` property."""
 
@@ -41,7 +36,7 @@ class Message:
         if self.keys:
             out[PROPERTY_KEYS] = KEY_SEPARATOR.join(self.keys)
         if self.delay_level > 0:
-            out[PROPERTY_DELAY] = str(self.delay_level)
+            out[PROPERTY_DELAY_TIME_LEVEL] = str(self.delay_level)
         return out
 
 

@@ -24,17 +24,24 @@ import attrs
 import trio
 
 from kernel.errors import RemotingError
-from kernel.model import MessageQueue, encode_properties
+from kernel.model import (
+    PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX as PROPERTY_UNIQ_KEY,
+)
+from kernel.model import (
+    PROPERTY_WAIT_STORE_MSG_OK,
+    SYSFLAG_COMPRESSED,
+    MessageQueue,
+    encode_properties,
+)
 from kernel.remoting import RemotingClient, RemotingCommand, RequestCode, ResponseCode
 from trocket.client.batch import encode_batch
 from trocket.client.errors import ClientError, InvalidMessage, SendError
 from trocket.client.fault import LatencyFaultTolerance
-from trocket.client.message import PROPERTY_UNIQ_KEY, PROPERTY_WAIT, Message, SendResult, SendStatus
+from trocket.client.message import Message, SendResult, SendStatus
 from trocket.client.message_id import new_message_id
 from trocket.client.routes import RouteCache
 from trocket.client.selectors import QueueSelector
 
-SYSFLAG_COMPRESSED = 0x1
 STORED = {
     ResponseCode.SUCCESS: SendStatus.SEND_OK,
     ResponseCode.FLUSH_DISK_TIMEOUT: SendStatus.FLUSH_DISK_TIMEOUT,
@@ -53,6 +60,13 @@ RETRIED_CODES = frozenset(
 """Broker answers worth another attempt on another broker (as RocketMQ's producer)."""
 
 SendCallback = Callable[[SendResult | None, BaseException | None], Any]
+
+
+def _identified(message: Message) -> dict[str, str]:
+    """The wire properties, with a new client unique id unless the caller set one."""
+    properties = message.wire_properties()
+    properties.setdefault(PROPERTY_UNIQ_KEY, new_message_id())
+    return properties
 
 
 def _split(addresses: str | Sequence[str]) -> tuple[str, ...]:
@@ -130,8 +144,7 @@ class Producer:
         :raises SendError: when every allowed attempt failed or the timeout ran out.
         """
         body, sys_flag = self._prepare(message)
-        properties = message.wire_properties()
-        properties.setdefault(PROPERTY_UNIQ_KEY, new_message_id())
+        properties = _identified(message)
         request = self._request(message.topic, message.flag, sys_flag, properties, body)
         return await self._send(
             message.topic, request, properties[PROPERTY_UNIQ_KEY], queue, selector, arg, timeout
@@ -152,8 +165,7 @@ class Producer:
         ids, entries = [], []
         for message in messages:
             self._check(message)
-            properties = message.wire_properties()
-            properties.setdefault(PROPERTY_UNIQ_KEY, new_message_id())
+            properties = _identified(message)
             ids.append(properties[PROPERTY_UNIQ_KEY])
             entries.append((message.flag, message.body, properties))
         body = encode_batch(entries)
@@ -166,8 +178,7 @@ class Producer:
     async def send_oneway(self, message: Message, *, queue: MessageQueue | None = None) -> None:
         """Send without waiting for an answer: one attempt, no result, fastest and least safe."""
         body, sys_flag = self._prepare(message)
-        properties = message.wire_properties()
-        properties.setdefault(PROPERTY_UNIQ_KEY, new_message_id())
+        properties = _identified(message)
         remoting, routes = self._started()
         info = await routes.publish_info(message.topic)
         target = queue or self._pick(info.queues, None)
@@ -233,7 +244,7 @@ class Producer:
         code: int = RequestCode.SEND_MESSAGE_V2,
         queue_id: int = 0,
     ) -> RemotingCommand:
-        properties.setdefault(PROPERTY_WAIT, "true")
+        properties.setdefault(PROPERTY_WAIT_STORE_MSG_OK, "true")
         header = {
             "a": self.group,
             "b": topic,

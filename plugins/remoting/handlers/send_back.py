@@ -12,7 +12,15 @@ import random
 from typing import TYPE_CHECKING
 
 from kernel import record
-from kernel.model import Message, MessageBatch, Redelivery, RedeliveryAction
+from kernel.model import (
+    PROPERTY_DELAY_TIME_LEVEL,
+    PROPERTY_ORIGIN_MESSAGE_ID,
+    PROPERTY_RETRY_TOPIC,
+    Message,
+    MessageBatch,
+    Redelivery,
+    RedeliveryAction,
+)
 from kernel.remoting import Connection, RemotingCommand, ResponseCode
 from plugins.remoting.handlers.common import PUT_STATUS_CODES, int_field, record_at, required
 from plugins.remoting.topics import DLQ_PREFIX, PERM_READ, PERM_WRITE, RETRY_PREFIX, TopicConfig
@@ -20,9 +28,6 @@ from plugins.remoting.topics import DLQ_PREFIX, PERM_READ, PERM_WRITE, RETRY_PRE
 if TYPE_CHECKING:
     from plugins.remoting.service import BrokerNetwork
 
-PROPERTY_RETRY_TOPIC = "RETRY_TOPIC"
-PROPERTY_ORIGIN_MESSAGE_ID = "ORIGIN_MESSAGE_ID"
-PROPERTY_DELAY = "DELAY"
 VERSION_3_4_9 = 121
 """Clients from this version on send ``maxReconsumeTimes`` that overrides the group's."""
 
@@ -74,7 +79,7 @@ async def handle_send_back(
         PROPERTY_ORIGIN_MESSAGE_ID,
         request.ext.get("originMsgId") or stored.unique_key or stored.offset_msg_id,
     )
-    properties.pop(PROPERTY_DELAY, None)
+    properties.pop(PROPERTY_DELAY_TIME_LEVEL, None)
     if decision.action is RedeliveryAction.DEAD_LETTER:
         topic = DLQ_PREFIX + group
         config = net.topics.get(topic) or await _create(net, topic, 1)
@@ -84,7 +89,7 @@ async def handle_send_back(
         topic = RETRY_PREFIX + group
         config = net.topics.get(topic) or await _create(net, topic, max(1, group_config.retry_queue_nums))
         if decision.delay_level > 0:
-            properties[PROPERTY_DELAY] = str(decision.delay_level)
+            properties[PROPERTY_DELAY_TIME_LEVEL] = str(decision.delay_level)
     copy = Message(
         topic,
         stored.body,
