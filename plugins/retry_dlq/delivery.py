@@ -1,4 +1,5 @@
-"""Moving parked messages to their real topics: shared by the delay-level scheduler and the timer."""
+"""What the delay-level scheduler and the timer share: checking saved progress against a parking
+queue, and moving parked messages to their real topics."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import logging
 from collections.abc import Sequence
 
 from kernel import record
+from kernel.abc import MessageStore
 from kernel.context import BrokerRuntime
 from kernel.model import MessageBatch, PutStatus, QueueEntry
 from plugins.retry_dlq.parking import unpark
@@ -14,6 +16,17 @@ log = logging.getLogger(__name__)
 
 RETRY_AFTER_FAILURE = 1.0
 """Seconds a scheduler waits before trying a delivery the store could not take."""
+
+
+def offset_in_range(store: MessageStore, topic: str, queue_id: int, saved: int, what: str) -> int:
+    """``saved`` clamped to the queue's real range (retention may have moved its start, a lost
+    log tail its end); a correction is logged naming ``what`` was saved."""
+    low = store.min_queue_offset(topic, queue_id)
+    high = store.max_queue_offset(topic, queue_id)
+    corrected = min(max(saved, low), high)
+    if corrected != saved:
+        log.warning("%s: saved offset %d is outside [%d, %d]; using %d", what, saved, low, high, corrected)
+    return corrected
 
 
 async def deliver_parked(runtime: BrokerRuntime, entries: Sequence[QueueEntry]) -> bool:

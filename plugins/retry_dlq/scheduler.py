@@ -25,7 +25,7 @@ from kernel.context import BrokerRuntime
 from kernel.model import SCHEDULE_TOPIC
 from kernel.persist import JsonStateFile, lenient_json_keys, read_json_with_backup
 from plugins.retry_dlq.config import RetryDlqConfig
-from plugins.retry_dlq.delivery import RETRY_AFTER_FAILURE, deliver_parked
+from plugins.retry_dlq.delivery import RETRY_AFTER_FAILURE, deliver_parked, offset_in_range
 
 log = logging.getLogger(__name__)
 
@@ -68,19 +68,8 @@ class DelayScheduler:
         store = self.runtime.store
         for level in range(1, len(self.levels) + 1):
             saved = int(table.get(str(level), 0))
-            low = store.min_queue_offset(SCHEDULE_TOPIC, level - 1)
-            high = store.max_queue_offset(SCHEDULE_TOPIC, level - 1)
-            corrected = min(max(saved, low), high)
-            if corrected != saved:
-                log.warning(
-                    "delay level %d: saved offset %d is outside [%d, %d]; using %d",
-                    level,
-                    saved,
-                    low,
-                    high,
-                    corrected,
-                )
-            self.offsets[level] = corrected
+            what = f"delay level {level}"
+            self.offsets[level] = offset_in_range(store, SCHEDULE_TOPIC, level - 1, saved, what)
 
     async def run(self, *, task_status: trio.TaskStatus[Any] = trio.TASK_STATUS_IGNORED) -> None:
         """Deliver until cancelled; progress is persisted periodically and, shielded, at the end."""

@@ -38,7 +38,7 @@ from kernel.context import BrokerRuntime
 from kernel.model import TIMER_TOPIC, QueueEntry
 from kernel.persist import JsonStateFile, read_json_with_backup
 from plugins.retry_dlq.config import RetryDlqConfig
-from plugins.retry_dlq.delivery import RETRY_AFTER_FAILURE, deliver_parked
+from plugins.retry_dlq.delivery import RETRY_AFTER_FAILURE, deliver_parked, offset_in_range
 
 log = logging.getLogger(__name__)
 
@@ -90,18 +90,10 @@ class TimerScheduler:
         """Rebuild the heap from the saved progress (see the module docstring)."""
         data = read_json_with_backup(self.path) or {}
         store = self.runtime.store
+        saved_enqueue = int(data.get("enqueueOffset", 0))
+        self.enqueue_offset = offset_in_range(store, TIMER_TOPIC, TIMER_QUEUE, saved_enqueue, "timer enqueue")
         low = store.min_queue_offset(TIMER_TOPIC, TIMER_QUEUE)
         high = store.max_queue_offset(TIMER_TOPIC, TIMER_QUEUE)
-        saved_enqueue = int(data.get("enqueueOffset", 0))
-        self.enqueue_offset = min(max(saved_enqueue, low), high)
-        if self.enqueue_offset != saved_enqueue:
-            log.warning(
-                "timer: saved enqueue offset %d is outside [%d, %d]; using %d",
-                saved_enqueue,
-                low,
-                high,
-                self.enqueue_offset,
-            )
         pending_from = _key(*data["pendingFrom"]) if data.get("pendingFrom") else None
         offset = max(int(data.get("lowOffset", self.enqueue_offset)), low)
         while pending_from is not None and offset < self.enqueue_offset:
