@@ -13,7 +13,6 @@ messages again after restart: duplicates, never losses.
 
 from __future__ import annotations
 
-import logging
 import time
 from pathlib import Path
 from typing import Any
@@ -26,8 +25,6 @@ from kernel.model import SCHEDULE_TOPIC
 from kernel.persist import JsonStateFile, lenient_json_keys, read_json_with_backup
 from plugins.retry_dlq.config import RetryDlqConfig
 from plugins.retry_dlq.delivery import RETRY_AFTER_FAILURE, deliver_parked, offset_in_range
-
-log = logging.getLogger(__name__)
 
 
 @attrs.frozen
