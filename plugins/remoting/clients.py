@@ -13,8 +13,8 @@ from typing import Any
 
 import attrs
 
-from kernel.model import tags_code
 from kernel.remoting import Connection, RemotingCommand, RequestCode
+from kernel.subscription import Subscription
 
 log = logging.getLogger(__name__)
 
@@ -39,41 +39,6 @@ def enum_name(value: Any, names: tuple[str, ...], default: str) -> str:
     if isinstance(value, str) and value.isdigit() and int(value) < len(names):
         return names[int(value)]
     return default
-
-
-@attrs.frozen
-class Subscription:
-    """A parsed tag subscription: ``*`` or ``a || b`` (tag hashes recomputed here, because
-    the C++ client's ``codeSet`` is wrong)."""
-
-    topic: str
-    expression: str
-    tags: frozenset[str] | None
-    """``None`` means every tag (``*`` or an empty expression)."""
-    codes: frozenset[int] | None
-    version: int = 0
-    expression_type: str = "TAG"
-
-    @classmethod
-    def parse(
-        cls, topic: str, expression: str | None, version: int = 0, expression_type: str = "TAG"
-    ) -> Subscription:
-        text = (expression or "").strip()
-        if not text or text == "*":
-            return cls(topic, "*", None, None, version, expression_type)
-        tags = frozenset(t.strip() for t in text.split("||") if t.strip())
-        return cls(topic, text, tags, frozenset(tags_code(t) for t in tags), version, expression_type)
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "classFilterMode": False,
-            "codeSet": sorted(self.codes or ()),
-            "expressionType": self.expression_type,
-            "subString": self.expression,
-            "subVersion": self.version,
-            "tagsSet": sorted(self.tags or ()),
-            "topic": self.topic,
-        }
 
 
 @attrs.define(eq=False)

@@ -1,5 +1,9 @@
-"""The client SDK: applications produce (and, later, consume) with it as with RocketMQ's clients."""
+"""The client SDK: applications produce and consume with it as with RocketMQ's clients."""
 
+from trocket.client.consumer.listener import ConsumeContext, ConsumeStatus, OrderlyStatus
+from trocket.client.consumer.push import PushConsumer
+from trocket.client.consumer.rebalance import ConsumeFromWhere, MessageModel
+from trocket.client.consumer.received import ReceivedMessage
 from trocket.client.errors import ClientError, InvalidMessage, SendError
 from trocket.client.message import Message, SendResult, SendStatus
 from trocket.client.producer import PendingSend, Producer
@@ -7,6 +11,13 @@ from trocket.client.selectors import select_by_hash, select_by_index
 
 __all__ = [
     "ClientError",
+    "ConsumeContext",
+    "ConsumeFromWhere",
+    "ConsumeStatus",
+    "MessageModel",
+    "OrderlyStatus",
+    "PushConsumer",
+    "ReceivedMessage",
     "InvalidMessage",
     "Message",
     "PendingSend",

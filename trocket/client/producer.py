@@ -42,6 +42,8 @@ from trocket.client.message_id import new_message_id
 from trocket.client.routes import RouteCache
 from trocket.client.selectors import QueueSelector
 
+RETRY_TOPIC_PREFIX = "%RETRY%"
+PROPERTY_RECONSUME_TIME = "RECONSUME_TIME"
 STORED = {
     ResponseCode.SUCCESS: SendStatus.SEND_OK,
     ResponseCode.FLUSH_DISK_TIMEOUT: SendStatus.FLUSH_DISK_TIMEOUT,
@@ -245,6 +247,9 @@ class Producer:
         queue_id: int = 0,
     ) -> RemotingCommand:
         properties.setdefault(PROPERTY_WAIT_STORE_MSG_OK, "true")
+        reconsume_times = 0
+        if topic.startswith(RETRY_TOPIC_PREFIX):  # a consumer's own retry copy (see send_back)
+            reconsume_times = int(properties.get(PROPERTY_RECONSUME_TIME, "0") or 0)
         header = {
             "a": self.group,
             "b": topic,
@@ -255,7 +260,7 @@ class Producer:
             "g": int(time.time() * 1000),
             "h": flag,
             "i": encode_properties(properties).decode() if properties else "",
-            "j": 0,
+            "j": reconsume_times,
             "k": False,
             "m": code == RequestCode.SEND_BATCH_MESSAGE,
         }

@@ -15,6 +15,7 @@ from kernel.model import MessageQueue
 from kernel.remoting import RemotingClient, RemotingCommand, RequestCode, ResponseCode
 from trocket.client.errors import ClientError
 
+PERM_READ = 4
 PERM_WRITE = 2
 DEFAULT_TOPIC = "TBW102"
 """The template topic brokers that auto-create topics register (RocketMQ's name)."""
@@ -33,9 +34,7 @@ class PublishInfo:
 
 
 def publish_info(topic: str, route: dict[str, Any], *, queue_limit: int | None = None) -> PublishInfo:
-    addresses = {
-        b["brokerName"]: b["brokerAddrs"]["0"] for b in route["brokerDatas"] if "0" in b["brokerAddrs"]
-    }
+    addresses = master_addresses(route)
     queues = []
     for data in sorted(route["queueDatas"], key=lambda d: d["brokerName"]):
         if not data["perm"] & PERM_WRITE or data["brokerName"] not in addresses:
@@ -43,6 +42,20 @@ def publish_info(topic: str, route: dict[str, Any], *, queue_limit: int | None =
         count = data["writeQueueNums"] if queue_limit is None else min(queue_limit, data["writeQueueNums"])
         queues += [MessageQueue(topic, data["brokerName"], i) for i in range(count)]
     return PublishInfo(tuple(queues), addresses, auto_create=queue_limit is not None)
+
+
+def subscribe_queues(topic: str, route: dict[str, Any]) -> tuple[MessageQueue, ...]:
+    """The readable queues of ``topic``, sorted by broker name then queue id (what a consumer
+    rebalances over, RocketMQ's ``topicSubscribeInfoTable``)."""
+    queues = []
+    for data in sorted(route["queueDatas"], key=lambda d: d["brokerName"]):
+        if data["perm"] & PERM_READ:
+            queues += [MessageQueue(topic, data["brokerName"], i) for i in range(data["readQueueNums"])]
+    return tuple(queues)
+
+
+def master_addresses(route: dict[str, Any]) -> dict[str, str]:
+    return {b["brokerName"]: b["brokerAddrs"]["0"] for b in route["brokerDatas"] if "0" in b["brokerAddrs"]}
 
 
 @attrs.define(eq=False)
@@ -72,6 +85,17 @@ class RouteCache:
 
     def forget(self, topic: str) -> None:
         self._cache.pop(topic, None)
+
+    async def subscribe_info(self, topic: str) -> tuple[tuple[MessageQueue, ...], dict[str, str]]:
+        """The topic's readable queues and its brokers' master addresses, asked afresh (a
+        consumer calls this at each rebalance, every 20 s).
+
+        :raises ClientError: when the topic does not exist or no NameServer answers.
+        """
+        route = await self._route(topic)
+        if route is None:
+            raise ClientError(f"topic {topic!r} does not exist (no route on the NameServer)")
+        return subscribe_queues(topic, route), master_addresses(route)
 
     async def _route(self, topic: str) -> dict[str, Any] | None:
         errors = []

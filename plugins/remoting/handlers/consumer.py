@@ -105,7 +105,12 @@ async def query_offset(
     if offset is not None:
         return request.response(ext={"offset": offset})
     store = net.runtime.store
-    if store.min_queue_offset(topic, queue_id) <= 0 and _first_message_in_memory(net, topic, queue_id):
+    zero_if_not_found = str(request.ext.get("setZeroIfNotFound", "true")).lower() != "false"
+    if (
+        zero_if_not_found
+        and store.min_queue_offset(topic, queue_id) <= 0
+        and _first_message_in_memory(net, topic, queue_id)
+    ):
         return request.response(ext={"offset": 0})
     return request.response(
         ResponseCode.QUERY_NOT_FOUND, remark="Not found, V3_0_6_SNAPSHOT maybe this group consumer boot first"

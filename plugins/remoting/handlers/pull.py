@@ -13,7 +13,7 @@ import trio
 from kernel import record
 from kernel.model import GetResult, GetStatus
 from kernel.remoting import Connection, RemotingCommand, ResponseCode
-from plugins.remoting.clients import Subscription
+from kernel.subscription import Subscription
 from plugins.remoting.handlers.common import RequestProblem, int_field, required
 from plugins.remoting.topics import PERM_READ
 

@@ -1,0 +1,1 @@
+"""Consumers: :class:`PushConsumer` (listener-driven) and :class:`LitePullConsumer` (poll)."""
