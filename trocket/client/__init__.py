@@ -1,8 +1,9 @@
 """The client SDK: applications produce and consume with it as with RocketMQ's clients."""
 
 from trocket.client.consumer.listener import ConsumeContext, ConsumeStatus, OrderlyStatus
+from trocket.client.consumer.lite_pull import LitePullConsumer
+from trocket.client.consumer.modes import ConsumeFromWhere, MessageModel
 from trocket.client.consumer.push import PushConsumer
-from trocket.client.consumer.rebalance import ConsumeFromWhere, MessageModel
 from trocket.client.consumer.received import ReceivedMessage
 from trocket.client.errors import ClientError, InvalidMessage, SendError
 from trocket.client.message import Message, SendResult, SendStatus
@@ -14,6 +15,7 @@ __all__ = [
     "ConsumeContext",
     "ConsumeFromWhere",
     "ConsumeStatus",
+    "LitePullConsumer",
     "MessageModel",
     "OrderlyStatus",
     "PushConsumer",

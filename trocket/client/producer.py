@@ -232,7 +232,9 @@ class Producer:
     def _prepare(self, message: Message) -> tuple[bytes, int]:
         self._check(message)
         if len(message.body) > self.compress_over:
-            return zlib.compress(message.body, 5), SYSFLAG_COMPRESSED
+            compressed = zlib.compress(message.body, 5)
+            if len(compressed) < len(message.body):  # random or already-compressed data grows
+                return compressed, SYSFLAG_COMPRESSED
         return message.body, 0
 
     def _request(

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Iterable
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import attrs
 import trio
@@ -19,7 +19,11 @@ from kernel.errors import ConfigError, RemotingError
 from kernel.model import MessageQueue
 from kernel.persist import read_json_with_backup, write_json_atomic
 from kernel.remoting import RemotingClient, RemotingCommand, RequestCode, ResponseCode
+from trocket.client.consumer.modes import ConsumeFromWhere, MessageModel
 from trocket.client.errors import ClientError
+
+if TYPE_CHECKING:
+    from trocket.client.consumer.session import ConsumerSession
 
 UNKNOWN = -1
 
@@ -160,3 +164,19 @@ class LocalOffsetStore(_MemoryTable):
 
 def _name(queue: MessageQueue) -> str:
     return f"{queue.topic}:{queue.broker_name}:{queue.queue_id}"
+
+
+def offset_store_for(
+    session: ConsumerSession, model: MessageModel, where: ConsumeFromWhere, directory: Path | None
+) -> OffsetStore:
+    """Broadcasting keeps offsets in ``<directory>/<client id>/<group>/offsets.json``
+    (default directory ``~/.rocketmq_offsets``, as RocketMQ); clustering on the brokers."""
+    if model is MessageModel.BROADCASTING:
+        base = directory or Path.home() / ".rocketmq_offsets"
+        return LocalOffsetStore(path=base / session.client_id / session.group / "offsets.json")
+    return RemoteOffsetStore(
+        remoting=session.remoting,
+        group=session.group,
+        address_of=session.address_of,
+        zero_if_not_found=where is not ConsumeFromWhere.TIMESTAMP,
+    )

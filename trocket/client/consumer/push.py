@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import logging
 import math
-import time
 from collections.abc import Mapping, Sequence
 from contextlib import AsyncExitStack
 from pathlib import Path
@@ -30,7 +29,6 @@ import trio
 from kernel.abc import AllocateStrategyFn
 from kernel.errors import RemotingError
 from kernel.model import MessageQueue
-from kernel.remoting import RemotingClient
 from kernel.subscription import Subscription
 from trocket.client.consumer.allocation import resolve_strategy
 from trocket.client.consumer.listener import (
@@ -40,13 +38,12 @@ from trocket.client.consumer.listener import (
     OrderlyStatus,
     call_listener,
 )
-from trocket.client.consumer.offset_store import LocalOffsetStore, OffsetStore, RemoteOffsetStore
+from trocket.client.consumer.modes import ConsumeFromWhere, MessageModel
+from trocket.client.consumer.offset_store import OffsetStore, offset_store_for
 from trocket.client.consumer.process_queue import ProcessQueue
 from trocket.client.consumer.pulling import PullStatus, pull
 from trocket.client.consumer.rebalance import (
     REBALANCE_INTERVAL,
-    ConsumeFromWhere,
-    MessageModel,
     Rebalancer,
     half_hour_ago_ms,
     start_offset,
@@ -56,8 +53,8 @@ from trocket.client.consumer.send_back import send_back
 from trocket.client.consumer.session import (
     HEARTBEAT_INTERVAL,
     ConsumerSession,
-    default_instance_name,
-    local_ip,
+    new_subscription,
+    open_session,
 )
 from trocket.client.errors import ClientError
 from trocket.client.producer import Producer, _split
@@ -86,6 +83,16 @@ class _Owned:
     pq: ProcessQueue = attrs.field(factory=ProcessQueue)
     pulling: trio.CancelScope = attrs.field(factory=trio.CancelScope)
     wakeup: trio.Event = attrs.field(factory=trio.Event)
+
+
+@attrs.frozen
+class QueueStats:
+    cached_messages: int
+    cached_bytes: int
+    offset_span: int
+    next_pull_offset: int
+    consumer_offset: int
+    """The offset that will be committed (lowest in flight)."""
 
 
 @attrs.define(eq=False)
@@ -144,7 +151,7 @@ class PushConsumer:
             raise ClientError("subscribe before start()")
         if not topic or topic.startswith(RETRY_PREFIX):
             raise ClientError(f"cannot subscribe to {topic!r}")
-        self._subscriptions[topic] = Subscription.parse(topic, expression, version=_version())
+        self._subscriptions[topic] = new_subscription(topic, expression)
 
     def register_listener(self, listener: Listener, *, orderly: bool = False) -> None:
         """``listener(messages, context)`` returns :class:`ConsumeStatus` (concurrent) or
@@ -161,6 +168,15 @@ class PushConsumer:
     def assigned_queues(self) -> list[MessageQueue]:
         """The queues this consumer owns now (retry queues included), sorted."""
         return sorted(self._owned, key=attrs.astuple)
+
+    def queue_stats(self) -> dict[MessageQueue, QueueStats]:
+        """Per owned queue, what is pulled and not yet acknowledged (what flow control limits;
+        RocketMQ's ``ProcessQueueInfo``)."""
+        return {
+            q: QueueStats(o.pq.count, o.pq.size_bytes, o.pq.span, o.next_offset, self._offsets.read(q))
+            for q, o in sorted(self._owned.items(), key=lambda item: attrs.astuple(item[0]))
+            if self._offsets is not None
+        }
 
     # --- lifecycle --------------------------------------------------------------------------
 
@@ -181,19 +197,17 @@ class PushConsumer:
         subscriptions = dict(self._subscriptions)
         if self.message_model is MessageModel.CLUSTERING:
             retry = RETRY_PREFIX + self.group
-            subscriptions[retry] = Subscription.parse(retry, "*", version=_version())
+            subscriptions[retry] = new_subscription(retry, "*")
         stack = AsyncExitStack()
         try:
-            router, holder = ConsumerSession.router()
-            remoting = await stack.enter_async_context(RemotingClient.open(router))
-            client_id = f"{local_ip()}@{self.instance_name or default_instance_name()}"
-            session = ConsumerSession(
-                self.group, addresses, client_id, self.message_model.value, "CONSUME_PASSIVELY",
-                self.consume_from_where.value, remoting, subscriptions,
+            session = await open_session(
+                stack, self.group, addresses, self.message_model.value, "CONSUME_PASSIVELY",
+                self.consume_from_where.value, subscriptions, self.instance_name,
             )  # fmt: skip
-            holder.append(session)
             self._session = session
-            self._offsets = self._offset_store(session, remoting)
+            self._offsets = offset_store_for(
+                session, self.message_model, self.consume_from_where, self.offset_store_dir
+            )
             self._producer = await stack.enter_async_context(Producer(self.group, addresses))
             nursery = await stack.enter_async_context(trio.open_nursery())
             self._rebalancer = Rebalancer(session, allocate)
@@ -549,19 +563,3 @@ class PushConsumer:
                     continue
             attempts[message.queue_offset] = message.reconsume_times + 1
         return done
-
-    def _offset_store(self, session: ConsumerSession, remoting: RemotingClient) -> OffsetStore:
-        if self.message_model is MessageModel.BROADCASTING:
-            base = self.offset_store_dir or Path.home() / ".rocketmq_offsets"
-            return LocalOffsetStore(path=base / session.client_id / self.group / "offsets.json")
-        return RemoteOffsetStore(
-            remoting=remoting,
-            group=self.group,
-            address_of=session.address_of,
-            zero_if_not_found=self.consume_from_where is not ConsumeFromWhere.TIMESTAMP,
-        )
-
-
-def _version() -> int:
-    """A subscription's version: its creation time in ms, as RocketMQ's ``subVersion``."""
-    return int(time.time() * 1000)

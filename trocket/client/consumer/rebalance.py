@@ -7,7 +7,6 @@ with the same strategy, so the shares never overlap once the membership has sett
 
 from __future__ import annotations
 
-import enum
 import logging
 import time
 
@@ -16,6 +15,7 @@ import attrs
 from kernel.abc import AllocateStrategyFn
 from kernel.model import MessageQueue
 from kernel.remoting import RequestCode, ResponseCode
+from trocket.client.consumer.modes import ConsumeFromWhere, MessageModel
 from trocket.client.consumer.offset_store import UNKNOWN, OffsetStore
 from trocket.client.consumer.received import RETRY_PREFIX
 from trocket.client.consumer.session import ConsumerSession
@@ -25,21 +25,6 @@ log = logging.getLogger(__name__)
 
 REBALANCE_INTERVAL = 20.0
 """``rebalanceInterval``: seconds between periodic rebalances."""
-
-
-class ConsumeFromWhere(enum.Enum):
-    """Where a group with no committed offset on a queue starts."""
-
-    LAST_OFFSET = "CONSUME_FROM_LAST_OFFSET"
-    FIRST_OFFSET = "CONSUME_FROM_FIRST_OFFSET"
-    TIMESTAMP = "CONSUME_FROM_TIMESTAMP"
-
-
-class MessageModel(enum.Enum):
-    CLUSTERING = "CLUSTERING"
-    """The group's members share the queues; each message goes to one member."""
-    BROADCASTING = "BROADCASTING"
-    """Every member gets every message."""
 
 
 @attrs.define(eq=False)
@@ -90,17 +75,17 @@ async def start_offset(
     if stored >= 0:
         return stored
     if where is ConsumeFromWhere.FIRST_OFFSET:
-        return await _queue_offset(session, queue, RequestCode.GET_MIN_OFFSET, {})
+        return await queue_offset(session, queue, RequestCode.GET_MIN_OFFSET, {})
     if queue.topic.startswith(RETRY_PREFIX):
         return 0
     if where is ConsumeFromWhere.TIMESTAMP:
-        return await _queue_offset(
+        return await queue_offset(
             session, queue, RequestCode.SEARCH_OFFSET_BY_TIMESTAMP, {"timestamp": timestamp_ms}
         )
-    return await _queue_offset(session, queue, RequestCode.GET_MAX_OFFSET, {})
+    return await queue_offset(session, queue, RequestCode.GET_MAX_OFFSET, {})
 
 
-async def _queue_offset(
+async def queue_offset(
     session: ConsumerSession, queue: MessageQueue, code: int, extra: dict[str, object]
 ) -> int:
     response = await session.call(

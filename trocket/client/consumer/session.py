@@ -9,7 +9,9 @@ import json
 import logging
 import os
 import socket
+import time
 from collections.abc import Iterable, Sequence
+from contextlib import AsyncExitStack
 from typing import Any
 
 import attrs
@@ -44,6 +46,11 @@ def default_instance_name() -> str:
     """The process id plus a per-process number, so two consumers of one group in one process
     are two members (RocketMQ uses the pid alone and shares one client between them)."""
     return f"{os.getpid()}#{next(_instances)}"
+
+
+def new_subscription(topic: str, expression: str = "*") -> Subscription:
+    """A subscription versioned by its creation time in ms (RocketMQ's ``subVersion``)."""
+    return Subscription.parse(topic, expression, version=int(time.time() * 1000))
 
 
 @attrs.define(eq=False)
@@ -214,3 +221,25 @@ def _by_broker(queues: Iterable[MessageQueue]) -> dict[str, list[MessageQueue]]:
     for queue in queues:
         grouped.setdefault(queue.broker_name, []).append(queue)
     return grouped
+
+
+async def open_session(
+    stack: AsyncExitStack,
+    group: str,
+    namesrv_addrs: Sequence[str],
+    message_model: str,
+    consume_type: str,
+    consume_from_where: str,
+    subscriptions: dict[str, Subscription],
+    instance_name: str | None,
+) -> ConsumerSession:
+    """A session whose connections ``stack`` closes, listening for membership changes."""
+    router, holder = ConsumerSession.router()
+    remoting = await stack.enter_async_context(RemotingClient.open(router))
+    client_id = f"{local_ip()}@{instance_name or default_instance_name()}"
+    session = ConsumerSession(
+        group, namesrv_addrs, client_id, message_model, consume_type, consume_from_where, remoting,
+        subscriptions,
+    )  # fmt: skip
+    holder.append(session)
+    return session
