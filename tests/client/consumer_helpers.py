@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable
 
 import attrs
 import trio
@@ -40,3 +41,13 @@ class Collector:
             while len(self.received) < count:
                 self._changed = trio.Event()
                 await self._changed.wait()
+
+
+async def eventually(condition: Callable[[], bool], timeout: float = 30.0, what: str = "condition") -> None:
+    """Wait until ``condition()`` holds, checking every 50 ms (for state with no event to wait on)."""
+    with trio.move_on_after(timeout):
+        while True:
+            if condition():
+                return
+            await trio.sleep(0.05)
+    raise AssertionError(f"{what} did not hold within {timeout} s")

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import trio
 
-from tests.client.consumer_helpers import Collector, produce
+from tests.client.consumer_helpers import Collector, eventually, produce
 from tests.interop.conftest import subprocess_env
 from trocket import (
     ConsumeFromWhere,
@@ -124,17 +124,15 @@ async def test_clustering_spreads_queues_over_three_consumers_and_rebalances_whe
         shares = await _settled(consumers, 6)
         assert sorted(len(s) for s in shares) == [2, 2, 2]
         sent = await produce(broker.namesrv, "Spread6", 60)
-        with trio.fail_after(30):
-            while sum(len(c.received) for c in collectors) < 60:
-                await trio.sleep(0.05)
+        await eventually(lambda: sum(len(c.received) for c in collectors) >= 60)
         assert all(c.received for c in collectors), "every member consumes its share"
         await consumers.pop().shutdown()
         shares = await _settled(consumers, 6)  # rebalanced at once on NOTIFY_CONSUMER_IDS_CHANGED
         assert sorted(len(s) for s in shares) == [3, 3]
         more = await produce(broker.namesrv, "Spread6", 60, prefix="after")
-        with trio.fail_after(30):
-            while not all(any(m.body == b for c in collectors[:2] for m in c.received) for b in more):
-                await trio.sleep(0.05)
+        await eventually(
+            lambda: all(any(m.body == b for c in collectors[:2] for m in c.received) for b in more)
+        )
         got = Counter(m.body for c in collectors for m in c.received)
         # At-least-once: a queue changing hands may repeat what was consumed since the last
         # commit (the new owner can read the offset before the old one commits), as in RocketMQ.
@@ -234,11 +232,10 @@ async def test_flow_control_stops_pulling_at_the_queue_threshold(broker):
         assert 50 <= stats.cached_messages < 50 + consumer.pull_batch_size
         assert stats.consumer_offset == 0, "nothing is committed while the first messages are in flight"
         release.set()
-        with trio.fail_after(30):
-            while (
-                consumer.queue_stats()[
-                    next(q for q in consumer.queue_stats() if q.topic == "Flow1")
-                ].consumer_offset
-                < 300
-            ):
-                await trio.sleep(0.1)
+
+        def committed_all() -> bool:
+            return [s.consumer_offset for q, s in consumer.queue_stats().items() if q.topic == "Flow1"] == [
+                300
+            ]
+
+        await eventually(committed_all)

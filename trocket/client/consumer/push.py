@@ -499,7 +499,7 @@ class PushConsumer:
         offset = owned.pq.remove(done)
         if offset >= 0:
             self._offsets.update(owned.queue, offset, increase_only=True)
-        if kept and self._services is not None:
+        if kept and self._services is not None and not self._closing:  # else: redelivered after restart
             retried = [attrs.evolve(m, reconsume_times=m.reconsume_times + 1) for m in kept]
             self._services.start_soon(self._consume_later, owned, retried)
 
