@@ -1,4 +1,5 @@
-"""``trocket``: run a broker/NameServer, inspect plugins and check configuration files.
+"""``trocket``: run a broker/NameServer, produce and consume, administer, inspect plugins and
+check configuration files.
 
 Every expected failure (bad config, unknown plugin, locked store) is printed as one line
 ``trocket: error: ...`` with exit status 2; tracebacks are for bugs only.
@@ -12,7 +13,7 @@ import sys
 from collections.abc import Sequence
 
 from kernel.errors import TrocketError
-from trocket.cli import admin_commands, inspect_commands, run_commands
+from trocket.cli import admin_commands, client_commands, inspect_commands, run_commands
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -24,6 +25,7 @@ def build_parser() -> argparse.ArgumentParser:
     run_commands.add_parsers(sub)
     inspect_commands.add_parsers(sub)
     admin_commands.add_parsers(sub)
+    client_commands.add_parsers(sub)
     return parser
 
 

@@ -1,0 +1,223 @@
+"""``trocket produce`` and ``trocket consume``: send and read messages from a shell, with the
+SDK's producer and push consumer (what RocketMQ users do with its ``tools.sh`` examples)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import signal
+import sys
+import time
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import trio
+
+from trocket.client import (
+    ConsumeFromWhere,
+    ConsumeStatus,
+    Message,
+    MessageModel,
+    Producer,
+    PushConsumer,
+    ReceivedMessage,
+)
+from trocket.client.errors import ClientError
+
+DEFAULT_NAMESRV = "127.0.0.1:9876"
+FROM_WHERE = {
+    "last": ConsumeFromWhere.LAST_OFFSET,
+    "first": ConsumeFromWhere.FIRST_OFFSET,
+    "timestamp": ConsumeFromWhere.TIMESTAMP,
+}
+
+
+def add_parsers(sub: Any) -> None:
+    produce = sub.add_parser("produce", help="send messages (a body N times, or one per line of a file)")
+    produce.add_argument("-n", "--namesrvAddr", dest="namesrv", default=DEFAULT_NAMESRV)
+    produce.add_argument("-t", "--topic", required=True)
+    produce.add_argument("--tag", default=None, help="the messages' tag")
+    produce.add_argument("-k", "--keys", default="", help="comma-separated keys (indexed by the broker)")
+    source = produce.add_mutually_exclusive_group(required=True)
+    source.add_argument("-b", "--body", help="the body; {i} is replaced by the message's number")
+    source.add_argument("-f", "--file", type=Path, help="one message per line ('-' reads stdin)")
+    produce.add_argument(
+        "-c", "--count", type=int, default=None, help="messages to send (default: 1 body / all lines)"
+    )
+    produce.add_argument(
+        "-r", "--rate", type=float, default=0.0, help="messages per second (default: as fast as acked)"
+    )
+    produce.add_argument("-g", "--group", default="TROCKET_CLI_PRODUCER", help="producer group")
+    produce.add_argument("--json", action="store_true", help="one JSON object per send result")
+    produce.set_defaults(handler=cmd_produce)
+
+    consume = sub.add_parser("consume", help="print a topic's messages as a push consumer of a group")
+    consume.add_argument("-n", "--namesrvAddr", dest="namesrv", default=DEFAULT_NAMESRV)
+    consume.add_argument("-g", "--group", required=True, help="consumer group (offsets are committed for it)")
+    consume.add_argument("-t", "--topic", required=True)
+    consume.add_argument(
+        "-s", "--subExpression", dest="expression", default="*", help="tag expression: * or a || b"
+    )
+    consume.add_argument(
+        "--from",
+        dest="from_where",
+        choices=sorted(FROM_WHERE),
+        default="last",
+        help="where a group new to a queue starts (default last)",
+    )
+    consume.add_argument(
+        "--timestamp",
+        default=None,
+        help="with --from timestamp: epoch ms or ISO time (default: 30 minutes ago)",
+    )
+    consume.add_argument("-c", "--count", type=int, default=None, help="exit after this many messages")
+    consume.add_argument("--broadcast", action="store_true", help="broadcasting instead of clustering")
+    consume.add_argument("--json", action="store_true", help="one JSON object per message")
+    consume.set_defaults(handler=cmd_consume)
+
+
+# --- produce ----------------------------------------------------------------------------------
+
+
+def cmd_produce(args: argparse.Namespace) -> int:
+    bodies = _bodies(args)
+    return trio.run(_produce, args, bodies)
+
+
+def _bodies(args: argparse.Namespace) -> list[bytes]:
+    if args.count is not None and args.count < 1:
+        raise ClientError("--count must be at least 1")
+    if args.body is not None:
+        return [args.body.replace("{i}", str(i)).encode() for i in range(args.count or 1)]
+    try:
+        text = sys.stdin.read() if str(args.file) == "-" else args.file.read_text(encoding="utf-8")
+    except OSError as error:
+        raise ClientError(f"cannot read {args.file}: {error.strerror}") from None
+    lines = [line for line in text.splitlines() if line]
+    if not lines:
+        raise ClientError(f"{args.file} has no non-empty line to send")
+    return [line.encode() for line in lines[: args.count]]
+
+
+async def _produce(args: argparse.Namespace, bodies: list[bytes]) -> int:
+    keys = [k for k in args.keys.split(",") if k]
+    started = time.monotonic()
+    async with Producer(args.group, args.namesrv) as producer:
+        for i, body in enumerate(bodies):
+            if args.rate > 0:
+                await trio.sleep_until(
+                    trio.current_time() + max(0.0, started + i / args.rate - time.monotonic())
+                )
+            result = await producer.send(Message(args.topic, body, tags=args.tag, keys=keys))
+            if args.json:
+                print(
+                    json.dumps(
+                        {
+                            "status": result.status.value,
+                            "msgId": result.msg_id,
+                            "offsetMsgId": result.offset_msg_id,
+                            "brokerName": result.queue.broker_name,
+                            "queueId": result.queue.queue_id,
+                            "queueOffset": result.queue_offset,
+                        }
+                    ),
+                    flush=True,
+                )
+            else:
+                print(
+                    f"{result.status.value} {result.msg_id} "
+                    f"{result.queue.broker_name}:{result.queue.queue_id}@{result.queue_offset}",
+                    flush=True,
+                )
+    elapsed = time.monotonic() - started
+    print(
+        f"sent {len(bodies)} message(s) to {args.topic} in {elapsed:.2f} s "
+        f"({len(bodies) / elapsed if elapsed else 0:.0f} msgs/s)",
+        file=sys.stderr,
+    )
+    return 0
+
+
+# --- consume ----------------------------------------------------------------------------------
+
+
+def cmd_consume(args: argparse.Namespace) -> int:
+    return trio.run(_consume, args)
+
+
+def _timestamp(text: str | None) -> int | None:
+    if text is None:
+        return None
+    if text.isdigit():
+        return int(text)
+    try:
+        return int(datetime.fromisoformat(text).timestamp() * 1000)
+    except ValueError:
+        raise ClientError(f"--timestamp {text!r} is neither epoch milliseconds nor an ISO time") from None
+
+
+def _line(message: ReceivedMessage, as_json: bool) -> str:
+    body = message.body.decode("utf-8", errors="replace")
+    if as_json:
+        return json.dumps(
+            {
+                "topic": message.topic,
+                "brokerName": message.queue.broker_name,
+                "queueId": message.queue.queue_id,
+                "queueOffset": message.queue_offset,
+                "msgId": message.msg_id,
+                "tags": message.tags,
+                "keys": message.keys,
+                "reconsumeTimes": message.reconsume_times,
+                "storeTimestamp": message.store_timestamp,
+                "body": body,
+            }
+        )
+    return (
+        f"{message.queue.broker_name}:{message.queue.queue_id}@{message.queue_offset} {message.msg_id} "
+        f"tags={message.tags or ''} keys={','.join(message.keys)} {body}"
+    )
+
+
+async def _consume(args: argparse.Namespace) -> int:
+    if args.count is not None and args.count < 1:
+        raise ClientError("--count must be at least 1")
+    consumer = PushConsumer(
+        args.group,
+        args.namesrv,
+        message_model=MessageModel.BROADCASTING if args.broadcast else MessageModel.CLUSTERING,
+        consume_from_where=FROM_WHERE[args.from_where],
+        consume_timestamp_ms=_timestamp(args.timestamp),
+        consume_thread_max=1,
+    )
+    consumer.subscribe(args.topic, args.expression)
+    printed = 0
+    enough = trio.Event()
+
+    async def show(messages: list[ReceivedMessage], context: object) -> ConsumeStatus:
+        nonlocal printed
+        if enough.is_set():
+            return ConsumeStatus.RECONSUME_LATER  # beyond --count: left for the next consumer
+        for message in messages:
+            print(_line(message, args.json), flush=True)
+        printed += len(messages)
+        if args.count is not None and printed >= args.count:
+            enough.set()
+        return ConsumeStatus.CONSUME_SUCCESS
+
+    consumer.register_listener(show)
+    with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+        async with consumer:
+            async with trio.open_nursery() as nursery:
+
+                async def on_signal() -> None:
+                    async for _ in signals:
+                        enough.set()
+                        return
+
+                nursery.start_soon(on_signal)
+                await enough.wait()
+                nursery.cancel_scope.cancel()
+    print(f"consumed {printed} message(s); offsets committed for group {args.group}", file=sys.stderr)
+    return 0
