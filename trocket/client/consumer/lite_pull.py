@@ -124,7 +124,9 @@ class LitePullConsumer:
                 session, self.message_model, self.consume_from_where, self.offset_store_dir
             )
             self._rebalancer = Rebalancer(session, allocate)
-            self._nursery = await stack.enter_async_context(trio.open_nursery())
+            nursery = await stack.enter_async_context(trio.open_nursery())
+            await nursery.start(self._run)
+            assert self._nursery is not None
             self._nursery.start_soon(self._heartbeat_loop)
             self._nursery.start_soon(self._commit_loop)
             self._nursery.start_soon(self._rebalance_loop)
@@ -134,6 +136,14 @@ class LitePullConsumer:
         self._stack = stack
         if self._subscriptions:
             await self._join()
+
+    async def _run(self, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Background tasks live in a nursery of their own so shutdown can cancel them without
+        cancelling itself (the outer nursery's scope also covers the task that started it)."""
+        async with trio.open_nursery() as services:
+            self._nursery = services
+            task_status.started()
+            await trio.sleep_forever()
 
     async def shutdown(self) -> None:
         """Stop pulling; with ``auto_commit``, commit what ``poll`` returned; leave the group."""
@@ -359,7 +369,8 @@ class LitePullConsumer:
     async def _heartbeat_loop(self) -> None:
         while True:
             await trio.sleep(HEARTBEAT_INTERVAL)
-            await self._started().heartbeat()
+            assert self._session is not None
+            await self._session.heartbeat()
 
     async def _commit_loop(self) -> None:
         while True:
@@ -372,7 +383,8 @@ class LitePullConsumer:
                     log.warning("group %s: %s", self.group, error)
 
     async def _rebalance_loop(self) -> None:
-        session = self._started()
+        session = self._session
+        assert session is not None
         while True:
             with trio.move_on_after(self.rebalance_interval):
                 await session.rebalance_wanted.wait()

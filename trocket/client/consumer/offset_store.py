@@ -65,8 +65,8 @@ class RemoteOffsetStore(_MemoryTable):
 
     remoting: RemotingClient = attrs.field(kw_only=True)
     group: str = attrs.field(kw_only=True)
-    address_of: Callable[[str], Awaitable[str]] = attrs.field(kw_only=True)
-    """Broker name → master address (from the topic routes)."""
+    address_for: Callable[[MessageQueue], Awaitable[str]] = attrs.field(kw_only=True)
+    """A queue's broker master address (from the topic routes)."""
     timeout: float = 3.0
     zero_if_not_found: bool = True
     """RocketMQ 4's answer for a group new to a queue whose first message is still in memory:
@@ -111,7 +111,7 @@ class RemoteOffsetStore(_MemoryTable):
             raise ClientError(f"group {self.group}: offsets not committed: {'; '.join(errors)}")
 
     async def _call(self, queue: MessageQueue, code: int, header: dict[str, object]) -> RemotingCommand:
-        address = await self.address_of(queue.broker_name)
+        address = await self.address_for(queue)
         try:
             return await self.remoting.invoke(address, RemotingCommand.request(code, header), self.timeout)
         except RemotingError as error:
@@ -177,6 +177,6 @@ def offset_store_for(
     return RemoteOffsetStore(
         remoting=session.remoting,
         group=session.group,
-        address_of=session.address_of,
+        address_for=session.address_for,
         zero_if_not_found=where is not ConsumeFromWhere.TIMESTAMP,
     )

@@ -97,6 +97,15 @@ class ConsumerSession:
         self.brokers.update(addresses)
         return queues
 
+    async def address_for(self, queue: MessageQueue) -> str:
+        """The master address of ``queue``'s broker, asking for the queue's topic if needed."""
+        if queue.broker_name not in self.brokers:
+            try:
+                await self.queues_of(queue.topic)
+            except ClientError:
+                pass
+        return await self.address_of(queue.broker_name)
+
     async def address_of(self, broker_name: str) -> str:
         address = self.brokers.get(broker_name)
         if address is None:

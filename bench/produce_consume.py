@@ -1,0 +1,355 @@
+"""Produce and consume through the client SDK against a real broker, next to Redis Streams.
+
+One run, for 128 B and 1 KiB bodies and for async and sync flush, on this machine:
+
+* produce with 1 message in flight (also p50/p99 latency), with 64 in flight, with batches of 32;
+* pipelined produce: 16 batches of 32 in flight (512 messages), which also builds the backlog;
+* consume that backlog (``--messages``, default 1,000,000) with a LitePullConsumer.
+
+The same workloads run against Redis Streams (Debian's ``redis-server``, AOF with
+``appendfsync everysec`` for async and ``always`` for sync; redis-py with hiredis): XADD one per
+round trip, 64 concurrent clients, pipelines of 32 and of 512 XADDs, XREAD COUNT 1000. Ratios are
+Trocket / Redis. The broker answers pulls of up to 1000 messages here (``max_pull_messages``;
+RocketMQ's default is 32) so both sides move 1000 messages per consume round trip.
+
+    ./run bench produce_consume [--messages 1000000] [--sizes 128,1024] [--flush async,sync]
+
+The script installs what it needs when it can (``apt-get install redis-server`` as root, pip
+``redis[hiredis]``) and says clearly when it cannot (then only Trocket's figures are printed).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import trio
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from trocket import ConsumeFromWhere, LitePullConsumer, Message, Producer  # noqa: E402
+
+Figures = dict[str, float]
+TARGET_PIPELINED = 200_000
+TARGET_CONSUME = 500_000
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def percentile(samples: list[float], q: float) -> float:
+    ordered = sorted(samples)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+# --- set-up -----------------------------------------------------------------------------------
+
+
+def ensure_redis() -> str | None:
+    """The redis-server path, installing it and redis-py when possible; None (with a reason
+    printed) when not."""
+    try:
+        import hiredis  # noqa: F401
+        import redis  # noqa: F401
+    except ImportError:
+        print("installing redis-py with hiredis (pip install 'redis[hiredis]') ...", flush=True)
+        done = subprocess.run(
+            [sys.executable, "-m", "pip", "install", "-q", "redis[hiredis]>=5"], check=False
+        )
+        if done.returncode != 0:
+            print("cannot install redis-py: Redis comparison skipped")
+            return None
+    path = shutil.which("redis-server")
+    if path is None and shutil.which("apt-get"):
+        prefix = [] if os.geteuid() == 0 else (["sudo", "-n"] if shutil.which("sudo") else None)
+        if prefix is not None:
+            print("installing Debian's redis-server (apt-get) ...", flush=True)
+            env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+            subprocess.run([*prefix, "apt-get", "update", "-qq"], env=env, check=False)
+            subprocess.run([*prefix, "apt-get", "install", "-y", "-qq", "redis-server"], env=env, check=False)
+            path = shutil.which("redis-server")
+    if path is None:
+        print("redis-server is not installed and cannot be (needs root or passwordless sudo with apt-get): "
+              "Redis comparison skipped")  # fmt: skip
+    return path
+
+
+@contextmanager
+def trocket_server(root: Path, flush: str) -> Iterator[str]:
+    namesrv_port, broker_port = free_port(), free_port()
+    config = root / "trocket.toml"
+    config.write_text(
+        f'[broker]\ndata_dir = "{root / "data"}"\nlisten_port = {broker_port}\n'
+        f'namesrv_addr = ["127.0.0.1:{namesrv_port}"]\nflush = "{flush}"\n'
+        f"[namesrv]\nlisten_port = {namesrv_port}\n"
+        '[remoting]\nmax_pull_messages = 1000\nmax_pull_bytes = "4MiB"\n'
+        '[store_mmap]\ncommit_log_file_size = "512MiB"\n'
+    )
+    log = root / "broker.log"
+    with log.open("w") as out:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "trocket", "up", "-c", str(config)], stdout=out, stderr=subprocess.STDOUT,
+            env={**os.environ, "PYTHONPATH": str(REPO)},
+        )  # fmt: skip
+    deadline = time.monotonic() + 60
+    while "ready" not in log.read_text():
+        if process.poll() is not None or time.monotonic() > deadline:
+            raise SystemExit("trocket up did not start:\n" + log.read_text())
+        time.sleep(0.05)
+    try:
+        yield f"127.0.0.1:{namesrv_port}"
+    finally:
+        process.send_signal(signal.SIGTERM)
+        process.wait(timeout=120)
+
+
+@contextmanager
+def redis_server(path: str, root: Path, flush: str) -> Iterator[int]:
+    port = free_port()
+    fsync = "everysec" if flush == "async" else "always"
+    process = subprocess.Popen(
+        [path, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "yes",
+         "--appendfsync", fsync, "--dir", str(root), "--daemonize", "no"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    import redis
+
+    client = redis.Redis(port=port)
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            client.ping()
+            break
+        except redis.ConnectionError:
+            if time.monotonic() > deadline or process.poll() is not None:
+                raise SystemExit("redis-server did not start") from None
+            time.sleep(0.05)
+    try:
+        yield port
+    finally:
+        client.close()
+        process.terminate()
+        process.wait(timeout=60)
+
+
+# --- Trocket workloads ------------------------------------------------------------------------
+
+
+async def trocket_workloads(namesrv: str, size: int, args: argparse.Namespace, tag: str) -> Figures:
+    body = os.urandom(size // 2).hex().encode()[:size]
+    out: Figures = {}
+    async with Producer("PG_bench", namesrv, send_timeout=30) as producer:
+        topic = f"Bench{tag}"
+        await producer.send(Message(topic, body))  # route and connection warm
+        latencies = []
+        started = time.perf_counter()
+        for _ in range(args.round_trips):
+            sent = time.perf_counter()
+            await producer.send(Message(topic, body))
+            latencies.append(time.perf_counter() - sent)
+        out["1 in flight"] = args.round_trips / (time.perf_counter() - started)
+        out["p50 ms"] = percentile(latencies, 0.50) * 1000
+        out["p99 ms"] = percentile(latencies, 0.99) * 1000
+
+        async def sender(count: int) -> None:
+            for _ in range(count):
+                await producer.send(Message(topic, body))
+
+        total = args.concurrent_messages
+        started = time.perf_counter()
+        async with trio.open_nursery() as nursery:
+            for _ in range(64):
+                nursery.start_soon(sender, total // 64)
+        out["64 in flight"] = (total // 64 * 64) / (time.perf_counter() - started)
+
+        batch = [Message(topic, body) for _ in range(32)]
+        rounds = args.batch_messages // 32
+        started = time.perf_counter()
+        for _ in range(rounds):
+            await producer.send_batch(batch)
+        out["batch 32"] = rounds * 32 / (time.perf_counter() - started)
+
+        backlog = f"Backlog{tag}"
+        await producer.send(Message(backlog, body))
+        rounds = (args.messages - 1) // 32
+        per_task = rounds // 16
+
+        async def batcher() -> None:
+            for _ in range(per_task):
+                await producer.send_batch(batch_for_backlog)
+
+        batch_for_backlog = [Message(backlog, body) for _ in range(32)]
+        started = time.perf_counter()
+        async with trio.open_nursery() as nursery:
+            for _ in range(16):
+                nursery.start_soon(batcher)
+        out["pipelined 512"] = per_task * 16 * 32 / (time.perf_counter() - started)
+        expected = 1 + per_task * 16 * 32
+
+    async with LitePullConsumer(
+        f"CG_bench_{tag}", namesrv, consume_from_where=ConsumeFromWhere.FIRST_OFFSET, pull_batch_size=1000,
+        pull_threshold_for_queue=4000, pull_threshold_for_all=16000, auto_commit=False,
+    ) as consumer:  # fmt: skip
+        consumer.subscribe(backlog)
+        got = 0
+        started = time.perf_counter()
+        next_report = started + 5
+        while got < expected:
+            messages = await consumer.poll(timeout=30)
+            if not messages:
+                raise SystemExit(f"consume stalled after {got} of {expected} messages")
+            got += len(messages)
+            if time.perf_counter() > next_report:
+                print(f"    consumed {got:,}/{expected:,}", flush=True)
+                next_report += 5
+        out["consume backlog"] = got / (time.perf_counter() - started)
+    return out
+
+
+# --- Redis workloads --------------------------------------------------------------------------
+
+
+def redis_workloads(port: int, size: int, args: argparse.Namespace, tag: str) -> Figures:
+    import redis
+
+    body = os.urandom(size // 2).hex().encode()[:size]
+    out: Figures = {}
+    client = redis.Redis(port=port)
+    stream = f"bench{tag}"
+    client.xadd(stream, {"body": body})
+    latencies = []
+    started = time.perf_counter()
+    for _ in range(args.round_trips):
+        sent = time.perf_counter()
+        client.xadd(stream, {"body": body})
+        latencies.append(time.perf_counter() - sent)
+    out["1 in flight"] = args.round_trips / (time.perf_counter() - started)
+    out["p50 ms"] = percentile(latencies, 0.50) * 1000
+    out["p99 ms"] = percentile(latencies, 0.99) * 1000
+    out["64 in flight"] = asyncio.run(_redis_concurrent(port, stream, body, args.concurrent_messages))
+    rounds = args.batch_messages // 32
+    started = time.perf_counter()
+    for _ in range(rounds):
+        pipe = client.pipeline(transaction=False)
+        for _ in range(32):
+            pipe.xadd(stream, {"body": body})
+        pipe.execute()
+    out["batch 32"] = rounds * 32 / (time.perf_counter() - started)
+    backlog = f"backlog{tag}"
+    rounds = args.messages // 512
+    started = time.perf_counter()
+    for _ in range(rounds):
+        pipe = client.pipeline(transaction=False)
+        for _ in range(512):
+            pipe.xadd(backlog, {"body": body})
+        pipe.execute()
+    out["pipelined 512"] = rounds * 512 / (time.perf_counter() - started)
+    expected, got, last = rounds * 512, 0, "0"
+    started = time.perf_counter()
+    while got < expected:
+        reply = client.xread({backlog: last}, count=1000)
+        entries = reply[0][1]
+        got += len(entries)
+        last = entries[-1][0]
+    out["consume backlog"] = got / (time.perf_counter() - started)
+    client.close()
+    return out
+
+
+async def _redis_concurrent(port: int, stream: str, body: bytes, total: int) -> float:
+    import redis.asyncio as aioredis
+
+    client = aioredis.Redis(port=port, max_connections=64)
+
+    async def sender(count: int) -> None:
+        for _ in range(count):
+            await client.xadd(stream, {"body": body})
+
+    await client.ping()
+    started = time.perf_counter()
+    await asyncio.gather(*(sender(total // 64) for _ in range(64)))
+    elapsed = time.perf_counter() - started
+    await client.aclose()
+    return total // 64 * 64 / elapsed
+
+
+# --- report -----------------------------------------------------------------------------------
+
+ROWS = ["1 in flight", "p50 ms", "p99 ms", "64 in flight", "batch 32", "pipelined 512", "consume backlog"]
+
+
+def report(results: dict[tuple[str, str, int], Figures], sizes: list[int], flushes: list[str]) -> None:
+    for flush in flushes:
+        for size in sizes:
+            ours = results[("trocket", flush, size)]
+            theirs = results.get(("redis", flush, size))
+            print(f"\n{flush} flush, {size} B bodies")
+            print(f"  {'workload':<17}{'Trocket':>14}{'Redis':>14}{'ratio':>9}")
+            for row in ROWS:
+                unit = "" if row.endswith("ms") else " msgs/s"
+                mine = ours[row]
+                other = theirs[row] if theirs else None
+                if other is None:
+                    print(f"  {row:<17}{mine:>14,.2f}{'-':>14}")
+                    continue
+                ratio = other / mine if row.endswith("ms") else mine / other  # >1 means Trocket better
+                print(f"  {row:<17}{mine:>14,.2f}{other:>14,.2f}{ratio:>9.2f}{unit and ''}")
+    print("\nratio > 1.0 means Trocket is faster (for latency rows: Redis latency / Trocket latency)")
+    for size in sizes:
+        if ("trocket", "async", size) in results:
+            figures = results[("trocket", "async", size)]
+            for row, target in (("pipelined 512", TARGET_PIPELINED), ("consume backlog", TARGET_CONSUME)):
+                verdict = "met" if figures[row] >= target else "NOT met"
+                print(f"target {row}, async, {size} B: {figures[row]:,.0f} msgs/s (>= {target:,}: {verdict})")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--messages", type=int, default=1_000_000, help="backlog size per configuration")
+    parser.add_argument("--round-trips", type=int, default=3000, help="sends with 1 in flight")
+    parser.add_argument("--concurrent-messages", type=int, default=32_000, help="sends with 64 in flight")
+    parser.add_argument("--batch-messages", type=int, default=64_000, help="messages sent in batches of 32")
+    parser.add_argument("--sizes", default="128,1024")
+    parser.add_argument("--flush", default="async,sync")
+    parser.add_argument("--skip-redis", action="store_true")
+    args = parser.parse_args()
+    sizes = [int(s) for s in args.sizes.split(",")]
+    flushes = [f.strip() for f in args.flush.split(",")]
+    redis_path = None if args.skip_redis else ensure_redis()
+    results: dict[tuple[str, str, int], Figures] = {}
+    for flush in flushes:
+        with tempfile.TemporaryDirectory(prefix="trocket-bench-") as tmp:
+            with trocket_server(Path(tmp), flush) as namesrv:
+                for size in sizes:
+                    print(f"Trocket, {flush} flush, {size} B ...", flush=True)
+                    results[("trocket", flush, size)] = trio.run(
+                        trocket_workloads, namesrv, size, args, f"{flush}{size}"
+                    )
+        if redis_path:
+            with tempfile.TemporaryDirectory(prefix="redis-bench-") as tmp:
+                with redis_server(redis_path, Path(tmp), flush) as port:
+                    for size in sizes:
+                        print(f"Redis, {flush} flush, {size} B ...", flush=True)
+                        results[("redis", flush, size)] = redis_workloads(port, size, args, f"{flush}{size}")
+    report(results, sizes, flushes)
+
+
+if __name__ == "__main__":
+    main()
