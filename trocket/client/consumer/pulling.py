@@ -8,15 +8,15 @@ there (long polling), so the request timeout is longer than that, as in RocketMQ
 from __future__ import annotations
 
 import enum
+import struct
 
 import attrs
 
-from kernel import record
 from kernel.errors import CorruptRecord
 from kernel.model import MessageQueue
 from kernel.remoting import RemotingClient, RemotingCommand, RequestCode, ResponseCode
 from kernel.subscription import Subscription
-from trocket.client.consumer.received import ReceivedMessage
+from trocket.client.consumer.received import ReceivedMessage, decode_pulled
 from trocket.client.errors import ClientError
 
 FLAG_COMMIT_OFFSET = 0x1
@@ -110,10 +110,11 @@ async def pull(
     messages: list[ReceivedMessage] = []
     if status is PullStatus.FOUND:
         try:
-            stored = record.decode_records(response.body)
-        except (CorruptRecord, ValueError, IndexError) as error:
+            messages = decode_pulled(bytes(response.body), queue)
+        except (CorruptRecord, struct.error, IndexError, UnicodeDecodeError) as error:
             raise PullError(f"pull answer from {address} holds a damaged record: {error}") from None
-        messages = [ReceivedMessage.from_stored(s, queue) for s in stored if subscription.matches(s.tags)]
+        if subscription.tags is not None:
+            messages = [m for m in messages if m.tags in subscription.tags]
     return PullResult(
         status,
         int(response.ext.get("nextBeginOffset", offset)),
