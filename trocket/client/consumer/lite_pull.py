@@ -20,26 +20,20 @@ from __future__ import annotations
 
 import collections
 import logging
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from contextlib import AsyncExitStack
-from pathlib import Path
 
 import attrs
 import trio
 
-from kernel.abc import AllocateStrategyFn
 from kernel.errors import RemotingError
 from kernel.model import MessageQueue
 from kernel.remoting import RequestCode
 from kernel.subscription import Subscription
-from trocket.client.consumer.allocation import resolve_strategy
-from trocket.client.consumer.modes import ConsumeFromWhere, MessageModel
-from trocket.client.consumer.offset_store import UNKNOWN, OffsetStore, offset_store_for
+from trocket.client.consumer.common import ConsumerBase
+from trocket.client.consumer.offset_store import UNKNOWN
 from trocket.client.consumer.pulling import PullStatus, pull
 from trocket.client.consumer.rebalance import (
-    REBALANCE_INTERVAL,
-    Rebalancer,
-    half_hour_ago_ms,
     queue_offset,
     start_offset,
 )
@@ -48,10 +42,8 @@ from trocket.client.consumer.session import (
     HEARTBEAT_INTERVAL,
     ConsumerSession,
     new_subscription,
-    open_session,
 )
 from trocket.client.errors import ClientError
-from trocket.client.producer import _split
 
 log = logging.getLogger(__name__)
 
@@ -71,26 +63,13 @@ class _Owned:
 
 
 @attrs.define(eq=False)
-class LitePullConsumer:
+class LitePullConsumer(ConsumerBase):
     """See the module docstring."""
 
-    group: str
-    namesrv_addr: str | Sequence[str] = "127.0.0.1:9876"
-    message_model: MessageModel = MessageModel.CLUSTERING
-    consume_from_where: ConsumeFromWhere = ConsumeFromWhere.LAST_OFFSET
-    consume_timestamp_ms: int | None = None
-    allocate_strategy: str | AllocateStrategyFn = "averagely"
-    allocate_options: Mapping[str, str] = attrs.field(factory=dict)
-    pull_batch_size: int = 32
-    pull_threshold_for_queue: int = 1000
     pull_threshold_for_all: int = 10_000
     auto_commit: bool = True
     auto_commit_interval: float = 5.0
-    rebalance_interval: float = REBALANCE_INTERVAL
-    instance_name: str | None = None
-    offset_store_dir: Path | None = None
 
-    _subscriptions: dict[str, Subscription] = attrs.field(factory=dict, init=False)
     _assigned: bool = attrs.field(default=False, init=False)
     _owned: dict[MessageQueue, _Owned] = attrs.field(factory=dict, init=False)
     _buffer: collections.deque[tuple[_Owned, int, list[ReceivedMessage]]] = attrs.field(
@@ -98,32 +77,15 @@ class LitePullConsumer:
     )
     _buffered_total: int = attrs.field(default=0, init=False)
     _arrived: trio.Event = attrs.field(factory=trio.Event, init=False)
-    _session: ConsumerSession | None = attrs.field(default=None, init=False)
-    _offsets: OffsetStore | None = attrs.field(default=None, init=False)
-    _stack: AsyncExitStack | None = attrs.field(default=None, init=False)
     _nursery: trio.Nursery | None = attrs.field(default=None, init=False)
-    _rebalancer: Rebalancer | None = attrs.field(default=None, init=False)
 
     # --- lifecycle --------------------------------------------------------------------------
 
     async def start(self) -> None:
-        if self._stack is not None:
-            raise ClientError(f"consumer {self.group!r} is already started")
-        allocate = resolve_strategy(self.allocate_strategy, self.allocate_options)
-        addresses = _split(self.namesrv_addr)
-        if not addresses:
-            raise ClientError("no NameServer address given")
+        allocate, addresses = self._check_startable()
         stack = AsyncExitStack()
         try:
-            session = await open_session(
-                stack, self.group, addresses, self.message_model.value, "CONSUME_ACTIVELY",
-                self.consume_from_where.value, self._subscriptions, self.instance_name,
-            )  # fmt: skip
-            self._session = session
-            self._offsets = offset_store_for(
-                session, self.message_model, self.consume_from_where, self.offset_store_dir
-            )
-            self._rebalancer = Rebalancer(session, allocate)
+            await self._join(stack, allocate, addresses, "CONSUME_ACTIVELY", self._subscriptions)
             nursery = await stack.enter_async_context(trio.open_nursery())
             await nursery.start(self._run)
             assert self._nursery is not None
@@ -135,7 +97,7 @@ class LitePullConsumer:
             raise
         self._stack = stack
         if self._subscriptions:
-            await self._join()
+            await self._subscribe_all()
 
     async def _run(self, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Background tasks live in a nursery of their own so shutdown can cancel them without
@@ -180,7 +142,7 @@ class LitePullConsumer:
         self._subscriptions[topic] = new_subscription(topic, expression)
         if self._stack is not None:
             assert self._nursery is not None
-            self._nursery.start_soon(self._join)
+            self._nursery.start_soon(self._subscribe_all)
 
     async def assign(self, queues: Iterable[MessageQueue], expression: str = "*") -> None:
         """Consume exactly ``queues`` (replacing an earlier assignment)."""
@@ -281,7 +243,7 @@ class LitePullConsumer:
         owned.pulling = trio.CancelScope()
         self._nursery.start_soon(self._pull_loop, owned)
 
-    async def _join(self) -> None:
+    async def _subscribe_all(self) -> None:
         session = self._started()
         session.subscriptions.update(self._subscriptions)
         for topic in self._subscriptions:
@@ -314,9 +276,7 @@ class LitePullConsumer:
                     except ClientError as error:
                         log.warning("group %s: %s", self.group, error)
                 self._offsets.remove(queue)
-            timestamp = (
-                self.consume_timestamp_ms if self.consume_timestamp_ms is not None else half_hour_ago_ms()
-            )
+            timestamp = self._start_timestamp_ms()
             for queue in sorted(mine - set(self._owned), key=attrs.astuple):
                 try:
                     offset = await start_offset(

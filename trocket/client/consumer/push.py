@@ -19,18 +19,15 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Mapping, Sequence
 from contextlib import AsyncExitStack
-from pathlib import Path
 
 import attrs
 import trio
 
-from kernel.abc import AllocateStrategyFn
 from kernel.errors import RemotingError
 from kernel.model import MessageQueue
 from kernel.subscription import Subscription
-from trocket.client.consumer.allocation import resolve_strategy
+from trocket.client.consumer.common import ConsumerBase
 from trocket.client.consumer.listener import (
     ConsumeContext,
     ConsumeStatus,
@@ -38,26 +35,20 @@ from trocket.client.consumer.listener import (
     OrderlyStatus,
     call_listener,
 )
-from trocket.client.consumer.modes import ConsumeFromWhere, MessageModel
-from trocket.client.consumer.offset_store import OffsetStore, offset_store_for
+from trocket.client.consumer.modes import MessageModel
 from trocket.client.consumer.process_queue import ProcessQueue
 from trocket.client.consumer.pulling import PullStatus, pull
 from trocket.client.consumer.rebalance import (
-    REBALANCE_INTERVAL,
-    Rebalancer,
-    half_hour_ago_ms,
     start_offset,
 )
 from trocket.client.consumer.received import RETRY_PREFIX, ReceivedMessage
 from trocket.client.consumer.send_back import send_back
 from trocket.client.consumer.session import (
     HEARTBEAT_INTERVAL,
-    ConsumerSession,
     new_subscription,
-    open_session,
 )
 from trocket.client.errors import ClientError
-from trocket.client.producer import Producer, _split
+from trocket.client.producer import Producer
 
 log = logging.getLogger(__name__)
 
@@ -96,22 +87,12 @@ class QueueStats:
 
 
 @attrs.define(eq=False)
-class PushConsumer:
+class PushConsumer(ConsumerBase):
     """See the module docstring. Configure, ``subscribe``, ``register_listener``, then use as
     ``async with`` (or ``start()`` / ``shutdown()`` from one task)."""
 
-    group: str
-    namesrv_addr: str | Sequence[str] = "127.0.0.1:9876"
-    message_model: MessageModel = MessageModel.CLUSTERING
-    consume_from_where: ConsumeFromWhere = ConsumeFromWhere.LAST_OFFSET
-    consume_timestamp_ms: int | None = None
-    """For ``TIMESTAMP``: epoch milliseconds (default: half an hour before ``start``)."""
-    allocate_strategy: str | AllocateStrategyFn = "averagely"
-    allocate_options: Mapping[str, str] = attrs.field(factory=dict)
     consume_thread_max: int = 20
     consume_message_batch_max_size: int = 1
-    pull_batch_size: int = 32
-    pull_threshold_for_queue: int = 1000
     pull_threshold_size_for_queue: int = 100
     """MiB of bodies in flight per queue before pulling pauses."""
     consume_concurrently_max_span: int = 2000
@@ -120,19 +101,11 @@ class PushConsumer:
     consume_timeout: float = 15 * 60.0
     """Seconds a listener call may take; beyond, its batch is retried (``consumeTimeout``)."""
     persist_consumer_offset_interval: float = 5.0
-    rebalance_interval: float = REBALANCE_INTERVAL
-    instance_name: str | None = None
-    offset_store_dir: Path | None = None
-    """Broadcasting: where offsets are kept (default ``~/.rocketmq_offsets``)."""
 
-    _subscriptions: dict[str, Subscription] = attrs.field(factory=dict, init=False)
     _listener: Listener | None = attrs.field(default=None, init=False)
     _orderly: bool = attrs.field(default=False, init=False)
     _owned: dict[MessageQueue, _Owned] = attrs.field(factory=dict, init=False)
-    _session: ConsumerSession | None = attrs.field(default=None, init=False)
-    _offsets: OffsetStore | None = attrs.field(default=None, init=False)
     _producer: Producer | None = attrs.field(default=None, init=False)
-    _stack: AsyncExitStack | None = attrs.field(default=None, init=False)
     _services: trio.Nursery | None = attrs.field(default=None, init=False)
     _workers: trio.Nursery | None = attrs.field(default=None, init=False)
     _work_send: trio.MemorySendChannel[tuple[_Owned, list[ReceivedMessage]]] | None = attrs.field(
@@ -140,7 +113,6 @@ class PushConsumer:
     )
     _stopped: trio.Event = attrs.field(factory=trio.Event, init=False)
     _closing: bool = attrs.field(default=False, init=False)
-    _rebalancer: Rebalancer | None = attrs.field(default=None, init=False)
     _retry_soon: bool = attrs.field(default=False, init=False)
 
     # --- configuration ----------------------------------------------------------------------
@@ -186,31 +158,18 @@ class PushConsumer:
         :raises ClientError: nothing subscribed, no listener, a bad allocate strategy, or already
             started.
         """
-        if self._stack is not None:
-            raise ClientError(f"consumer {self.group!r} is already started")
+        allocate, addresses = self._check_startable()
         if not self._subscriptions or self._listener is None:
             raise ClientError("subscribe() to a topic and register_listener() before start()")
-        allocate = resolve_strategy(self.allocate_strategy, self.allocate_options)
-        addresses = _split(self.namesrv_addr)
-        if not addresses:
-            raise ClientError("no NameServer address given")
         subscriptions = dict(self._subscriptions)
         if self.message_model is MessageModel.CLUSTERING:
             retry = RETRY_PREFIX + self.group
             subscriptions[retry] = new_subscription(retry, "*")
         stack = AsyncExitStack()
         try:
-            session = await open_session(
-                stack, self.group, addresses, self.message_model.value, "CONSUME_PASSIVELY",
-                self.consume_from_where.value, subscriptions, self.instance_name,
-            )  # fmt: skip
-            self._session = session
-            self._offsets = offset_store_for(
-                session, self.message_model, self.consume_from_where, self.offset_store_dir
-            )
+            session = await self._join(stack, allocate, addresses, "CONSUME_PASSIVELY", subscriptions)
             self._producer = await stack.enter_async_context(Producer(self.group, addresses))
             nursery = await stack.enter_async_context(trio.open_nursery())
-            self._rebalancer = Rebalancer(session, allocate)
             self._stopped = trio.Event()
             await nursery.start(self._run)
             for topic in list(subscriptions):
@@ -345,7 +304,7 @@ class PushConsumer:
             log.info("group %s: %s is still locked by another consumer; next rebalance", self.group, queue)
             self._retry_soon = True
             return
-        timestamp = self.consume_timestamp_ms if self.consume_timestamp_ms is not None else half_hour_ago_ms()
+        timestamp = self._start_timestamp_ms()
         try:
             offset = await start_offset(
                 self._session, self._offsets, queue, self.consume_from_where, timestamp

@@ -1,0 +1,79 @@
+"""What the push and the lite pull consumer share: their common options and the set-up that
+joins a group (resolve the strategy, open a session, pick the offset store)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from contextlib import AsyncExitStack
+from pathlib import Path
+
+import attrs
+
+from kernel.abc import AllocateStrategyFn
+from kernel.subscription import Subscription
+from trocket.client.consumer.allocation import resolve_strategy
+from trocket.client.consumer.modes import ConsumeFromWhere, MessageModel
+from trocket.client.consumer.offset_store import OffsetStore, offset_store_for
+from trocket.client.consumer.rebalance import REBALANCE_INTERVAL, Rebalancer, half_hour_ago_ms
+from trocket.client.consumer.session import ConsumerSession, open_session
+from trocket.client.errors import ClientError
+from trocket.client.producer import _split
+
+
+@attrs.define(eq=False)
+class ConsumerBase:
+    """Options with RocketMQ's defaults (``docs/client.md`` lists their RocketMQ names)."""
+
+    group: str
+    namesrv_addr: str | Sequence[str] = "127.0.0.1:9876"
+    message_model: MessageModel = MessageModel.CLUSTERING
+    consume_from_where: ConsumeFromWhere = ConsumeFromWhere.LAST_OFFSET
+    consume_timestamp_ms: int | None = None
+    """For ``TIMESTAMP``: epoch milliseconds (default: half an hour before the queue is taken)."""
+    allocate_strategy: str | AllocateStrategyFn = "averagely"
+    allocate_options: Mapping[str, str] = attrs.field(factory=dict)
+    pull_batch_size: int = 32
+    pull_threshold_for_queue: int = 1000
+    rebalance_interval: float = REBALANCE_INTERVAL
+    instance_name: str | None = None
+    offset_store_dir: Path | None = None
+    """Broadcasting: where offsets are kept (default ``~/.rocketmq_offsets``)."""
+
+    _subscriptions: dict[str, Subscription] = attrs.field(factory=dict, init=False)
+    _session: ConsumerSession | None = attrs.field(default=None, init=False)
+    _offsets: OffsetStore | None = attrs.field(default=None, init=False)
+    _stack: AsyncExitStack | None = attrs.field(default=None, init=False)
+    _rebalancer: Rebalancer | None = attrs.field(default=None, init=False)
+
+    def _check_startable(self) -> tuple[AllocateStrategyFn, tuple[str, ...]]:
+        """:raises ClientError: already started, a bad strategy or no NameServer address."""
+        if self._stack is not None:
+            raise ClientError(f"consumer {self.group!r} is already started")
+        allocate = resolve_strategy(self.allocate_strategy, self.allocate_options)
+        addresses = _split(self.namesrv_addr)
+        if not addresses:
+            raise ClientError("no NameServer address given")
+        return allocate, addresses
+
+    async def _join(
+        self,
+        stack: AsyncExitStack,
+        allocate: AllocateStrategyFn,
+        addresses: tuple[str, ...],
+        consume_type: str,
+        subscriptions: dict[str, Subscription],
+    ) -> ConsumerSession:
+        """Open the session (closed by ``stack``), its offset store and rebalancer."""
+        session = await open_session(
+            stack, self.group, addresses, self.message_model.value, consume_type,
+            self.consume_from_where.value, subscriptions, self.instance_name,
+        )  # fmt: skip
+        self._session = session
+        self._offsets = offset_store_for(
+            session, self.message_model, self.consume_from_where, self.offset_store_dir
+        )
+        self._rebalancer = Rebalancer(session, allocate)
+        return session
+
+    def _start_timestamp_ms(self) -> int:
+        return self.consume_timestamp_ms if self.consume_timestamp_ms is not None else half_hour_ago_ms()
