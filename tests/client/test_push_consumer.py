@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -168,8 +169,6 @@ async def test_broadcasting_delivers_everything_to_every_instance(broker, tmp_pa
         assert all(collector.bodies[b] == 1 for b in sent)
     files = sorted(tmp_path.glob("*/CG_broadcast/offsets.json"))
     assert len(files) == 2, "each instance keeps its own offsets"
-    import json
-
     for file in files:
         rows = json.loads(file.read_text())["offsetTable"]
         assert sum(r["offset"] for r in rows) == 41

@@ -3,11 +3,13 @@ joins a group (resolve the strategy, open a session, pick the offset store)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import logging
+from collections.abc import Iterable, Mapping, Sequence
 from contextlib import AsyncExitStack
 from pathlib import Path
 
 import attrs
+import trio
 
 from kernel.abc import AllocateStrategyFn
 from kernel.subscription import Subscription
@@ -15,9 +17,13 @@ from trocket.client.consumer.allocation import resolve_strategy
 from trocket.client.consumer.modes import ConsumeFromWhere, MessageModel
 from trocket.client.consumer.offset_store import OffsetStore, offset_store_for
 from trocket.client.consumer.rebalance import REBALANCE_INTERVAL, Rebalancer, half_hour_ago_ms
-from trocket.client.consumer.session import ConsumerSession, open_session
+from trocket.client.consumer.session import HEARTBEAT_INTERVAL, ConsumerSession, open_session
 from trocket.client.errors import ClientError
 from trocket.client.producer import _split
+
+log = logging.getLogger(__name__)
+RETRY_SOON = 1.0
+"""Seconds to the next rebalance after one that could not take everything it was given."""
 
 
 @attrs.define(eq=False)
@@ -44,6 +50,7 @@ class ConsumerBase:
     _offsets: OffsetStore | None = attrs.field(default=None, init=False)
     _stack: AsyncExitStack | None = attrs.field(default=None, init=False)
     _rebalancer: Rebalancer | None = attrs.field(default=None, init=False)
+    _retry_soon: bool = attrs.field(default=False, init=False)
 
     def _check_startable(self) -> tuple[AllocateStrategyFn, tuple[str, ...]]:
         """:raises ClientError: already started, a bad strategy or no NameServer address."""
@@ -77,3 +84,34 @@ class ConsumerBase:
 
     def _start_timestamp_ms(self) -> int:
         return self.consume_timestamp_ms if self.consume_timestamp_ms is not None else half_hour_ago_ms()
+
+    async def _rebalance(self) -> None:
+        """Take and give up queues as the current assignment says (each consumer's own)."""
+        raise NotImplementedError
+
+    async def _announce(self, topics: Iterable[str]) -> None:
+        """Learn the topics' brokers, tell them who we are, then take our share at once."""
+        assert self._session is not None
+        for topic in list(topics):
+            try:
+                await self._session.queues_of(topic)
+            except ClientError as error:
+                log.warning("group %s: %s (will retry)", self.group, error)
+        await self._session.heartbeat()
+        await self._rebalance()
+
+    async def _heartbeat_loop(self) -> None:
+        assert self._session is not None
+        while True:
+            await trio.sleep(HEARTBEAT_INTERVAL)
+            await self._session.heartbeat()
+
+    async def _rebalance_loop(self) -> None:
+        """Every ``rebalance_interval``, at once on a membership change, and after
+        :data:`RETRY_SOON` when the last rebalance left something to retry."""
+        assert self._session is not None
+        while True:
+            with trio.move_on_after(RETRY_SOON if self._retry_soon else self.rebalance_interval):
+                await self._session.rebalance_wanted.wait()
+            self._session.rebalance_wanted = trio.Event()
+            await self._rebalance()

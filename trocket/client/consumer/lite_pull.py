@@ -39,7 +39,6 @@ from trocket.client.consumer.rebalance import (
 )
 from trocket.client.consumer.received import ReceivedMessage
 from trocket.client.consumer.session import (
-    HEARTBEAT_INTERVAL,
     ConsumerSession,
     new_subscription,
 )
@@ -244,15 +243,8 @@ class LitePullConsumer(ConsumerBase):
         self._nursery.start_soon(self._pull_loop, owned)
 
     async def _subscribe_all(self) -> None:
-        session = self._started()
-        session.subscriptions.update(self._subscriptions)
-        for topic in self._subscriptions:
-            try:
-                await session.queues_of(topic)
-            except ClientError as error:
-                log.warning("group %s: %s (will retry)", self.group, error)
-        await session.heartbeat()
-        await self._rebalance()
+        self._started().subscriptions.update(self._subscriptions)
+        await self._announce(self._subscriptions)
 
     async def _rebalance(self) -> None:
         if self._assigned or not self._subscriptions:
@@ -326,12 +318,6 @@ class LitePullConsumer(ConsumerBase):
                 elif owned.buffered == 0 and owned.consumed < owned.next_pull:
                     owned.consumed = owned.next_pull  # everything up to here was filtered out
 
-    async def _heartbeat_loop(self) -> None:
-        while True:
-            await trio.sleep(HEARTBEAT_INTERVAL)
-            assert self._session is not None
-            await self._session.heartbeat()
-
     async def _commit_loop(self) -> None:
         while True:
             await trio.sleep(self.auto_commit_interval)
@@ -341,15 +327,6 @@ class LitePullConsumer(ConsumerBase):
                     await self._offsets.persist(list(self._owned))
                 except ClientError as error:
                     log.warning("group %s: %s", self.group, error)
-
-    async def _rebalance_loop(self) -> None:
-        session = self._session
-        assert session is not None
-        while True:
-            with trio.move_on_after(self.rebalance_interval):
-                await session.rebalance_wanted.wait()
-            session.rebalance_wanted = trio.Event()
-            await self._rebalance()
 
 
 __all__ = ["UNKNOWN", "LitePullConsumer"]

@@ -44,7 +44,6 @@ from trocket.client.consumer.rebalance import (
 from trocket.client.consumer.received import RETRY_PREFIX, ReceivedMessage
 from trocket.client.consumer.send_back import send_back
 from trocket.client.consumer.session import (
-    HEARTBEAT_INTERVAL,
     new_subscription,
 )
 from trocket.client.errors import ClientError
@@ -113,7 +112,6 @@ class PushConsumer(ConsumerBase):
     )
     _stopped: trio.Event = attrs.field(factory=trio.Event, init=False)
     _closing: bool = attrs.field(default=False, init=False)
-    _retry_soon: bool = attrs.field(default=False, init=False)
 
     # --- configuration ----------------------------------------------------------------------
 
@@ -167,18 +165,12 @@ class PushConsumer(ConsumerBase):
             subscriptions[retry] = new_subscription(retry, "*")
         stack = AsyncExitStack()
         try:
-            session = await self._join(stack, allocate, addresses, "CONSUME_PASSIVELY", subscriptions)
+            await self._join(stack, allocate, addresses, "CONSUME_PASSIVELY", subscriptions)
             self._producer = await stack.enter_async_context(Producer(self.group, addresses))
             nursery = await stack.enter_async_context(trio.open_nursery())
             self._stopped = trio.Event()
             await nursery.start(self._run)
-            for topic in list(subscriptions):
-                try:
-                    await session.queues_of(topic)
-                except ClientError as error:
-                    log.warning("group %s: %s (will retry)", self.group, error)
-            await session.heartbeat()
-            await self._rebalance()
+            await self._announce(subscriptions)
             for task in (self._heartbeat_loop, self._rebalance_loop, self._persist_loop):
                 assert self._services is not None
                 self._services.start_soon(task)
@@ -244,21 +236,6 @@ class PushConsumer(ConsumerBase):
                     await trio.sleep_forever()
         finally:
             self._stopped.set()
-
-    async def _heartbeat_loop(self) -> None:
-        assert self._session is not None
-        while True:
-            await trio.sleep(HEARTBEAT_INTERVAL)
-            await self._session.heartbeat()
-
-    async def _rebalance_loop(self) -> None:
-        assert self._session is not None
-        while True:
-            wait = 1.0 if self._retry_soon else self.rebalance_interval
-            with trio.move_on_after(wait):
-                await self._session.rebalance_wanted.wait()
-            self._session.rebalance_wanted = trio.Event()
-            await self._rebalance()
 
     async def _persist_loop(self) -> None:
         assert self._offsets is not None
