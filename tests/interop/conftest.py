@@ -71,7 +71,10 @@ def run_client(*args: str, timeout: float = 120) -> list[dict]:
     return out
 
 
-def start_broker(tmp_path: Path, extra: str = "", *, namesrv_port: int | None = None) -> RunningBroker:
+def start_broker(
+    tmp_path: Path, extra: str = "", *, namesrv_port: int | None = None, store: str = ""
+) -> RunningBroker:
+    """A `trocket up` process; ``extra`` lines go into ``[broker]``, ``store`` into ``[store_mmap]``."""
     namesrv_port = namesrv_port or free_port()
     broker_port = free_port()
     config = tmp_path / "trocket.toml"
@@ -83,7 +86,7 @@ listen_port = {broker_port}
 namesrv_addr = ["127.0.0.1:{namesrv_port}"]
 {extra}
 [store_mmap]
-commit_log_file_size = "16MiB"   # tests need not pre-allocate 1 GiB files on the host disk
+{store if "commit_log_file_size" in store else 'commit_log_file_size = "16MiB"' + chr(10) + store}
 
 [namesrv]
 listen_port = {namesrv_port}

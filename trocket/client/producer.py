@@ -177,6 +177,15 @@ class Producer:
         request = self._request(topic, 0, 0, {}, body, code=RequestCode.SEND_BATCH_MESSAGE)
         return await self._send(topic, request, ",".join(ids), queue, None, None, timeout)
 
+    async def fetch_publish_message_queues(self, topic: str) -> tuple[MessageQueue, ...]:
+        """The topic's writable queues, by broker name then queue id (RocketMQ's
+        ``fetchPublishMessageQueues``), for callers that pick a queue themselves.
+
+        :raises ClientError: the topic has no route and no broker auto-creates topics.
+        """
+        _, routes = self._started()
+        return (await routes.publish_info(topic)).queues
+
     async def send_oneway(self, message: Message, *, queue: MessageQueue | None = None) -> None:
         """Send without waiting for an answer: one attempt, no result, fastest and least safe."""
         body, sys_flag = self._prepare(message)

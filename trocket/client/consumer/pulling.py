@@ -62,7 +62,19 @@ class PullResult:
     raw_bytes: int = 0
 
 
-async def pull(
+@attrs.frozen
+class RawPull:
+    """A pull answer with its records left as the stored bytes (for readers that decode in
+    bulk, such as the Spark source)."""
+
+    status: PullStatus
+    next_begin_offset: int
+    min_offset: int
+    max_offset: int
+    body: bytes
+
+
+async def pull_raw(
     remoting: RemotingClient,
     address: str,
     group: str,
@@ -73,11 +85,11 @@ async def pull(
     max_nums: int = 32,
     commit_offset: int = -1,
     suspend_ms: int = SUSPEND_MS,
-) -> PullResult:
-    """Pull from ``offset``; with ``commit_offset >= 0`` the broker also records that offset for
-    ``group`` (RocketMQ's piggy-backed commit).
+    timeout: float | None = None,
+) -> RawPull:
+    """One PULL_MESSAGE round trip; the answer's records stay undecoded.
 
-    :raises PullError: the broker answered with an error code, or sent a damaged record.
+    :raises PullError: the broker answered with an error code.
     :raises RemotingError: the broker could not be reached or did not answer in time.
     """
     sys_flag = FLAG_SUBSCRIPTION | (FLAG_SUSPEND if suspend_ms > 0 else 0)
@@ -99,7 +111,9 @@ async def pull(
             "expressionType": subscription.expression_type,
         },
     )
-    response = await remoting.invoke(address, request, PULL_TIMEOUT + suspend_ms / 1000)
+    if timeout is None:
+        timeout = PULL_TIMEOUT + suspend_ms / 1000
+    response = await remoting.invoke(address, request, timeout)
     status = _STATUS.get(response.code)  # type: ignore[call-overload]
     if status is None:
         raise PullError(
@@ -107,19 +121,52 @@ async def pull(
             f"code {response.code} {response.remark or ''}".rstrip(),
             response.code,
         )
+    return RawPull(
+        status,
+        int(response.ext.get("nextBeginOffset", offset)),
+        int(response.ext.get("minOffset", 0)),
+        int(response.ext.get("maxOffset", 0)),
+        bytes(response.body) if status is PullStatus.FOUND else b"",
+    )
+
+
+async def pull(
+    remoting: RemotingClient,
+    address: str,
+    group: str,
+    queue: MessageQueue,
+    offset: int,
+    subscription: Subscription,
+    *,
+    max_nums: int = 32,
+    commit_offset: int = -1,
+    suspend_ms: int = SUSPEND_MS,
+) -> PullResult:
+    """Pull from ``offset``; with ``commit_offset >= 0`` the broker also records that offset for
+    ``group`` (RocketMQ's piggy-backed commit).
+
+    :raises PullError: the broker answered with an error code, or sent a damaged record.
+    :raises RemotingError: the broker could not be reached or did not answer in time.
+    """
+    raw = await pull_raw(
+        remoting,
+        address,
+        group,
+        queue,
+        offset,
+        subscription,
+        max_nums=max_nums,
+        commit_offset=commit_offset,
+        suspend_ms=suspend_ms,
+    )
     messages: list[ReceivedMessage] = []
-    if status is PullStatus.FOUND:
+    if raw.status is PullStatus.FOUND:
         try:
-            messages = decode_pulled(bytes(response.body), queue)
+            messages = decode_pulled(raw.body, queue)
         except (CorruptRecord, struct.error, IndexError, UnicodeDecodeError) as error:
             raise PullError(f"pull answer from {address} holds a damaged record: {error}") from None
         if subscription.tags is not None:
             messages = [m for m in messages if m.tags in subscription.tags]
     return PullResult(
-        status,
-        int(response.ext.get("nextBeginOffset", offset)),
-        int(response.ext.get("minOffset", 0)),
-        int(response.ext.get("maxOffset", 0)),
-        messages,
-        len(response.body),
+        raw.status, raw.next_begin_offset, raw.min_offset, raw.max_offset, messages, len(raw.body)
     )

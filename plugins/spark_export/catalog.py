@@ -1,0 +1,169 @@
+"""What the driver asks the cluster while planning: which queues exist, their offset bounds,
+offsets by store time, and (for monitoring only) committing progress to a consumer group.
+
+Spark calls the driver side synchronously, so each question is one short ``trio.run`` with
+its own connections; planning happens once per query or micro-batch, never per row.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from typing import TypeVar
+
+import attrs
+import trio
+
+from kernel.remoting import RequestCode, ResponseCode
+from kernel.remoting.admin_json import loads as loads_admin_json
+from kernel.remoting.admin_json import split_queue_key
+from trocket.admin.client import AdminClient, AdminError
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+SYSTEM_TOPIC_PREFIXES = ("%RETRY%", "%DLQ%", "RMQ_SYS_", "rmq_sys_")
+SYSTEM_TOPICS = frozenset({"TBW102", "SCHEDULE_TOPIC_XXXX", "OFFSET_MOVED_EVENT", "SELF_TEST_TOPIC"})
+
+
+class CatalogError(AdminError):
+    """A topic does not exist, or the cluster could not answer a planning question."""
+
+
+@attrs.frozen(order=True)
+class QueueKey:
+    topic: str
+    broker_name: str
+    queue_id: int
+
+    def __str__(self) -> str:
+        return f"{self.topic}/{self.broker_name}/{self.queue_id}"
+
+
+@attrs.frozen
+class QueueBounds:
+    key: QueueKey
+    address: str
+    """The broker master executors pull from."""
+    min_offset: int
+    max_offset: int
+
+
+def is_system_topic(topic: str) -> bool:
+    return topic in SYSTEM_TOPICS or topic.startswith(SYSTEM_TOPIC_PREFIXES)
+
+
+@attrs.frozen
+class BrokerCatalog:
+    namesrv: tuple[str, ...]
+    timeout: float = 10.0
+
+    def topics(self, names: Sequence[str], pattern: re.Pattern[str] | None) -> list[str]:
+        """The named topics, or every non-system topic the pattern matches in full."""
+        if pattern is None:
+            return list(names)
+
+        async def ask(admin: AdminClient) -> list[str]:
+            return sorted(
+                t for t in await admin.topic_list() if pattern.fullmatch(t) and not is_system_topic(t)
+            )
+
+        return self._run(ask)
+
+    def bounds(self, topics: Iterable[str], *, missing_ok: bool = False) -> dict[QueueKey, QueueBounds]:
+        """Every readable queue of ``topics`` on live masters, with its min and max offsets.
+
+        :raises CatalogError: a topic does not exist (unless ``missing_ok``: a pattern's topic
+            deleted meanwhile is skipped).
+        """
+        wanted = list(topics)
+
+        async def ask(admin: AdminClient) -> dict[QueueKey, QueueBounds]:
+            out: dict[QueueKey, QueueBounds] = {}
+            for topic in wanted:
+                try:
+                    route = await admin.route(topic)
+                except AdminError as error:
+                    if missing_ok:
+                        continue
+                    raise CatalogError(f"topic {topic!r} cannot be read: {error}") from None
+                readable = {d["brokerName"]: d["readQueueNums"] for d in route["queueDatas"] if d["perm"] & 4}
+                for broker in route["brokerDatas"]:
+                    name, address = broker["brokerName"], broker["brokerAddrs"].get("0")
+                    if address is None or name not in readable:
+                        continue
+                    for row in await _topic_stats(admin, address, topic):
+                        if row["brokerName"] == name and row["queueId"] < readable[name]:
+                            key = QueueKey(topic, name, row["queueId"])
+                            out[key] = QueueBounds(key, address, row["minOffset"], row["maxOffset"])
+            return out
+
+        return self._run(ask)
+
+    def offsets_for_time(self, queues: Iterable[QueueBounds], timestamp_ms: int) -> dict[QueueKey, int]:
+        """The first offset stored at or after ``timestamp_ms`` per queue (the queue's max
+        offset when everything is older), through SEARCH_OFFSET_BY_TIMESTAMP."""
+        targets = list(queues)
+
+        async def ask(admin: AdminClient) -> dict[QueueKey, int]:
+            out = {}
+            for queue in targets:
+                response = await admin.call(
+                    queue.address,
+                    RequestCode.SEARCH_OFFSET_BY_TIMESTAMP,
+                    {"topic": queue.key.topic, "queueId": queue.key.queue_id, "timestamp": timestamp_ms},
+                )
+                out[queue.key] = int(response.ext.get("offset", queue.max_offset))
+            return out
+
+        return self._run(ask)
+
+    def commit_offsets(
+        self, group: str, offsets: Mapping[QueueKey, int], addresses: Mapping[str, str]
+    ) -> None:
+        """Write ``offsets`` as ``group``'s consumed offsets (UPDATE_CONSUMER_OFFSET), for lag
+        tooling only: the source never reads them back."""
+
+        async def ask(admin: AdminClient) -> None:
+            for key, offset in sorted(offsets.items()):
+                address = addresses.get(key.broker_name)
+                if address is None:
+                    continue
+                await admin.call(
+                    address,
+                    RequestCode.UPDATE_CONSUMER_OFFSET,
+                    {
+                        "consumerGroup": group,
+                        "topic": key.topic,
+                        "queueId": key.queue_id,
+                        "commitOffset": offset,
+                    },
+                )
+
+        self._run(ask)
+
+    def _run(self, ask: Callable[[AdminClient], Awaitable[T]]) -> T:
+        async def main() -> T:
+            async with AdminClient.open(self.namesrv, timeout=self.timeout) as admin:
+                return await ask(admin)
+
+        try:
+            return trio.run(main)
+        except AdminError as error:
+            if isinstance(error, CatalogError):
+                raise
+            raise CatalogError(f"NameServer {','.join(self.namesrv)}: {error}") from None
+
+
+async def _topic_stats(admin: AdminClient, address: str, topic: str) -> list[dict[str, int | str]]:
+    response = await admin.call(
+        address, RequestCode.GET_TOPIC_STATS_INFO, {"topic": topic}, ok=(0, ResponseCode.TOPIC_NOT_EXIST)
+    )
+    if response.code != 0:
+        return []
+    rows = []
+    for queue_key, value in loads_admin_json(response.body)["offsetTable"].items():
+        _, broker_name, queue_id = split_queue_key(queue_key)
+        rows.append({"brokerName": broker_name, "queueId": int(queue_id), **value})
+    return rows

@@ -1,0 +1,63 @@
+"""One real broker and one local Spark session (``local[2,2]``: two cores, one task retry) for
+the Spark tests. The tests skip only when Java is missing; pyspark is installed by ``./run tests``."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import sys
+from collections.abc import Iterator
+
+import pytest
+
+from tests.interop.conftest import RunningBroker, start_broker
+
+STORE = """
+commit_log_file_size = "1MiB"      # small files, so retention can delete one
+file_reserved_time = "1h"
+delete_when = "00;01;02;03;04;05;06;07;08;09;10;11;12;13;14;15;16;17;18;19;20;21;22;23"
+clean_interval = "500ms"
+"""
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[object]:
+    if shutil.which("java") is None:
+        pytest.skip("Java is not installed: Spark needs Java 17 or newer on PATH")
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
+    os.environ.setdefault("TZ", "UTC")
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    from pyspark.sql import SparkSession
+
+    import plugins.spark_export
+
+    session = (
+        SparkSession.builder.master("local[2,2]")
+        .appName("trocket-tests")
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.default.parallelism", "2")
+        .config("spark.driver.memory", "2g")
+        .config("spark.sql.session.timeZone", "UTC")
+        .getOrCreate()
+    )
+    session.sparkContext.setLogLevel("ERROR")
+    plugins.spark_export.register(session)
+    try:
+        yield session
+    finally:
+        session.stop()
+
+
+@pytest.fixture(scope="session")
+def spark_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningBroker]:
+    running = start_broker(tmp_path_factory.mktemp("spark-broker"), store=STORE)
+    try:
+        yield running
+    finally:
+        if running.process.poll() is None:
+            running.process.send_signal(signal.SIGTERM)
+            running.process.wait(timeout=60)

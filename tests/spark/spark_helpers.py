@@ -1,0 +1,35 @@
+"""Producing test data for the Spark tests (through the SDK, like an application)."""
+
+from __future__ import annotations
+
+import trio
+
+from trocket import Message, Producer
+
+
+def produce(
+    namesrv: str,
+    topic: str,
+    count: int,
+    *,
+    prefix: str = "m",
+    tags: str | None = None,
+    batch: int = 64,
+    queue_id: int | None = None,
+) -> list[bytes]:
+    """Send ``count`` messages ``{prefix}{i}`` with keys ``k{i}`` in batches; returns the bodies."""
+    bodies = [f"{prefix}{i}".encode() for i in range(count)]
+
+    async def main() -> None:
+        async with Producer("PG_spark_tests", namesrv) as producer:
+            queues = await producer.fetch_publish_message_queues(topic)
+            for n, at in enumerate(range(0, count, batch)):
+                chunk = [
+                    Message(topic, b, tags=tags, keys=(f"k{at + i}",), properties={"n": str(at + i)})
+                    for i, b in enumerate(bodies[at : at + batch])
+                ]
+                queue = queues[(n if queue_id is None else queue_id) % len(queues)]
+                await producer.send_batch(chunk, queue=queue)
+
+    trio.run(main)
+    return bodies
