@@ -100,6 +100,11 @@ def plan_batch(options: SourceOptions, catalog: BrokerCatalog) -> list[QueueRang
     :raises DataLossError: a start is below its queue's minimum and ``failOnDataLoss`` is true.
     :raises SparkOptionError: a start lies after its end.
     """
+    return split_ranges(options, catalog, batch_ranges(options, catalog))
+
+
+def batch_ranges(options: SourceOptions, catalog: BrokerCatalog) -> list[QueueRange]:
+    """One whole range per readable queue (empty ones included), before splitting."""
     bounds = current_bounds(options, catalog)
     starts = starting_offsets(options, catalog, bounds, default=EARLIEST)
     if options.ending_timestamp is not None:
@@ -126,7 +131,7 @@ def plan_batch(options: SourceOptions, catalog: BrokerCatalog) -> list[QueueRang
         if start > end:
             raise SparkOptionError(f"{key}: the starting offset {start} is after the ending offset {end}")
         ranges.append(QueueRange(key, queue.address, start, end))
-    return split_ranges(options, catalog, ranges)
+    return ranges
 
 
 def split_ranges(

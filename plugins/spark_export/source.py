@@ -118,6 +118,7 @@ class TrocketStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._target: dict[QueueKey, int] | None = None
         self._latest: dict[QueueKey, int] | None = None
         self._addresses: dict[QueueKey, str] = {}
+        self._committed: dict[QueueKey, int] = {}
         self._last_batch_at = time.monotonic()
 
     def _catalog(self) -> BrokerCatalog:
@@ -144,6 +145,10 @@ class TrocketStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def latestOffset(self, start: OffsetDict, limit: ReadLimit) -> OffsetDict:
         begin = from_offset_dict(start)
+        # Batches run one after another, so ``start`` (the previous batch's end) is processed:
+        # committing it here keeps the group's lag current even for the last batch of an
+        # AvailableNow run, whose commit(end) Spark would only call when planning a next batch.
+        self._commit_to_group(begin)
         bounds = self._bounds()
         end: dict[QueueKey, int] = {}
         gone = sorted(set(begin) - set(bounds))
@@ -209,11 +214,16 @@ class TrocketStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return _read(partition, self.options)
 
     def commit(self, end: OffsetDict) -> None:
+        self._commit_to_group(from_offset_dict(end))
+
+    def _commit_to_group(self, offsets: dict[QueueKey, int]) -> None:
+        """``commitOffsetsToGroup``: progress for lag tooling only, never read back."""
         group = self.options.commit_offsets_to_group
-        if not group:
+        if not group or not offsets or offsets == self._committed:
             return
         try:
-            self._catalog().commit_offsets(group, from_offset_dict(end), self._broker_addresses())
+            self._catalog().commit_offsets(group, offsets, self._broker_addresses())
+            self._committed = dict(offsets)
         except Exception as error:  # noqa: BLE001 - monitoring only: never fails the query
             log.warning("trocket: progress not committed to group %s: %s", group, error)
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import trio
 
 from trocket import Message, Producer
@@ -33,3 +35,16 @@ def produce(
 
     trio.run(main)
     return bodies
+
+
+def wait_until(condition, timeout: float = 60.0, what: str = "condition") -> None:
+    """Poll ``condition`` every 0.2 s (for broker-side background work such as retention)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            if condition():
+                return
+        except Exception:  # noqa: BLE001 - not there yet
+            pass
+        time.sleep(0.2)
+    raise AssertionError(f"{what} did not happen within {timeout} s")
