@@ -138,8 +138,9 @@ def build_session(spec: ExportSpec) -> Any:
     return session
 
 
-def run_export(spec: ExportSpec, *, out: TextIO = sys.stdout, session: Any = None) -> ExportResult:
-    """Run the export; prints progress to ``out``.
+def run_export(spec: ExportSpec, *, out: TextIO | None = None, session: Any = None) -> ExportResult:
+    """Run the export; prints progress to ``out`` (standard output by default). With
+    ``session`` the job runs in that Spark session and leaves it open.
 
     :raises ExportError: bad arguments, or the Spark job failed (its first line is included).
     """
@@ -147,6 +148,7 @@ def run_export(spec: ExportSpec, *, out: TextIO = sys.stdout, session: Any = Non
         raise ExportError(f"--to {spec.output_format}: only parquet is supported")
     if spec.stream and spec.checkpoint is None:
         raise ExportError("--stream needs --checkpoint DIR (where the query's progress is kept)")
+    out = out or sys.stdout
     spark = session or build_session(spec)
     try:
         if spec.stream:
