@@ -41,7 +41,10 @@ async def get_messages(
         next_offset = min_offset if min_offset == 0 else max_offset
         return GetResult(GetStatus.OFFSET_OVERFLOW_BADLY, [], next_offset, min_offset, max_offset)
 
-    entries = store.lookup(topic, queue_id, offset, min(MAX_SCAN_ENTRIES, max_offset - offset))
+    # Without a tag filter every entry is taken, so reading more than max_count is waste (it
+    # was most of a small pull's cost); with one, scan ahead for matches.
+    scan = max_count if tags_codes is None else MAX_SCAN_ENTRIES
+    entries = store.lookup(topic, queue_id, offset, min(scan, max_offset - offset))
     if not entries:
         return GetResult(GetStatus.OFFSET_FOUND_NULL, [], offset + 1, min_offset, max_offset)
     log_min = store.watermarks().min_offset
