@@ -42,11 +42,15 @@ def from_offset_dict(data: Mapping[str, Mapping[str, Mapping[str, int]]]) -> dic
     }
 
 
-def current_bounds(options: SourceOptions, catalog: BrokerCatalog) -> dict[QueueKey, QueueBounds]:
+def current_bounds(
+    options: SourceOptions, catalog: BrokerCatalog, *, missing_ok: bool = False
+) -> dict[QueueKey, QueueBounds]:
+    """Bounds of every queue to read; a named topic that does not exist is an error unless
+    ``missing_ok`` (a running stream treats it as gone, see ``failOnDataLoss``)."""
     topics = catalog.topics(options.topics, options.topic_pattern)
     if not topics and options.topic_pattern is None:
         raise SparkOptionError("no topic to read")
-    return catalog.bounds(topics, missing_ok=options.topic_pattern is not None)
+    return catalog.bounds(topics, missing_ok=missing_ok or options.topic_pattern is not None)
 
 
 def resolve_offsets(

@@ -124,8 +124,8 @@ class TrocketStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def _catalog(self) -> BrokerCatalog:
         return BrokerCatalog(self.options.read.namesrv)
 
-    def _bounds(self) -> dict[QueueKey, QueueBounds]:
-        bounds = current_bounds(self.options, self._catalog())
+    def _bounds(self, *, missing_ok: bool = False) -> dict[QueueKey, QueueBounds]:
+        bounds = current_bounds(self.options, self._catalog(), missing_ok=missing_ok)
         self._addresses.update({k: b.address for k, b in bounds.items()})
         return bounds
 
@@ -141,7 +141,7 @@ class TrocketStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return ReadAllAvailable()
 
     def prepareForTriggerAvailableNow(self) -> None:
-        self._target = {k: b.max_offset for k, b in self._bounds().items()}
+        self._target = {k: b.max_offset for k, b in self._bounds(missing_ok=True).items()}
 
     def latestOffset(self, start: OffsetDict, limit: ReadLimit) -> OffsetDict:
         begin = from_offset_dict(start)
@@ -149,7 +149,7 @@ class TrocketStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         # committing it here keeps the group's lag current even for the last batch of an
         # AvailableNow run, whose commit(end) Spark would only call when planning a next batch.
         self._commit_to_group(begin)
-        bounds = self._bounds()
+        bounds = self._bounds(missing_ok=True)
         end: dict[QueueKey, int] = {}
         gone = sorted(set(begin) - set(bounds))
         if gone:
@@ -195,7 +195,7 @@ class TrocketStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         begin, finish = from_offset_dict(start), from_offset_dict(end)
         pending = [k for k in finish if k in begin and finish[k] > begin[k]]
         if any(k not in self._addresses for k in pending):
-            self._bounds()
+            self._bounds(missing_ok=True)
         ranges = []
         for key in pending:
             address = self._addresses.get(key)

@@ -106,3 +106,30 @@ def test_streaming_export_killed_mid_stream_restarts_exactly_once(spark, spark_b
     assert "export:" in rerun.stdout and "batch" in rerun.stdout
     exported = bodies_in(spark, out)
     assert len(exported) == 6000 and sorted(exported) == sorted(bodies)
+
+
+def test_queues_that_disappear_fail_the_query_or_are_skipped_per_fail_on_data_loss(
+    spark, spark_broker, tmp_path
+):
+    produce(spark_broker.namesrv, "SparkGone", 100)
+    assert sum(run_available_now(spark, spark_broker, "SparkGone", tmp_path)) == 100
+    spark_broker.admin("deleteTopic", "-t", "SparkGone", "-c", "DefaultCluster")
+    query = (
+        spark.readStream.format("trocket")
+        .option("namesrv", spark_broker.namesrv)
+        .option("topic", "SparkGone")
+        .load()
+        .writeStream.format("parquet")
+        .option("path", str(tmp_path / "data"))
+        .option("checkpointLocation", str(tmp_path / "checkpoint"))
+        .trigger(availableNow=True)
+        .start()
+    )
+    try:
+        query.awaitTermination()
+    except Exception as error:  # noqa: BLE001 - the failure is what is checked
+        assert "are gone" in str(error) and "failOnDataLoss=false" in str(error)
+    else:
+        raise AssertionError("the query went on although its queues are gone")
+    assert run_available_now(spark, spark_broker, "SparkGone", tmp_path, failOnDataLoss="false") == []
+    assert len(bodies_in(spark, tmp_path / "data")) == 100
