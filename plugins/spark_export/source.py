@@ -179,7 +179,8 @@ class TrocketStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         backlog = {k: end[k] - begin[k] for k in begin if k in end}
         waiting = sum(v for v in backlog.values() if v > 0)
         wanted = self.options.min_offsets_per_trigger
-        if wanted is not None and waiting < wanted:
+        # AvailableNow must drain what is there and stop, so it never waits for more.
+        if wanted is not None and waiting < wanted and self._target is None:
             if time.monotonic() - self._last_batch_at < self.options.max_trigger_delay:
                 return {**end, **{k: begin[k] for k in backlog}}
         cap = self.options.max_offsets_per_trigger

@@ -133,3 +133,34 @@ def test_queues_that_disappear_fail_the_query_or_are_skipped_per_fail_on_data_lo
         raise AssertionError("the query went on although its queues are gone")
     assert run_available_now(spark, spark_broker, "SparkGone", tmp_path, failOnDataLoss="false") == []
     assert len(bodies_in(spark, tmp_path / "data")) == 100
+
+
+def test_min_offsets_per_trigger_waits_for_enough_messages(spark, spark_broker, tmp_path):
+    produce(spark_broker.namesrv, "SparkMin", 100, prefix="a")
+    spark.conf.set("spark.sql.streaming.noDataProgressEventInterval", "0")  # progress for idle triggers too
+    query = (
+        spark.readStream.format("trocket")
+        .option("namesrv", spark_broker.namesrv)
+        .option("topic", "SparkMin")
+        .option("startingOffsets", "earliest")
+        .option("minOffsetsPerTrigger", "150")
+        .option("maxTriggerDelay", "1h")
+        .load()
+        .writeStream.format("memory")
+        .queryName("spark_min")
+        .trigger(processingTime="200 milliseconds")
+        .start()
+    )
+    try:
+        wait_until(lambda: len(query.recentProgress) >= 5, what="five triggers")
+        assert spark.sql("select count(*) from spark_min").first()[0] == 0
+        produce(spark_broker.namesrv, "SparkMin", 100, prefix="b")
+        wait_until(
+            lambda: spark.sql("select count(*) from spark_min").first()[0] == 200, what="one batch of 200"
+        )
+    finally:
+        query.stop()
+    assert (
+        sum(run_available_now(spark, spark_broker, "SparkMin", tmp_path, minOffsetsPerTrigger="100000"))
+        == 200
+    )
