@@ -24,8 +24,6 @@ import argparse
 import asyncio
 import os
 import shutil
-import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -39,17 +37,12 @@ import trio
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from bench.trocket_process import free_port, running_trocket  # noqa: E402
 from trocket import ConsumeFromWhere, LitePullConsumer, Message, Producer  # noqa: E402
 
 Figures = dict[str, float]
 TARGET_PIPELINED = 200_000
 TARGET_CONSUME = 500_000
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 def percentile(samples: list[float], q: float) -> float:
@@ -91,31 +84,12 @@ def ensure_redis() -> str | None:
 
 @contextmanager
 def trocket_server(root: Path, flush: str) -> Iterator[str]:
-    namesrv_port, broker_port = free_port(), free_port()
-    config = root / "trocket.toml"
-    config.write_text(
-        f'[broker]\ndata_dir = "{root / "data"}"\nlisten_port = {broker_port}\n'
-        f'namesrv_addr = ["127.0.0.1:{namesrv_port}"]\nflush = "{flush}"\n'
-        f"[namesrv]\nlisten_port = {namesrv_port}\n"
+    tables = (
         '[remoting]\nmax_pull_messages = 1000\nmax_pull_bytes = "4MiB"\n'
         '[store_mmap]\ncommit_log_file_size = "512MiB"\n'
     )
-    log = root / "broker.log"
-    with log.open("w") as out:
-        process = subprocess.Popen(
-            [sys.executable, "-m", "trocket", "up", "-c", str(config)], stdout=out, stderr=subprocess.STDOUT,
-            env={**os.environ, "PYTHONPATH": str(REPO)},
-        )  # fmt: skip
-    deadline = time.monotonic() + 60
-    while "ready" not in log.read_text():
-        if process.poll() is not None or time.monotonic() > deadline:
-            raise SystemExit("trocket up did not start:\n" + log.read_text())
-        time.sleep(0.05)
-    try:
-        yield f"127.0.0.1:{namesrv_port}"
-    finally:
-        process.send_signal(signal.SIGTERM)
-        process.wait(timeout=120)
+    with running_trocket(root, f'flush = "{flush}"', tables) as namesrv:
+        yield namesrv
 
 
 @contextmanager

@@ -21,9 +21,6 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
-import signal
-import socket
-import subprocess
 import sys
 import tempfile
 import time
@@ -34,38 +31,11 @@ import trio
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from bench.trocket_process import running_trocket  # noqa: E402
+
 TARGET_ROWS_PER_S = 140_000
 TOPIC = "SparkBench"
 QUEUES = 4
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
-def start_broker(root: Path, max_pull: int | None) -> tuple[subprocess.Popen[bytes], str]:
-    namesrv_port, broker_port = free_port(), free_port()
-    remoting = f'[remoting]\nmax_pull_messages = {max_pull}\nmax_pull_bytes = "4MiB"\n' if max_pull else ""
-    config = root / "trocket.toml"
-    config.write_text(
-        f'[broker]\ndata_dir = "{root / "data"}"\nlisten_port = {broker_port}\n'
-        f'namesrv_addr = ["127.0.0.1:{namesrv_port}"]\n'
-        f'[namesrv]\nlisten_port = {namesrv_port}\n{remoting}[store_mmap]\ncommit_log_file_size = "512MiB"\n'
-    )
-    log = root / "broker.log"
-    with log.open("w") as out:
-        process = subprocess.Popen(
-            [sys.executable, "-m", "trocket", "up", "-c", str(config)], stdout=out, stderr=subprocess.STDOUT,
-            env={**os.environ, "PYTHONPATH": str(REPO)},
-        )  # fmt: skip
-    deadline = time.monotonic() + 60
-    while "ready" not in log.read_text():
-        if process.poll() is not None or time.monotonic() > deadline:
-            raise SystemExit("trocket up did not start:\n" + log.read_text())
-        time.sleep(0.05)
-    return process, f"127.0.0.1:{namesrv_port}"
 
 
 async def build_backlog(namesrv: str, count: int) -> float:
@@ -190,8 +160,11 @@ def main() -> None:
     if shutil.which("java") is None:
         raise SystemExit("Java 17+ is needed for Spark and is not on PATH")
     root = Path(tempfile.mkdtemp(prefix="trocket-spark-bench-"))
-    broker, namesrv = start_broker(root, args.max_pull)
-    try:
+    remoting = (
+        f'[remoting]\nmax_pull_messages = {args.max_pull}\nmax_pull_bytes = "4MiB"\n' if args.max_pull else ""
+    )
+    tables = remoting + '[store_mmap]\ncommit_log_file_size = "512MiB"\n'
+    with running_trocket(root, tables=tables) as namesrv:
         print(f"backlog: {args.messages:,} messages of 200 B in {QUEUES} queues", flush=True)
         rate = trio.run(build_backlog, namesrv, args.messages)
         print(f"  produced at {rate:,.0f} msgs/s", flush=True)
@@ -209,10 +182,7 @@ def main() -> None:
         print(f"ratio spark / baseline: {through_spark / base:.2f}")
         verdict = "met" if through_spark >= TARGET_ROWS_PER_S else "NOT met"
         print(f"target {TARGET_ROWS_PER_S:,} rows/s: {verdict}")
-    finally:
-        broker.send_signal(signal.SIGTERM)
-        broker.wait(timeout=120)
-        shutil.rmtree(root, ignore_errors=True)
+    shutil.rmtree(root, ignore_errors=True)
 
 
 if __name__ == "__main__":

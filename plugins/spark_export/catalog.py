@@ -15,9 +15,7 @@ from typing import TypeVar
 import attrs
 import trio
 
-from kernel.remoting import RequestCode, ResponseCode
-from kernel.remoting.admin_json import loads as loads_admin_json
-from kernel.remoting.admin_json import split_queue_key
+from kernel.remoting import RequestCode
 from trocket.admin.client import AdminClient, AdminError
 
 log = logging.getLogger(__name__)
@@ -93,9 +91,9 @@ class BrokerCatalog:
                     name, address = broker["brokerName"], broker["brokerAddrs"].get("0")
                     if address is None or name not in readable:
                         continue
-                    for row in await _topic_stats(admin, address, topic):
-                        if row["brokerName"] == name and row["queueId"] < readable[name]:
-                            key = QueueKey(topic, name, row["queueId"])
+                    for row in await admin.broker_topic_stats(address, topic, missing_ok=True):
+                        if row["brokerName"] == name and int(row["queueId"]) < readable[name]:
+                            key = QueueKey(topic, name, int(row["queueId"]))
                             out[key] = QueueBounds(key, address, row["minOffset"], row["maxOffset"])
             return out
 
@@ -154,16 +152,3 @@ class BrokerCatalog:
             if isinstance(error, CatalogError):
                 raise
             raise CatalogError(f"NameServer {','.join(self.namesrv)}: {error}") from None
-
-
-async def _topic_stats(admin: AdminClient, address: str, topic: str) -> list[dict[str, int | str]]:
-    response = await admin.call(
-        address, RequestCode.GET_TOPIC_STATS_INFO, {"topic": topic}, ok=(0, ResponseCode.TOPIC_NOT_EXIST)
-    )
-    if response.code != 0:
-        return []
-    rows = []
-    for queue_key, value in loads_admin_json(response.body)["offsetTable"].items():
-        _, broker_name, queue_id = split_queue_key(queue_key)
-        rows.append({"brokerName": broker_name, "queueId": int(queue_id), **value})
-    return rows

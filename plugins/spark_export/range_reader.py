@@ -24,7 +24,7 @@ from plugins.spark_export.arrow_records import to_record_batch
 from plugins.spark_export.options import ReadSettings
 from plugins.spark_export.ranges import QueueRange
 from trocket.admin.client import TOOLS_CONSUMER
-from trocket.client.consumer.pulling import PullStatus, pull_raw
+from trocket.client.consumer.pulling import PullStatus, RawPull, pull_raw
 from trocket.client.routes import RouteCache
 
 log = logging.getLogger(__name__)
@@ -108,7 +108,7 @@ class _SpanReader:
                     return
                 offset = answer.next_begin_offset
 
-    async def _pull(self, remoting: RemotingClient, offset: int, count: int):  # type: ignore[no-untyped-def]
+    async def _pull(self, remoting: RemotingClient, offset: int, count: int) -> RawPull:
         try:
             return await pull_raw(
                 remoting,

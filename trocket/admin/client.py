@@ -164,15 +164,25 @@ class AdminClient:
         rows = []
         for broker in route["brokerDatas"]:
             address = broker["brokerAddrs"].get("0")
-            if address is None:
-                continue
-            body = loads_admin_json(
-                (await self.call(address, RequestCode.GET_TOPIC_STATS_INFO, {"topic": topic})).body
-            )
-            for key, value in body["offsetTable"].items():
-                _, broker_name, queue_id = split_queue_key(key)
-                rows.append({"brokerName": broker_name, "queueId": queue_id, **value})
+            if address is not None:
+                rows += await self.broker_topic_stats(address, topic)
         return sorted(rows, key=lambda r: (r["brokerName"], r["queueId"]))
+
+    async def broker_topic_stats(
+        self, address: str, topic: str, *, missing_ok: bool = False
+    ) -> list[dict[str, Any]]:
+        """One broker's queues of ``topic``: brokerName, queueId, minOffset, maxOffset,
+        lastUpdateTimestamp (GET_TOPIC_STATS_INFO); empty if the broker lacks the topic and
+        ``missing_ok``."""
+        ok = (0, ResponseCode.TOPIC_NOT_EXIST) if missing_ok else (0,)
+        response = await self.call(address, RequestCode.GET_TOPIC_STATS_INFO, {"topic": topic}, ok=ok)
+        if response.code != 0:
+            return []
+        rows = []
+        for key, value in loads_admin_json(response.body)["offsetTable"].items():
+            _, broker_name, queue_id = split_queue_key(key)
+            rows.append({"brokerName": broker_name, "queueId": queue_id, **value})
+        return rows
 
     # --- brokers ----------------------------------------------------------------------------
 

@@ -1,0 +1,51 @@
+"""A `trocket up` process for the benchmarks that drive a real broker over TCP."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+@contextmanager
+def running_trocket(root: Path, broker_keys: str = "", tables: str = "") -> Iterator[str]:
+    """NameServer + broker with data under ``root``; ``broker_keys`` are added to ``[broker]``,
+    ``tables`` after it. Yields the NameServer address; SIGTERM (a clean stop) at the end."""
+    namesrv_port, broker_port = free_port(), free_port()
+    config = root / "trocket.toml"
+    config.write_text(
+        f'[broker]\ndata_dir = "{root / "data"}"\nlisten_port = {broker_port}\n'
+        f'namesrv_addr = ["127.0.0.1:{namesrv_port}"]\n{broker_keys}\n'
+        f"[namesrv]\nlisten_port = {namesrv_port}\n{tables}\n"
+    )
+    log = root / "broker.log"
+    with log.open("w") as out:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "trocket", "up", "-c", str(config)], stdout=out, stderr=subprocess.STDOUT,
+            env={**os.environ, "PYTHONPATH": str(REPO)},
+        )  # fmt: skip
+    deadline = time.monotonic() + 60
+    while "ready" not in log.read_text():
+        if process.poll() is not None or time.monotonic() > deadline:
+            process.kill()
+            raise SystemExit("trocket up did not start:\n" + log.read_text())
+        time.sleep(0.05)
+    try:
+        yield f"127.0.0.1:{namesrv_port}"
+    finally:
+        process.send_signal(signal.SIGTERM)
+        process.wait(timeout=120)
