@@ -114,20 +114,11 @@ def baseline(namesrv: str, out: Path) -> tuple[int, float]:
 def spark_export(namesrv: str, out: Path, master: str) -> tuple[int, float]:
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    from pyspark.sql import SparkSession
+    from plugins.spark_export.session import trocket_session
 
-    import plugins.spark_export
-
-    spark = (
-        SparkSession.builder.master(master)
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.driver.memory", "4g")
-        .config("spark.sql.session.timeZone", "UTC")
-        .getOrCreate()
+    spark = trocket_session(
+        master, app_name="trocket-bench", driver_memory="4g", conf={"spark.ui.enabled": "false"}
     )
-    spark.sparkContext.setLogLevel("ERROR")
-    plugins.spark_export.register(spark)
     try:
 
         def reader():  # a DataFrameReader keeps its options: one per query

@@ -16,7 +16,6 @@ Progress (stages' tasks, or each micro-batch's rows and lag) is printed while it
 from __future__ import annotations
 
 import json
-import os
 import sys
 import threading
 import time
@@ -114,28 +113,17 @@ def source_options(spec: ExportSpec) -> dict[str, str]:
 
 def build_session(spec: ExportSpec) -> Any:
     """A Spark session for the job, with the trocket source registered."""
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-    from pyspark.sql import SparkSession
+    from plugins.spark_export.session import trocket_session
 
-    import plugins.spark_export
-
-    builder = (
-        SparkSession.builder.master(spec.master)
-        .appName("trocket-export")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.driver.memory", spec.driver_memory)
-        .config("spark.sql.session.timeZone", "UTC")
-    )
+    conf = {}
     for item in spec.spark_conf:
         key, sep, value = item.partition("=")
         if not sep:
             raise ExportError(f"spark setting {item!r} is not key=value")
-        builder = builder.config(key.strip(), value.strip())
-    session = builder.getOrCreate()
-    session.sparkContext.setLogLevel("ERROR")
-    plugins.spark_export.register(session)
-    return session
+        conf[key.strip()] = value.strip()
+    return trocket_session(
+        spec.master, app_name="trocket-export", driver_memory=spec.driver_memory, conf=conf
+    )
 
 
 def run_export(spec: ExportSpec, *, out: TextIO | None = None, session: Any = None) -> ExportResult:

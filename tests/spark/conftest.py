@@ -29,23 +29,17 @@ def spark() -> Iterator[object]:
     os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
     os.environ.setdefault("TZ", "UTC")
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    from pyspark.sql import SparkSession
+    from plugins.spark_export.session import trocket_session
 
-    import plugins.spark_export
-
-    session = (
-        SparkSession.builder.master("local[2,2]")
-        .appName("trocket-tests")
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.default.parallelism", "2")
-        .config("spark.driver.memory", "2g")
-        .config("spark.sql.session.timeZone", "UTC")
-        .getOrCreate()
+    session = trocket_session(
+        "local[2,2]",
+        app_name="trocket-tests",
+        conf={
+            "spark.ui.enabled": "false",
+            "spark.sql.shuffle.partitions": "2",
+            "spark.default.parallelism": "2",
+        },
     )
-    session.sparkContext.setLogLevel("ERROR")
-    plugins.spark_export.register(session)
     try:
         yield session
     finally:

@@ -10,12 +10,14 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from tests.interop.conftest import subprocess_env
 from tests.spark.spark_helpers import produce, wait_until
 
 
-def run_available_now(spark, broker, topic: str, out: Path, **options) -> list[int]:
-    """One AvailableNow run into Parquet; returns the rows of each micro-batch."""
+def start_available_now(spark, broker, topic: str, out: Path, **options):
+    """An AvailableNow query from ``topic`` into Parquet under ``out``, started."""
     stream = (
         spark.readStream.format("trocket")
         .option("namesrv", broker.namesrv)
@@ -31,6 +33,12 @@ def run_available_now(spark, broker, topic: str, out: Path, **options) -> list[i
         .trigger(availableNow=True)
         .start()
     )
+    return query
+
+
+def run_available_now(spark, broker, topic: str, out: Path, **options) -> list[int]:
+    """One AvailableNow run into Parquet; returns the rows of each micro-batch."""
+    query = start_available_now(spark, broker, topic, out, **options)
     query.awaitTermination()
     assert query.exception() is None
     return [p.numInputRows for p in query.recentProgress if p.numInputRows]
@@ -114,23 +122,10 @@ def test_queues_that_disappear_fail_the_query_or_are_skipped_per_fail_on_data_lo
     produce(spark_broker.namesrv, "SparkGone", 100)
     assert sum(run_available_now(spark, spark_broker, "SparkGone", tmp_path)) == 100
     spark_broker.admin("deleteTopic", "-t", "SparkGone", "-c", "DefaultCluster")
-    query = (
-        spark.readStream.format("trocket")
-        .option("namesrv", spark_broker.namesrv)
-        .option("topic", "SparkGone")
-        .load()
-        .writeStream.format("parquet")
-        .option("path", str(tmp_path / "data"))
-        .option("checkpointLocation", str(tmp_path / "checkpoint"))
-        .trigger(availableNow=True)
-        .start()
-    )
-    try:
+    query = start_available_now(spark, spark_broker, "SparkGone", tmp_path)
+    with pytest.raises(Exception, match="are gone") as failed:
         query.awaitTermination()
-    except Exception as error:  # noqa: BLE001 - the failure is what is checked
-        assert "are gone" in str(error) and "failOnDataLoss=false" in str(error)
-    else:
-        raise AssertionError("the query went on although its queues are gone")
+    assert "failOnDataLoss=false" in str(failed.value)
     assert run_available_now(spark, spark_broker, "SparkGone", tmp_path, failOnDataLoss="false") == []
     assert len(bodies_in(spark, tmp_path / "data")) == 100
 
