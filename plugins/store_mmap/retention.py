@@ -16,7 +16,7 @@ Every ``clean_interval``:
 from __future__ import annotations
 
 import logging
-import shutil
+import os
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -31,8 +31,17 @@ log = logging.getLogger(__name__)
 
 
 def disk_used_ratio(path: Path) -> float:
-    usage = shutil.disk_usage(path)
-    return (usage.total - usage.free) / usage.total if usage.total else 0.0
+    """Disk use as ``df`` reports it (its Use% column): used blocks over the blocks this
+    process can ever hold, used plus available.
+
+    ``(total - available) / total`` would count the filesystem's reserved blocks (root's 5 %,
+    or far more on volumes with quotas or thin provisioning) as used, so a half-empty disk
+    could read as 80 % full and trigger forced deletion of unexpired files.
+    """
+    stats = os.statvfs(path)
+    used = (stats.f_blocks - stats.f_bfree) * stats.f_frsize
+    available = stats.f_bavail * stats.f_frsize
+    return used / (used + available) if used + available else 0.0
 
 
 def delete_hours(spec: str) -> set[int]:

@@ -7,6 +7,7 @@ import time
 import trio
 
 from trocket import Message, Producer
+from trocket.admin.client import AdminClient
 
 
 def produce(
@@ -19,8 +20,15 @@ def produce(
     batch: int = 64,
     queue_id: int | None = None,
 ) -> list[bytes]:
-    """Send ``count`` messages ``{prefix}{i}`` with keys ``k{i}`` in batches; returns the bodies."""
+    """Send ``count`` messages ``{prefix}{i}`` with keys ``k{i}`` in batches; returns the bodies
+    once the broker's consume queues hold them all.
+
+    A send is acknowledged when the commit log has it; the consume queues that offset lookups
+    read are filled just after (the dispatch lag RocketMQ has too), so without the wait a read
+    planned at once could see part of the last batch.
+    """
     bodies = [f"{prefix}{i}".encode() for i in range(count)]
+    sent: dict[int, int] = {}
 
     async def main() -> None:
         async with Producer("PG_spark_tests", namesrv) as producer:
@@ -31,7 +39,14 @@ def produce(
                     for i, b in enumerate(bodies[at : at + batch])
                 ]
                 queue = queues[(n if queue_id is None else queue_id) % len(queues)]
-                await producer.send_batch(chunk, queue=queue)
+                result = await producer.send_batch(chunk, queue=queue)
+                sent[queue.queue_id] = result.queue_offset + len(chunk)
+        async with AdminClient.open([namesrv]) as admin:
+            while True:
+                visible = {row["queueId"]: row["maxOffset"] for row in await admin.topic_status(topic)}
+                if all(visible.get(q, 0) >= end for q, end in sent.items()):
+                    return
+                await trio.sleep(0.05)
 
     trio.run(main)
     return bodies
