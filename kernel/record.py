@@ -19,7 +19,7 @@ from __future__ import annotations
 import socket
 import struct
 import zlib
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import attrs
 
@@ -77,72 +77,130 @@ class RecordEncoder:
     store_host: tuple[str, int]
     _store_ip: bytes = attrs.field(init=False)
     _topics: dict[str, bytes] = attrs.field(factory=dict, init=False)
+    """Topic as stored (length byte + UTF-8) per topic name."""
     _hosts: dict[str, bytes] = attrs.field(factory=dict, init=False)
 
     def __attrs_post_init__(self) -> None:
         self._store_ip = host_bytes(self.store_host[0])
 
-    def measure(self, message: Message) -> tuple[bytes, bytes, int]:
-        """(topic bytes, properties bytes, stored size) of ``message``.
+    def encode_run(
+        self,
+        messages: Sequence[Message],
+        physical_offset: int,
+        queue_offsets: Mapping[tuple[str, int], int],
+        store_timestamp: int,
+    ) -> EncodedRun:
+        """Encode ``messages`` as consecutive records from ``physical_offset`` in one pass.
+
+        Queue offsets continue from ``queue_offsets`` (not modified; the result carries the
+        new values). This is the put path's hot loop: validation, property encoding, CRC and
+        header packing are fused so each message is touched once, with no intermediate objects.
 
         :raises ValueError: topic over 127 bytes, properties over 32767 bytes, or a NUL
             character in either (stored records use NUL-free text to detect torn writes).
         """
-        topic = self._topics.get(message.topic)
-        if topic is None:
-            topic = message.topic.encode()
-            if len(topic) > MAX_TOPIC_LENGTH:
-                raise ValueError(f"topic is {len(topic)} bytes; the v1 record allows {MAX_TOPIC_LENGTH}")
-            if len(self._topics) < 100_000:
-                self._topics[message.topic] = topic
-        props = encode_properties(message.properties) if message.properties else b""
-        if len(props) > 32767:
-            raise ValueError(f"properties are {len(props)} bytes; the limit is 32767")
-        if b"\0" in props or b"\0" in topic:
-            raise ValueError("a topic or property contains a NUL character")
-        return topic, props, HEADER_SIZE + len(message.body) + 3 + len(topic) + len(props)
+        parts: list[bytes] = []
+        add = parts.append
+        offsets: list[int] = []
+        sizes: list[int] = []
+        assigned: list[int] = []
+        next_offsets: dict[tuple[str, int], int] = {}
+        topics = self._topics
+        hosts = self._hosts
+        pack = HEADER.pack
+        pack_props_len = _PROPS_LEN.pack
+        crc32 = zlib.crc32
+        store_ip, store_port = self._store_ip, self.store_host[1]
+        host_mask = ~(SYSFLAG_BORNHOST_V6 | SYSFLAG_STOREHOST_V6)
+        at = physical_offset
+        for message in messages:
+            properties = message.properties
+            if properties:
+                try:
+                    props = ("\x02".join(map("\x01".join, properties.items())) + "\x02").encode()
+                except TypeError:  # a non-str value: let the general encoder format it
+                    props = encode_properties(properties)
+                if len(props) > 32767:
+                    raise ValueError(f"properties are {len(props)} bytes; the limit is 32767")
+                if b"\0" in props:
+                    raise ValueError("a topic or property contains a NUL character")
+            else:
+                props = b""
+            topic = message.topic
+            prefix = topics.get(topic)
+            if prefix is None:
+                prefix = self._topic_prefix(topic)
+            born_host = message.born_host
+            born_ip = hosts.get(born_host[0])
+            if born_ip is None:
+                born_ip = self._host(born_host[0])
+            body = message.body
+            size = HEADER_SIZE + len(body) + len(prefix) + 2 + len(props)
+            key = (topic, message.queue_id)
+            queue_offset = next_offsets.get(key)
+            if queue_offset is None:
+                queue_offset = queue_offsets.get(key, 0)
+            next_offsets[key] = queue_offset + 1
+            add(
+                pack(
+                    size,
+                    MAGIC_V1,
+                    crc32(body) & 0x7FFFFFFF,
+                    message.queue_id,
+                    message.flag,
+                    queue_offset,
+                    at,
+                    message.sys_flag & host_mask,
+                    message.born_timestamp,
+                    born_ip,
+                    born_host[1],
+                    store_timestamp,
+                    store_ip,
+                    store_port,
+                    message.reconsume_times,
+                    message.prepared_transaction_offset,
+                    len(body),
+                )
+            )
+            add(body)
+            add(prefix)
+            add(pack_props_len(len(props)))
+            add(props)
+            offsets.append(at)
+            sizes.append(size)
+            assigned.append(queue_offset)
+            at += size
+        return EncodedRun(b"".join(parts), offsets, sizes, assigned, next_offsets)
 
-    def encode(
-        self,
-        out: bytearray,
-        message: Message,
-        topic: bytes,
-        props: bytes,
-        size: int,
-        queue_offset: int,
-        physical_offset: int,
-        store_timestamp: int,
-    ) -> None:
-        born_ip = self._hosts.get(message.born_host[0])
-        if born_ip is None:
-            born_ip = host_bytes(message.born_host[0])
-            if len(self._hosts) < 100_000:
-                self._hosts[message.born_host[0]] = born_ip
-        body = message.body
-        out += HEADER.pack(
-            size,
-            MAGIC_V1,
-            zlib.crc32(body) & 0x7FFFFFFF,
-            message.queue_id,
-            message.flag,
-            queue_offset,
-            physical_offset,
-            message.sys_flag & ~(SYSFLAG_BORNHOST_V6 | SYSFLAG_STOREHOST_V6),
-            message.born_timestamp,
-            born_ip,
-            message.born_host[1],
-            store_timestamp,
-            self._store_ip,
-            self.store_host[1],
-            message.reconsume_times,
-            message.prepared_transaction_offset,
-            len(body),
-        )
-        out += body
-        out.append(len(topic))
-        out += topic
-        out += _PROPS_LEN.pack(len(props))
-        out += props
+    def _topic_prefix(self, topic: str) -> bytes:
+        """The topic as stored: its length byte, then its bytes (cached per topic)."""
+        raw = topic.encode()
+        if len(raw) > MAX_TOPIC_LENGTH:
+            raise ValueError(f"topic is {len(raw)} bytes; the v1 record allows {MAX_TOPIC_LENGTH}")
+        if b"\0" in raw:
+            raise ValueError("a topic or property contains a NUL character")
+        prefix = bytes((len(raw),)) + raw
+        if len(self._topics) < 100_000:
+            self._topics[topic] = prefix
+        return prefix
+
+    def _host(self, host: str) -> bytes:
+        address = host_bytes(host)
+        if len(self._hosts) < 100_000:
+            self._hosts[host] = address
+        return address
+
+
+@attrs.frozen
+class EncodedRun:
+    """Records encoded by :meth:`RecordEncoder.encode_run`."""
+
+    data: bytes
+    offsets: list[int]
+    sizes: list[int]
+    queue_offsets: list[int]
+    next_queue_offsets: dict[tuple[str, int], int]
+    """The queue offset after the run, per (topic, queue id) it touched."""
 
 
 def encode_record(
@@ -154,11 +212,11 @@ def encode_record(
     store_host: tuple[str, int] = ("127.0.0.1", 10911),
 ) -> bytes:
     """One stored unit as bytes (tools and tests; stores keep a :class:`RecordEncoder`)."""
-    encoder = RecordEncoder(store_host)
-    topic, props, size = encoder.measure(message)
-    out = bytearray()
-    encoder.encode(out, message, topic, props, size, queue_offset, physical_offset, store_timestamp)
-    return bytes(out)
+    key = (message.topic, message.queue_id)
+    run = RecordEncoder(store_host).encode_run(
+        [message], physical_offset, {key: queue_offset}, store_timestamp
+    )
+    return run.data
 
 
 def blank_record(length: int) -> bytes:

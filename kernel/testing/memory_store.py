@@ -96,20 +96,11 @@ class MemoryStore:
         await trio.lowlevel.checkpoint()
         if self._read_only:
             raise StoreNotWritable(self._read_only)
-        measured = [self._encoder.measure(m) for m in messages]
         now = int(time.time() * 1000)
-        start = len(self._log)
-        offsets, sizes, queue_offsets = [], [], []
-        for message, (topic, props, size) in zip(messages, measured, strict=True):
-            key = (message.topic, message.queue_id)
-            queue_offset = self._next_queue_offset.get(key, 0)
-            self._next_queue_offset[key] = queue_offset + 1
-            physical = len(self._log)
-            self._encoder.encode(self._log, message, topic, props, size, queue_offset, physical, now)
-            offsets.append(physical)
-            sizes.append(size)
-            queue_offsets.append(queue_offset)
-        assert offsets[0] == start
+        run = self._encoder.encode_run(messages, len(self._log), self._next_queue_offset, now)
+        self._log += run.data
+        self._next_queue_offset.update(run.next_queue_offsets)
+        offsets, sizes, queue_offsets = run.offsets, run.sizes, run.queue_offsets
         self.positions.wrote.advance(len(self._log))
         return AppendResult(offsets, sizes, queue_offsets, now, len(self._log), self.store_host)
 

@@ -80,66 +80,71 @@ class CommitLog:
         """
         if self.read_only_reason or self.disk_full_reason:
             raise StoreNotWritable(self.read_only_reason or self.disk_full_reason)
-        encoder = self._encoder
-        try:
-            measured = [encoder.measure(m) for m in messages]
-        except ValueError as error:
-            raise StoreNotWritable(f"message refused: {error}") from None
-        limit = self.file_size - END_FILE_MIN_BLANK_LENGTH
-        largest = max(size for _, _, size in measured)
-        if largest > limit:
-            raise StoreNotWritable(
-                f"a {largest}-byte record cannot fit in a {self.file_size}-byte commit-log file"
-            )
         now = int(time.time() * 1000)
-        next_offsets: dict[tuple[str, int], int] = {}
-        offsets: list[int] = []
-        sizes: list[int] = []
-        queue_offsets: list[int] = []
         try:
             active = self.files.writable_file(self.append_end)
-            incoming = sum(size for _, _, size in measured)
-            self.files.ensure_room(active, incoming, len(measured), largest)
         except OSError as error:
             raise StoreNotWritable(
                 f"cannot create the next commit-log file ({error}); disk full? nothing was written"
             ) from error
         try:
-            buffer = bytearray()
-            base = active.start + active.wrote
-            used = active.wrote
-            known = self.queue_offsets
-            for message, (topic, props, size) in zip(messages, measured, strict=True):
-                if used + len(buffer) + size > limit:
-                    active.write(buffer)
-                    self._close_file(active)
-                    active = self.files.roll(active)
-                    buffer = bytearray()
-                    base = active.start
-                    used = 0
-                key = (message.topic, message.queue_id)
-                queue_offset = next_offsets.get(key)
-                if queue_offset is None:
-                    queue_offset = known.get(key, 0)
-                physical = base + len(buffer)
-                encoder.encode(buffer, message, topic, props, size, queue_offset, physical, now)
-                next_offsets[key] = queue_offset + 1
-                offsets.append(physical)
-                sizes.append(size)
-                queue_offsets.append(queue_offset)
-            active.write(buffer)
+            run = self._encoder.encode_run(messages, active.start + active.wrote, self.queue_offsets, now)
+        except ValueError as error:
+            raise StoreNotWritable(f"message refused: {error}") from None
+        limit = self.file_size - END_FILE_MIN_BLANK_LENGTH
+        largest = max(run.sizes)
+        if largest > limit:
+            raise StoreNotWritable(
+                f"a {largest}-byte record cannot fit in a {self.file_size}-byte commit-log file"
+            )
+        try:
+            self.files.ensure_room(active, len(run.data), len(messages), largest)
+        except OSError as error:
+            raise StoreNotWritable(
+                f"cannot create the next commit-log file ({error}); disk full? nothing was written"
+            ) from error
+        try:
+            if active.wrote + len(run.data) <= limit:
+                active.write(run.data)  # the common case: the batch fits the active file
+            else:
+                run, active = self._append_across_files(messages, active, limit, now)
         except OSError as error:
             self.read_only_reason = f"commit log write failed ({error}); the store is read-only"
             log.error("%s", self.read_only_reason)
             raise StoreNotWritable(self.read_only_reason) from error
-        known.update(next_offsets)
+        self.queue_offsets.update(run.next_queue_offsets)
         end = active.start + active.wrote
         self.last_append_timestamp = now
         if self.stages_writes:
             self._append_end = end
         else:
             self.positions.wrote.advance(end)
-        return AppendResult(offsets, sizes, queue_offsets, now, end, self.store_host)
+        return AppendResult(run.offsets, run.sizes, run.queue_offsets, now, end, self.store_host)
+
+    def _append_across_files(
+        self, messages: Sequence[Message], active: MappedFile, limit: int, now: int
+    ) -> tuple[record.EncodedRun, MappedFile]:
+        """A batch that does not fit the active file: records go one by one, and the file is
+        closed with a BLANK record where the next one would not fit (once per file)."""
+        offsets: list[int] = []
+        sizes: list[int] = []
+        queue_offsets: list[int] = []
+        known = dict(self.queue_offsets)
+        encode = self._encoder.encode_run
+        for message in messages:
+            one = encode([message], active.start + active.wrote, known, now)
+            if active.wrote + len(one.data) > limit:
+                self._close_file(active)
+                active = self.files.roll(active)
+                one = encode([message], active.start, known, now)
+            active.write(one.data)
+            known.update(one.next_queue_offsets)
+            offsets += one.offsets
+            sizes += one.sizes
+            queue_offsets += one.queue_offsets
+        touched = {(m.topic, m.queue_id) for m in messages}
+        run = record.EncodedRun(b"", offsets, sizes, queue_offsets, {k: known[k] for k in touched})
+        return run, active
 
     def _close_file(self, mapped: MappedFile) -> None:
         """End ``mapped`` with the BLANK record covering the rest of the file."""

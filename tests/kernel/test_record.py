@@ -117,7 +117,34 @@ def test_a_torn_page_over_topic_or_properties_is_detected(region):
 def test_nul_characters_are_refused_before_they_reach_the_log():
     encoder = RecordEncoder(("127.0.0.1", 10911))
     with pytest.raises(ValueError, match="NUL"):
-        encoder.measure(Message("T", b"x", properties={"K": "a\0b"}))
+        encoder.encode_run([Message("T", b"x", properties={"K": "a\0b"})], 0, {}, 0)
+    with pytest.raises(ValueError, match="NUL"):
+        encoder.encode_run([Message("T\0", b"x")], 0, {}, 0)
+    with pytest.raises(ValueError, match="127"):
+        encoder.encode_run([Message("T" * 128, b"x")], 0, {}, 0)
+
+
+def test_a_run_continues_queue_offsets_and_equals_records_encoded_one_by_one():
+    encoder = RecordEncoder(("127.0.0.1", 10911))
+    messages = [
+        Message("T", b"m%d" % i, queue_id=i % 2, properties={"TAGS": "a", "n": str(i)}) for i in range(5)
+    ]
+    run = encoder.encode_run(messages, 1000, {("T", 1): 7}, 1700)
+    assert run.queue_offsets == [0, 7, 1, 8, 2]
+    assert run.next_queue_offsets == {("T", 0): 3, ("T", 1): 9}
+    assert run.offsets == [1000 + sum(run.sizes[:i]) for i in range(5)]
+    one_by_one = b"".join(
+        encode_record(m, queue_offset=q, physical_offset=o, store_timestamp=1700)
+        for m, q, o in zip(messages, run.queue_offsets, run.offsets, strict=True)
+    )
+    assert run.data == one_by_one
+    assert [decode_record(run.data, o - 1000).properties["n"] for o in run.offsets] == [
+        "0",
+        "1",
+        "2",
+        "3",
+        "4",
+    ]
 
 
 def test_truncated_record_is_detected():

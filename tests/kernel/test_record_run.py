@@ -18,17 +18,11 @@ TOPICS = ["T", "Orders", "a-topic-name-longer-than-sixteen", "Ümlaut-topic", "x
 
 def build_log(specs: list[tuple[int, int, bytes, dict[str, str]]], base: int = 0) -> bytearray:
     """Records laid out as a commit log starting at ``base``, queue offsets counted per queue."""
-    encoder = record.RecordEncoder(("127.0.0.1", 10911))
-    out = bytearray()
-    next_offset: dict[tuple[str, int], int] = {}
-    for topic_index, queue_id, body, props in specs:
-        message = Message(TOPICS[topic_index], body, queue_id=queue_id, properties=props)
-        topic, encoded_props, size = encoder.measure(message)
-        key = (message.topic, queue_id)
-        queue_offset = next_offset.get(key, 0)
-        next_offset[key] = queue_offset + 1
-        encoder.encode(out, message, topic, encoded_props, size, queue_offset, base + len(out), 1700)
-    return out
+    messages = [
+        Message(TOPICS[topic_index], body, queue_id=queue_id, properties=props)
+        for topic_index, queue_id, body, props in specs
+    ]
+    return bytearray(record.RecordEncoder(("127.0.0.1", 10911)).encode_run(messages, base, {}, 1700).data)
 
 
 def reference(buffer: bytes, limit: int, base: int, check_crc: bool):
