@@ -132,8 +132,6 @@ class _Records:
     bad: np.ndarray
     queue_id: np.ndarray
     queue_offset: np.ndarray
-    key_rows: np.ndarray
-    """Per record: topic length, queue id, then the topic's bytes as 8-byte words."""
     names: dict[int, str]
     """Topic text by representative record index (see :meth:`queue_spans`)."""
     representative: np.ndarray
@@ -146,7 +144,7 @@ class _Records:
         count = len(at)
         if not count:
             empty = np.zeros(0, dtype=np.int64)
-            return cls(np.zeros(0, dtype=bool), empty, empty, np.zeros((0, 3), dtype=np.uint64), {}, empty)
+            return cls(np.zeros(0, dtype=bool), empty, empty, {}, empty)
         headers, i64, i16, u8 = (_values(buffer, d, limit) for d in (_HEADER, _I64, _I16, _U8))
         try:
             # One gather copies every header (88 bytes each); fields are then read from the copy.
@@ -173,6 +171,7 @@ class _Records:
             props_len = i16[props_at].astype(np.int64)
             bad |= (props_len < 0) | (props_at + 2 + props_len != end) | (physical != base + at)
             end = np.where(bad, body_at + 3, end)
+            # Per record: topic length, queue id, then the topic's bytes as 8-byte words.
             key_rows = _topic_words(i64, props_at, topic_len, queue_id)
         finally:
             del headers, i64, i16, u8  # release the buffer export so the file can be unmapped
@@ -199,7 +198,7 @@ class _Records:
                 count=count,
             )
             bad |= (crcs != stored_crc) | (nul_at >= 0)
-        return cls(bad, queue_id, queue_offset, key_rows, names, representative)
+        return cls(bad, queue_id, queue_offset, names, representative)
 
     def queue_spans(self, count: int) -> dict[tuple[str, int], QueueSpan]:
         """First and last queue offset per (topic, queue id) over the first ``count`` records."""

@@ -41,15 +41,21 @@ def produce(
                 queue = queues[(n if queue_id is None else queue_id) % len(queues)]
                 result = await producer.send_batch(chunk, queue=queue)
                 sent[queue.queue_id] = result.queue_offset + len(chunk)
-        async with AdminClient.open([namesrv]) as admin:
-            while True:
-                visible = {row["queueId"]: row["maxOffset"] for row in await admin.topic_status(topic)}
-                if all(visible.get(q, 0) >= end for q, end in sent.items()):
-                    return
-                await trio.sleep(0.05)
+        with trio.fail_after(60):  # a broker that never dispatches fails the test, not hangs it
+            await _until_visible(namesrv, topic, sent)
 
     trio.run(main)
     return bodies
+
+
+async def _until_visible(namesrv: str, topic: str, sent: dict[int, int]) -> None:
+    """Until each queue's max offset (what offset lookups see) reaches what was sent to it."""
+    async with AdminClient.open([namesrv]) as admin:
+        while True:
+            visible = {row["queueId"]: row["maxOffset"] for row in await admin.topic_status(topic)}
+            if all(visible.get(q, 0) >= end for q, end in sent.items()):
+                return
+            await trio.sleep(0.05)
 
 
 def wait_until(condition, timeout: float = 60.0, what: str = "condition") -> None:
