@@ -42,6 +42,9 @@ TIMER_TOPIC = "rmq_sys_wheel_timer"
 """Where a delay plugin parks messages with an arbitrary delivery time (RocketMQ 5's name)."""
 PARKING_TOPICS = frozenset({SCHEDULE_TOPIC, TIMER_TOPIC})
 """Topics whose consume-queue tag field holds the delivery time (``TIMER_OUT_MS``), not a tag hash."""
+TRANSACTION_HALF_TOPIC = "RMQ_SYS_TRANS_HALF_TOPIC"
+"""Where a transaction plugin keeps prepared (half) messages until they are committed."""
+PROPERTY_TRANSACTION_PREPARED = "TRAN_MSG"
 
 # sysFlag bits (RocketMQ's MessageSysFlag).
 SYSFLAG_COMPRESSED = 0x1
@@ -140,6 +143,13 @@ class Message(MessagePropertiesView):
             return int(self.properties.get(PROPERTY_DELAY_TIME_LEVEL, "0"))
         except ValueError:
             return 0
+
+    @property
+    def is_prepared(self) -> bool:
+        """A transactional half message (prepared sysFlag or ``TRAN_MSG=true``): it must not be
+        visible until the producer commits it."""
+        prepared = self.sys_flag & SYSFLAG_TRANSACTION_ROLLBACK == SYSFLAG_TRANSACTION_PREPARED
+        return prepared or self.properties.get(PROPERTY_TRANSACTION_PREPARED) == "true"
 
     @property
     def wants_delay(self) -> bool:

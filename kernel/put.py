@@ -18,6 +18,7 @@ from kernel.errors import StoreNotWritable
 from kernel.model import (
     MAX_PROPERTIES_SIZE,
     PARKING_TOPICS,
+    TRANSACTION_HALF_TOPIC,
     AppendResult,
     Durability,
     MessageBatch,
@@ -94,6 +95,19 @@ def _unscheduled_delay(batch: MessageBatch) -> Rejection | None:
     return None
 
 
+def _unhandled_prepared(batch: MessageBatch) -> Rejection | None:
+    """A transactional half message that no plugin moved to the half topic would be delivered
+    at once, before its producer commits or rolls back: refuse it instead."""
+    for message in batch.messages:
+        if message.topic != TRANSACTION_HALF_TOPIC and message.is_prepared:
+            return Rejection(
+                PutStatus.MESSAGE_ILLEGAL,
+                "transactional (prepared) messages are not supported by this broker: no loaded "
+                "plugin handles half messages",
+            )
+    return None
+
+
 def _properties_too_large(properties: dict[str, str]) -> bool:
     """Exact check only when a cheap bound (4 UTF-8 bytes per character) cannot rule it out,
     so the usual small property map is not encoded twice per put."""
@@ -121,7 +135,7 @@ class PutPipeline:
         if rejection is None:
             rejection = self.ctx.hook.trocket_before_append(batch=batch, ctx=self.ctx)
         if rejection is None:
-            rejection = _unscheduled_delay(batch)
+            rejection = _unscheduled_delay(batch) or _unhandled_prepared(batch)
         if rejection is not None:
             result = PutResult(rejection.status, None, rejection.remark)
         else:

@@ -11,7 +11,7 @@ import attrs
 import trio
 
 from kernel.model import SCHEDULE_TOPIC as SCHEDULE_TOPIC  # re-exported: one name everywhere
-from kernel.model import TIMER_TOPIC
+from kernel.model import TIMER_TOPIC, TRANSACTION_HALF_TOPIC
 from kernel.persist import JsonStateFile, read_json_with_backup
 
 PERM_PRIORITY, PERM_READ, PERM_WRITE, PERM_INHERIT = 8, 4, 2, 1
@@ -20,6 +20,34 @@ RETRY_PREFIX = "%RETRY%"
 DLQ_PREFIX = "%DLQ%"
 _VALID_TOPIC = re.compile(r"^[%|a-zA-Z0-9_-]+$")
 MAX_TOPIC_LENGTH = 127
+_SHOWN_TOPIC_CHARS = 48
+"""An invalid topic is quoted in an error up to this many characters (a client may send 64 KiB)."""
+
+SEND_FORBIDDEN_TOPICS = frozenset(
+    {
+        DEFAULT_TOPIC,
+        SCHEDULE_TOPIC,
+        TIMER_TOPIC,
+        TRANSACTION_HALF_TOPIC,
+        "RMQ_SYS_TRANS_OP_HALF_TOPIC",
+        "TRANS_CHECK_MAX_TIME_TOPIC",
+        "SELF_TEST_TOPIC",
+        "OFFSET_MOVED_EVENT",
+        "CHECKPOINT_TOPIC",
+    }
+)
+"""Topics only the broker writes (RocketMQ's ``TopicValidator`` system and not-allowed-send sets):
+a client message there would be taken for a parked, half or bookkeeping record."""
+_SEND_FORBIDDEN_PREFIXES = ("rmq_sys_", "RMQ_SYS_", DLQ_PREFIX)
+_SEND_ALLOWED_SYSTEM_TOPICS = frozenset({"RMQ_SYS_TRACE_TOPIC"})
+"""Message traces are written by clients (RocketMQ's trace dispatcher), system name or not."""
+
+
+def shown_topic(topic: str) -> str:
+    """``topic`` quoted for an error message, cut to a readable length."""
+    if len(topic) <= _SHOWN_TOPIC_CHARS:
+        return repr(topic)
+    return f"{topic[:_SHOWN_TOPIC_CHARS]!r}... ({len(topic)} characters)"
 
 
 def topic_problem(topic: str) -> str | None:
@@ -27,9 +55,21 @@ def topic_problem(topic: str) -> str | None:
     if not topic:
         return "the topic is empty"
     if len(topic) > MAX_TOPIC_LENGTH:
-        return f"the topic {topic!r} is longer than {MAX_TOPIC_LENGTH} characters"
+        return f"the topic {shown_topic(topic)} is longer than {MAX_TOPIC_LENGTH} characters"
     if not _VALID_TOPIC.match(topic):
-        return f"the topic {topic!r} contains characters outside [%|a-zA-Z0-9_-]"
+        return f"the topic {shown_topic(topic)} contains characters outside [%|a-zA-Z0-9_-]"
+    return None
+
+
+def send_forbidden(topic: str) -> str | None:
+    """Why a client may not send to ``topic`` (a system topic), or ``None``.
+
+    Retry topics stay writable: a consumer whose send-back failed republishes there itself.
+    """
+    if topic in _SEND_ALLOWED_SYSTEM_TOPICS:
+        return None
+    if topic in SEND_FORBIDDEN_TOPICS or topic.startswith(_SEND_FORBIDDEN_PREFIXES):
+        return f"sending message to topic[{topic}] is forbidden: it is a system topic only the broker writes"
     return None
 
 

@@ -91,14 +91,17 @@ def trocket_runtime_figures(ctx: BrokerContext) -> dict[str, str]:
     levels = ctx.broker.message_delay_level
     figures = {"messageDelayLevel": " ".join(format_duration(delay) for delay in levels)}
     if (scheduler := ctx.stash.get(SCHEDULER, None)) is not None:
-        for level in scheduler.progress():
+        levels_progress = scheduler.progress()
+        for level in levels_progress:
             figures[f"scheduleMessageOffset_{level.level}"] = f"{level.next_offset},{level.max_offset}"
+        figures["scheduleDroppedNoRealTopic"] = str(sum(level.dropped for level in levels_progress))
     if (timer := ctx.stash.get(TIMER, None)) is not None:
         progress = timer.progress()
         figures["timerPending"] = str(progress.pending)
         figures["timerNextDeliverMs"] = str(progress.next_deliver_ms or 0)
         figures["timerOffsetBehind"] = str(progress.max_offset - progress.enqueue_offset)
         figures["timerDelivered"] = str(progress.delivered)
+        figures["timerDroppedNoRealTopic"] = str(progress.dropped)
     return figures
 
 

@@ -6,6 +6,8 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 
+import attrs
+
 from kernel import record
 from kernel.abc import MessageStore
 from kernel.context import BrokerRuntime
@@ -29,24 +31,49 @@ def offset_in_range(store: MessageStore, topic: str, queue_id: int, saved: int, 
     return corrected
 
 
-async def deliver_parked(runtime: BrokerRuntime, entries: Sequence[QueueEntry]) -> bool:
+@attrs.frozen
+class Delivery:
+    """What :func:`deliver_parked` did with a run of parked entries."""
+
+    done: bool
+    """False when the store could not take them now: keep the progress and try again."""
+    dropped: int = 0
+    """Records dropped because they name no real topic (written to a parking topic by a client,
+    before such sends were refused): delivering them would park them again, forever."""
+
+
+async def deliver_parked(runtime: BrokerRuntime, entries: Sequence[QueueEntry]) -> Delivery:
     """Put the parked messages of ``entries`` to their real topics, in order, as one batch.
 
-    False when the store cannot take them now (not writable, busy): the caller keeps its
+    Not done when the store cannot take them now (not writable, busy): the caller keeps its
     progress and tries again. A batch refused for good (say a topic made illegal since) is
     delivered message by message so one bad message does not hold the others back; what is
     still refused is logged and dropped.
     """
     if not entries:
-        return True
+        return Delivery(True)
     raw = await runtime.store.read_records(entries)
-    messages = [unpark(record.decode_record(data)) for data in raw]
+    messages = []
+    for entry, data in zip(entries, raw, strict=True):
+        message = unpark(record.decode_record(data))
+        if message is None:
+            log.error(
+                "parked record at commit-log offset %d (queue offset %d) names no real topic "
+                "(REAL_TOPIC); dropped",
+                entry.physical_offset,
+                entry.queue_offset,
+            )
+        else:
+            messages.append(message)
+    dropped = len(entries) - len(messages)
+    if not messages:
+        return Delivery(True, dropped)
     result = await runtime.put(MessageBatch(messages))
     if result.status.stored:
-        return True
+        return Delivery(True, dropped)
     if result.status in (PutStatus.SERVICE_NOT_AVAILABLE, PutStatus.OS_PAGE_CACHE_BUSY):
         log.warning("scheduled delivery waits: %s %s", result.status.value, result.remark)
-        return False
+        return Delivery(False)
     for message in messages:
         single = await runtime.put(MessageBatch([message]))
         if not single.status.stored:
@@ -56,4 +83,4 @@ async def deliver_parked(runtime: BrokerRuntime, entries: Sequence[QueueEntry]) 
                 single.status.value,
                 single.remark,
             )
-    return True
+    return Delivery(True, dropped)

@@ -97,10 +97,14 @@ def _park_in(message: Message, topic: str, queue_id: int, deliver_ms: int) -> No
     message.queue_id = queue_id
 
 
-def unpark(stored: StoredMessage) -> Message:
-    """The message to deliver to its real topic once due (delay properties removed)."""
+def unpark(stored: StoredMessage) -> Message | None:
+    """The message to deliver to its real topic once due (delay properties removed), or None
+    for a record that names no real topic: it was not parked by this plugin (a client wrote to
+    the parking topic directly), and "delivering" it back where it lies would loop forever."""
     properties = dict(stored.properties)
-    topic = properties.get(PROPERTY_REAL_TOPIC, stored.topic)
+    topic = properties.get(PROPERTY_REAL_TOPIC)
+    if not topic or topic in (SCHEDULE_TOPIC, TIMER_TOPIC):
+        return None
     queue_id = int(properties.get(PROPERTY_REAL_QUEUE_ID, "0"))
     for name in _PARKING_PROPERTIES:
         properties.pop(name, None)

@@ -40,6 +40,8 @@ class LevelProgress:
     """Messages parked and not yet delivered."""
     delivered: int
     """Delivered since start."""
+    dropped: int
+    """Dropped since start: parked records that named no real topic."""
 
 
 @attrs.define(eq=False)
@@ -52,6 +54,7 @@ class DelayScheduler:
     path: Path
     offsets: dict[int, int] = attrs.field(factory=dict)
     _delivered: dict[int, int] = attrs.field(factory=dict, init=False)
+    _dropped: dict[int, int] = attrs.field(factory=dict, init=False)
     _file: JsonStateFile = attrs.field(init=False)
 
     def __attrs_post_init__(self) -> None:
@@ -109,9 +112,11 @@ class DelayScheduler:
                     wait = min(wait, max(0.0, (entries[0].tags_code - now) / 1000))
                 await trio.sleep(wait)
                 continue
-            if await deliver_parked(self.runtime, due):
+            delivery = await deliver_parked(self.runtime, due)
+            if delivery.done:
                 self.offsets[level] = due[-1].queue_offset + 1
-                self._delivered[level] = self._delivered.get(level, 0) + len(due)
+                self._delivered[level] = self._delivered.get(level, 0) + len(due) - delivery.dropped
+                self._dropped[level] = self._dropped.get(level, 0) + delivery.dropped
             else:
                 await trio.sleep(RETRY_AFTER_FAILURE)
 
@@ -122,7 +127,13 @@ class DelayScheduler:
             high = store.max_queue_offset(SCHEDULE_TOPIC, level - 1)
             out.append(
                 LevelProgress(
-                    level, self.levels[level - 1], offset, high, high - offset, self._delivered.get(level, 0)
+                    level,
+                    self.levels[level - 1],
+                    offset,
+                    high,
+                    high - offset,
+                    self._delivered.get(level, 0),
+                    self._dropped.get(level, 0),
                 )
             )
         return out

@@ -38,7 +38,7 @@ from kernel.context import BrokerRuntime
 from kernel.model import TIMER_TOPIC, QueueEntry
 from kernel.persist import JsonStateFile, read_json_with_backup
 from plugins.retry_dlq.config import RetryDlqConfig
-from plugins.retry_dlq.delivery import RETRY_AFTER_FAILURE, deliver_parked, offset_in_range
+from plugins.retry_dlq.delivery import RETRY_AFTER_FAILURE, Delivery, deliver_parked, offset_in_range
 
 log = logging.getLogger(__name__)
 
@@ -69,6 +69,8 @@ class TimerProgress:
     """Timer-queue entries written so far."""
     delivered: int
     """Delivered since start."""
+    dropped: int
+    """Dropped since start: parked records that named no real topic."""
 
 
 @attrs.define(eq=False)
@@ -81,6 +83,7 @@ class TimerScheduler:
     enqueue_offset: int = 0
     _heap: list[int] = attrs.field(factory=list, init=False)
     _delivered: int = attrs.field(default=0, init=False)
+    _dropped: int = attrs.field(default=0, init=False)
     _file: JsonStateFile = attrs.field(init=False)
 
     def __attrs_post_init__(self) -> None:
@@ -159,16 +162,18 @@ class TimerScheduler:
         due: list[int] = []
         while self._heap and len(due) < self.config.delivery_batch and _split(self._heap[0])[0] <= now:
             due.append(heapq.heappop(self._heap))
-        if due and not await self._deliver(due):
+        delivery = await self._deliver(due)
+        if not delivery.done:
             for key in due:
                 heapq.heappush(self._heap, key)
             await trio.sleep(RETRY_AFTER_FAILURE)
             return False
-        self._delivered += len(due)
+        self._delivered += len(due) - delivery.dropped
+        self._dropped += delivery.dropped
         return bool(entries or due)
 
-    async def _deliver(self, keys: list[int]) -> bool:
-        """Deliver the parked messages of ``keys`` in order; False to retry later."""
+    async def _deliver(self, keys: list[int]) -> Delivery:
+        """Deliver the parked messages of ``keys`` in order (not done: retry later)."""
         store = self.runtime.store
         entries: list[QueueEntry] = []
         for key in keys:
@@ -188,4 +193,5 @@ class TimerScheduler:
             enqueue_offset=self.enqueue_offset,
             max_offset=high,
             delivered=self._delivered,
+            dropped=self._dropped,
         )

@@ -191,9 +191,19 @@ def recover_store(
         table[key] = max(table.get(key, 0), last + 1)
     commit_log.queue_offsets = table
 
-    # Re-dispatch from the scan start at the latest: entries that exist are skipped, and queues
+    # After a clean stop the checkpoint's dispatch offset is exact (written by the final, thorough
+    # persist after the last dispatch): resume there and re-dispatch nothing, unless a queue
+    # directory was deleted or cut while the broker was down. After a crash,
+    # re-dispatch from the scan start at the latest: entries that exist are skipped, and queues
     # deleted while the broker was down are rebuilt (dispatching is idempotent).
-    dispatch_from = log_min if gap else min(max(checkpoint.dispatched_offset, log_min), start, end)
+    trusted = clean_shutdown and not checkpoint.is_zero and not _queues_behind(queues, scan)
+    checkpointed = min(max(checkpoint.dispatched_offset, log_min), end)
+    if gap:
+        dispatch_from = log_min
+    elif trusted:
+        dispatch_from = checkpointed
+    else:
+        dispatch_from = min(checkpointed, start)
     queues.set_dispatched(dispatch_from)
     if index is not None:
         if not clean_shutdown:
@@ -201,7 +211,10 @@ def recover_store(
             if dropped_files:
                 notes.append(f"dropped {dropped_files} index files newer than the checkpoint; rebuilding")
         index.drop_beyond(end)
-        index.set_dispatched(index.resume_offset(log_min))
+        resume = index.resume_offset(log_min)
+        # The index is persisted before the queues write the checkpoint, so after a clean stop
+        # it covers everything the checkpoint claims, keyed records or not.
+        index.set_dispatched(max(resume, dispatch_from) if trusted else resume)
     elapsed = time.monotonic() - started
     notes.append(f"scanned {scan.records} records from offset {start} in {elapsed:.3f}s")
     return RecoveryReport(
@@ -213,6 +226,15 @@ def recover_store(
         redispatch_from=dispatch_from,
         notes=tuple(notes),
     )
+
+
+def _queues_behind(queues: ConsumeQueues, scan: ScanResult) -> bool:
+    """Whether a queue holds fewer entries than the scanned log has for it (deleted or cut)."""
+    for key, last in scan.max_queue_offsets.items():
+        queue = queues.queues.get(key)
+        if queue is None or queue.max_queue_offset <= last:
+            return True
+    return False
 
 
 def _queues_missing_entries(queues: ConsumeQueues, scan: ScanResult) -> str:

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 from kernel.model import Message, MessageBatch, decode_properties
 from kernel.remoting import Connection, RemotingCommand, RequestCode, ResponseCode, parse_bool
 from plugins.remoting.handlers.common import PUT_STATUS_CODES, RequestProblem
-from plugins.remoting.topics import PERM_WRITE, TopicConfig, topic_problem
+from plugins.remoting.topics import PERM_WRITE, TopicConfig, send_forbidden, topic_problem
 
 if TYPE_CHECKING:
     from plugins.remoting.service import BrokerNetwork
@@ -84,6 +84,9 @@ async def handle_send(
     problem = topic_problem(topic)
     if problem:
         return request.response(ResponseCode.MESSAGE_ILLEGAL, remark=problem)
+    forbidden = send_forbidden(topic)
+    if forbidden:
+        return request.response(ResponseCode.NO_PERMISSION, remark=forbidden)
     config = await _topic_for_send(net, topic, header)
     if not config.perm & PERM_WRITE:
         return request.response(
@@ -108,11 +111,18 @@ async def handle_send(
         entries = decode_batch_body(request.body)
         if not entries:
             return request.response(ResponseCode.MESSAGE_ILLEGAL, remark="the batch is empty")
+        empty = next((i for i, (_flag, body, _props) in enumerate(entries) if not body), None)
+        if empty is not None:
+            return request.response(
+                ResponseCode.MESSAGE_ILLEGAL, remark=f"the body of batch message {empty} is empty"
+            )
         messages = [
             Message(topic, body, queue_id, flag, props, sys_flag, born, born_host, reconsume)
             for flag, body, props in entries
         ]
     else:
+        if not request.body:
+            return request.response(ResponseCode.MESSAGE_ILLEGAL, remark="the message body is empty")
         properties = decode_properties(header.get("properties", "").encode())
         messages = [
             Message(
