@@ -8,7 +8,7 @@ an offset), because these errors are read by operators, not programs.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 
 class TrocketError(Exception):
@@ -29,6 +29,32 @@ class ConfigError(TrocketError):
         self.problem = problem
         where = f"{source}: {key}" if key else source
         super().__init__(f"{where}: {problem}")
+
+
+class ConfigErrors(ConfigError):
+    """Several problems of one file, reported together so that one edit can fix them all.
+
+    :param errors: the individual problems, in file order (nested groups are flattened).
+    """
+
+    def __init__(self, errors: Sequence[ConfigError]) -> None:
+        flat: list[ConfigError] = []
+        for error in errors:
+            flat.extend(error.errors if isinstance(error, ConfigErrors) else [error])
+        self.errors = tuple(flat)
+        self.source = flat[0].source
+        self.key = None
+        lines = [f"{e.key}: {e.problem}" if e.key else e.problem for e in flat]
+        self.problem = f"{len(flat)} problems:\n" + "\n".join(f"  - {line}" for line in lines)
+        TrocketError.__init__(self, f"{self.source}: {self.problem}")
+
+    @staticmethod
+    def raise_any(errors: Sequence[ConfigError]) -> None:
+        """Raise nothing, the one error, or all of them as a :class:`ConfigErrors`."""
+        if len(errors) == 1:
+            raise errors[0]
+        if errors:
+            raise ConfigErrors(errors)
 
 
 class PluginError(TrocketError):

@@ -28,6 +28,7 @@ from kernel.config import Config, structure
 from kernel.errors import (
     AmbiguousProvider,
     ConfigError,
+    ConfigErrors,
     DuplicateProvider,
     PluginContractError,
     PluginError,
@@ -159,19 +160,23 @@ class PluginHost:
         :raises ConfigError: a table nobody declared, an unknown key or a bad value.
         """
         declared = self.config_sections()
+        errors: list[ConfigError] = list(config.problems)
         for table in config.sections:
             if table not in declared:
                 owners = ", ".join(sorted(declared)) or "none"
-                raise ConfigError(
-                    config.source,
-                    f"[{table}]",
+                problem = (
                     f"no loaded plugin declares this table (loaded plugins: "
-                    f"{', '.join(self.names)}; tables they declare: {owners})",
+                    f"{', '.join(self.names)}; tables they declare: {owners})"
                 )
+                errors.append(ConfigError(config.source, f"[{table}]", problem))
         result: dict[type, Any] = {}
         for table, (_, section) in declared.items():
             raw = config.sections.get(table, {})
-            result[section.type] = structure(section.type, raw, source=config.source, section=table)
+            try:
+                result[section.type] = structure(section.type, raw, source=config.source, section=table)
+            except ConfigError as error:
+                errors.append(error)
+        ConfigErrors.raise_any(errors)
         return result
 
     # --- providers ---------------------------------------------------------------------------

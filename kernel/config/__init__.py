@@ -15,12 +15,13 @@ from kernel.config.structure import structure, unstructure
 from kernel.config.toml_file import config_from_tables, load_toml
 
 
-def load_config(path: Path | str) -> Config:
-    """Load a TOML or ``.properties`` configuration file."""
+def load_config(path: Path | str, *, lenient: bool = False) -> Config:
+    """Load a TOML or ``.properties`` configuration file (``lenient``: see
+    :func:`~kernel.config.toml_file.config_from_tables`)."""
     path = Path(path)
     if path.suffix == ".properties":
-        return load_properties(path)
-    return load_toml(path)
+        return load_properties(path, lenient=lenient)
+    return load_toml(path, lenient=lenient)
 
 
 def default_config(**broker: object) -> Config:

@@ -8,6 +8,7 @@ from typing import Any
 import attrs
 
 from kernel.config import fields
+from kernel.errors import ConfigError
 from kernel.model import BrokerRole
 
 DEFAULT_PLUGINS: tuple[str, ...] = (
@@ -85,6 +86,9 @@ class Config:
     sections: dict[str, dict[str, Any]] = attrs.field(factory=dict)
     notes: tuple[str, ...] = ()
     """Things the loader wants the operator to know (keys for plugins that are not loaded)."""
+    problems: tuple[ConfigError, ...] = ()
+    """Errors a lenient load set aside (see :func:`kernel.config.toml_file.config_from_tables`);
+    plugin-table validation raises them with its own. Always empty for a strict load."""
 
     def with_broker(self, **changes: Any) -> Config:
         return attrs.evolve(self, broker=attrs.evolve(self.broker, **changes))

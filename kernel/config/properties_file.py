@@ -14,8 +14,9 @@ from typing import Any
 import attrs
 
 from kernel.config.broker import DEFAULT_PLUGINS, Config
+from kernel.config.text import read_config_text
 from kernel.config.toml_file import config_from_tables
-from kernel.errors import ConfigError
+from kernel.errors import ConfigError, ConfigErrors
 from kernel.plugin import available_plugins
 
 
@@ -182,28 +183,29 @@ def _split_assignment(line: str) -> tuple[str, str, str]:
     return line, "", ""
 
 
-def load_properties(path: Path) -> Config:
+def load_properties(path: Path, *, lenient: bool = False) -> Config:
     """Map a RocketMQ ``broker.properties`` file onto :class:`Config`.
 
     :raises ConfigError: unknown key, bad value, or unreadable file; naming file and key.
     """
     source = str(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as error:
-        raise ConfigError(source, None, f"cannot read: {error.strerror}") from None
-    props = parse_properties(text, source=source)
+    props = parse_properties(read_config_text(path), source=source)
     tables: dict[str, dict[str, Any]] = {"broker": {}}
+    errors: list[ConfigError] = []
     for key, raw in props.items():
         mapping = MAPPINGS.get(key)
         if mapping is None:
             known = ", ".join(sorted(MAPPINGS))
-            raise ConfigError(source, key, f"unknown key; supported keys: {known}")
+            errors.append(ConfigError(source, key, f"unknown key; supported keys: {known}"))
+            continue
         try:
             value = mapping.convert(raw)
         except ValueError as error:
-            raise ConfigError(source, key, f"{error} (expected {mapping.expected})") from None
+            errors.append(ConfigError(source, key, f"{error} (expected {mapping.expected})"))
+            continue
         tables.setdefault(mapping.section, {})[mapping.key] = value
+    if not lenient:
+        ConfigErrors.raise_any(errors)
     flush = tables["broker"].get("flush", "async")
     wanted = [p for p in DEFAULT_PLUGINS if p not in _FLUSH_PLUGIN.values()]
     wanted.append(_FLUSH_PLUGIN[flush])
@@ -213,7 +215,7 @@ def load_properties(path: Path) -> Config:
     plugins = [p for p in wanted if p in installed]
     missing = [p for p in wanted if p not in installed]
     tables["broker"]["plugins"] = plugins
-    config = config_from_tables(tables, source=source)
+    config = config_from_tables(tables, source=source, lenient=lenient)
     # Properties name the role's settings for every policy (RocketMQ files list both flush
     # kinds); settings for plugins this broker does not load are reported, not fatal.
     notes = []
@@ -228,4 +230,4 @@ def load_properties(path: Path) -> Config:
         else:
             keys = ", ".join(k for k, m in MAPPINGS.items() if m.section == section and m.key in values)
             notes.append(f"{keys}: applies to plugin {section!r}, which this broker does not load")
-    return attrs.evolve(config, sections=kept, notes=tuple(notes))
+    return attrs.evolve(config, sections=kept, notes=tuple(notes), problems=(*errors, *config.problems))

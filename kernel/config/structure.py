@@ -7,7 +7,7 @@ from typing import Any, TypeVar
 
 import attrs
 
-from kernel.errors import ConfigError
+from kernel.errors import ConfigError, ConfigErrors
 
 T = TypeVar("T")
 
@@ -18,7 +18,7 @@ def structure(cls: type[T], raw: Mapping[str, Any], *, source: str, section: str
     Every key is converted and validated on its own, so the error names it.
 
     :raises ConfigError: for unknown keys and bad values, naming ``source`` and
-        ``[section] key``.
+        ``[section] key`` (:class:`~kernel.errors.ConfigErrors` when there are several).
     """
     if not attrs.has(cls):
         raise TypeError(f"config section {section!r} declares {cls!r}, which is not an attrs class")
@@ -26,19 +26,23 @@ def structure(cls: type[T], raw: Mapping[str, Any], *, source: str, section: str
     if not isinstance(raw, Mapping):
         raise ConfigError(source, f"[{section}]", f"expected a table, got {raw!r}")
     converted: dict[str, Any] = {}
+    errors: list[ConfigError] = []
     for key, value in raw.items():
         field = fields.get(key)
         if field is None:
             known = ", ".join(sorted(fields)) or "none"
-            raise ConfigError(source, f"[{section}] {key}", f"unknown key; known keys: {known}")
+            errors.append(ConfigError(source, f"[{section}] {key}", f"unknown key; known keys: {known}"))
+            continue
         try:
             if field.converter is not None:
                 value = field.converter(value)  # type: ignore[operator]
             if field.validator is not None:
                 field.validator(None, field, value)
         except (TypeError, ValueError) as error:
-            raise ConfigError(source, f"[{section}] {key}", str(error)) from None
+            errors.append(ConfigError(source, f"[{section}] {key}", str(error)))
+            continue
         converted[key] = value
+    ConfigErrors.raise_any(errors)
     try:
         return cls(**converted)
     except (TypeError, ValueError) as error:

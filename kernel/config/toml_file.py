@@ -7,26 +7,34 @@ from pathlib import Path
 
 from kernel.config.broker import DEFAULT_PLUGINS, BrokerConfig, Config
 from kernel.config.structure import structure
-from kernel.errors import ConfigError
+from kernel.config.text import read_config_text
+from kernel.errors import ConfigError, ConfigErrors
 from kernel.plugin import available_plugins
 
 
-def load_toml(path: Path) -> Config:
+def load_toml(path: Path, *, lenient: bool = False) -> Config:
     """Parse ``path``: ``[broker]`` is validated now, other tables once plugins are loaded.
 
+    :param lenient: see :func:`config_from_tables`.
     :raises ConfigError: unreadable file, TOML syntax error, or a bad ``[broker]`` key.
     """
     source = str(path)
+    text = read_config_text(path)
     try:
-        raw = tomllib.loads(path.read_text(encoding="utf-8"))
-    except OSError as error:
-        raise ConfigError(source, None, f"cannot read: {error.strerror}") from None
+        raw = tomllib.loads(text)
     except tomllib.TOMLDecodeError as error:
         raise ConfigError(source, None, f"invalid TOML: {error}") from None
-    return config_from_tables(raw, source=source)
+    return config_from_tables(raw, source=source, lenient=lenient)
 
 
-def config_from_tables(raw: dict[str, object], *, source: str) -> Config:
+def config_from_tables(raw: dict[str, object], *, source: str, lenient: bool = False) -> Config:
+    """The :class:`Config` of parsed tables.
+
+    :param lenient: bad ``[broker]`` keys do not raise: they keep their defaults and their
+        errors go to :attr:`Config.problems`, which plugin-table validation reports together
+        with its own (``trocket config check`` lists every problem of a file at once).
+    :raises ConfigError: bad ``[broker]`` keys or top-level values that are not tables.
+    """
     broker_raw = raw.pop("broker", {})
     if not isinstance(broker_raw, dict):
         raise ConfigError(source, "[broker]", "expected a table")
@@ -37,10 +45,24 @@ def config_from_tables(raw: dict[str, object], *, source: str) -> Config:
         missing = [p for p in DEFAULT_PLUGINS if p not in installed]
         if missing:
             notes.append(f"default plugins not installed (not part of this build yet): {', '.join(missing)}")
-    broker = structure(BrokerConfig, broker_raw, source=source, section="broker")
+    errors: list[ConfigError] = []
     sections: dict[str, dict[str, object]] = {}
     for name, table in raw.items():
         if not isinstance(table, dict):
-            raise ConfigError(source, name, "top-level keys must be tables: [broker] or one table per plugin")
-        sections[name] = table
-    return Config(source=source, broker=broker, sections=sections, notes=tuple(notes))
+            problem = "top-level keys must be tables: [broker] or one table per plugin"
+            errors.append(ConfigError(source, name, problem))
+        else:
+            sections[name] = table
+    try:
+        broker = structure(BrokerConfig, broker_raw, source=source, section="broker")
+    except ConfigError as error:
+        bad = error.errors if isinstance(error, ConfigErrors) else (error,)
+        errors[:0] = bad
+        if not lenient:
+            ConfigErrors.raise_any(errors)
+        bad_keys = {e.key.removeprefix("[broker] ") for e in bad if e.key}
+        usable = {k: v for k, v in broker_raw.items() if k not in bad_keys}
+        broker = structure(BrokerConfig, usable, source=source, section="broker")
+    if not lenient:
+        ConfigErrors.raise_any(errors)
+    return Config(source=source, broker=broker, sections=sections, notes=tuple(notes), problems=tuple(errors))

@@ -18,13 +18,15 @@ import trio
 from kernel.record import StoredMessage
 from trocket.admin import retries
 from trocket.admin.client import AdminClient, AdminError
+from trocket.cli.usage import list_subcommands
 
 Command = Callable[[AdminClient, argparse.Namespace], Awaitable[Any]]
 
 
 def add_parsers(sub: Any) -> None:
     admin = sub.add_parser("admin", help="administer a running cluster (mqadmin commands)")
-    commands = admin.add_subparsers(dest="admin_command", required=True, metavar="COMMAND")
+    commands = admin.add_subparsers(dest="admin_command", metavar="COMMAND")
+    admin.set_defaults(handler=list_subcommands(admin))
 
     def command(
         name: str, help_text: str, handler: Command, render: Callable[[Any], None]
@@ -112,7 +114,10 @@ def add_parsers(sub: Any) -> None:
     p.add_argument("-a", "--notifyConsumerIdsChanged", type=_bool, default=True)
 
     p = command(
-        "queryDlqMsg", "dead-lettered messages of a consumer group (%DLQ%<group>)", query_dlq, _print_messages
+        "queryDlqMsg",
+        "dead-lettered messages of a consumer group (%%DLQ%%<group>)",
+        query_dlq,
+        _print_messages,
     )
     p.add_argument("-g", "--consumerGroup", required=True)
     p.add_argument("-m", "--maxNum", type=int, default=64, help="at most this many messages")

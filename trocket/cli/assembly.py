@@ -9,9 +9,10 @@ from kernel import Broker, Config, default_config, load_config
 from kernel.config import unstructure
 
 
-def load(config_path: str | None, **overrides: Any) -> Config:
-    """The file's config (or the built-in defaults) with ``[broker]`` overrides applied."""
-    config = load_config(Path(config_path)) if config_path else default_config()
+def load(config_path: str | None, *, lenient: bool = False, **overrides: Any) -> Config:
+    """The file's config (or the built-in defaults) with ``[broker]`` overrides applied
+    (``lenient``: bad ``[broker]`` keys are reported with the plugin tables' problems)."""
+    config = load_config(Path(config_path), lenient=lenient) if config_path else default_config()
     changes = {k: v for k, v in overrides.items() if v is not None}
     return config.with_broker(**changes) if changes else config
 
