@@ -136,6 +136,9 @@ MAPPINGS: dict[str, PropertyMapping] = {
         "store_mmap", "flush_consume_queue_least_pages", _integer, "pages"
     ),
     "timerMaxDelaySec": PropertyMapping("retry_dlq", "timer_max_delay", _seconds, "seconds"),
+    "serverChannelMaxIdleTimeSeconds": PropertyMapping(
+        "remoting", "channel_max_idle_time", _seconds, "seconds"
+    ),
     "syncFlushTimeout": PropertyMapping("flush_sync", "timeout", _millis, "milliseconds"),
     "haListenPort": PropertyMapping("ha", "listen_port", _integer, "a TCP port"),
     "brokerIP1": PropertyMapping("broker", "listen_host", _text, "the address clients reach"),

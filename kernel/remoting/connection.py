@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import math
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -45,6 +46,13 @@ class TransportLimits:
     max_in_flight: int = 256
     """Requests of one connection handled concurrently (held long-polling pulls count)."""
     max_connections: int = 10000
+    idle_timeout: float = math.inf
+    """Seconds without a byte read or written (and no request in flight) after which the
+    connection is closed: RocketMQ's ``serverChannelMaxIdleTimeSeconds`` (120 s on servers).
+    Frees the buffers of peers that vanished without a FIN."""
+    frame_timeout: float = math.inf
+    """Seconds a frame may take to arrive once its first byte came: a peer that declares
+    15 MiB and stalls, or sends half a header, cannot hold a connection and its buffer."""
 
 
 @attrs.define(eq=False)
@@ -103,6 +111,8 @@ class Connection:
     _opaque: itertools.count[int] = attrs.field(factory=itertools.count, init=False)
     _closed: trio.Event = attrs.field(factory=trio.Event, init=False)
     _cancel: trio.CancelScope | None = attrs.field(default=None, init=False)
+    _last_activity: float = attrs.field(factory=trio.current_time, init=False)
+    _in_flight: int = attrs.field(default=0, init=False)
     requests_handled: int = attrs.field(default=0, init=False)
 
     @property
@@ -146,24 +156,59 @@ class Connection:
             except Exception:  # a failing listener must not hide the others
                 log.exception("on-close callback of %s failed", self.peer)
 
+    def _read_deadline(self, frame_started: float | None) -> float:
+        """When the pending receive gives up: the frame deadline while a frame is partly read,
+        else the idle deadline (none while requests are in flight: a held pull is not idle)."""
+        limits = self.limits
+        deadline = math.inf if self._in_flight else self._last_activity + limits.idle_timeout
+        if frame_started is not None:
+            deadline = min(deadline, frame_started + limits.frame_timeout)
+        return deadline
+
+    def _expired(self, decoder: FrameDecoder, frame_started: float | None) -> str | None:
+        now = trio.current_time()
+        if frame_started is not None and now >= frame_started + self.limits.frame_timeout:
+            return (
+                f"a frame did not complete within {self.limits.frame_timeout:g}s "
+                f"({decoder.buffered} bytes of it received)"
+            )
+        if not self._in_flight and now >= self._last_activity + self.limits.idle_timeout:
+            return f"idle for {self.limits.idle_timeout:g}s (serverChannelMaxIdleTimeSeconds)"
+        return None
+
     async def _read_loop(self, nursery: trio.Nursery) -> None:
         decoder = FrameDecoder(self.limits.max_frame_size)
         limiter = trio.CapacityLimiter(self.limits.max_in_flight)
+        frame_started: float | None = None
         while True:
+            data = b""
             try:
-                data = await self.stream.receive_some(RECEIVE_CHUNK)
+                with trio.move_on_at(self._read_deadline(frame_started)) as waited:
+                    data = await self.stream.receive_some(RECEIVE_CHUNK)
             except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as error:
                 self.close_reason = self.close_reason or f"receive failed: {error}"
+                return
+            if waited.cancelled_caught:
+                expired = self._expired(decoder, frame_started)
+                if expired is None:
+                    continue  # written to (or a request started) since: not idle after all
+                self.close_reason = expired
+                log.warning("closing connection from %s: %s", self.peer, expired)
                 return
             if not data:
                 self.close_reason = self.close_reason or "closed by peer"
                 return
+            self._last_activity = now = trio.current_time()
             try:
                 commands = decoder.feed(data)
             except FrameError as error:
                 self.close_reason = f"malformed frame: {error}"
                 log.warning("closing connection from %s: malformed frame: %s", self.peer, error)
                 return
+            if not decoder.buffered:
+                frame_started = None
+            elif commands or frame_started is None:
+                frame_started = now  # the bytes left over begin the next frame
             for command in commands:
                 if command.is_response:
                     pending = self._pending.pop(command.opaque, None)
@@ -178,6 +223,7 @@ class Connection:
     async def _serve_request(
         self, request: RemotingCommand, limiter: trio.CapacityLimiter, token: object
     ) -> None:
+        self._in_flight += 1
         try:
             if self.router is None:
                 response: RemotingCommand | None = request.response(
@@ -190,6 +236,8 @@ class Connection:
                 await self._wait_writable()
                 self._enqueue(response.encode())
         finally:
+            self._in_flight -= 1
+            self._last_activity = trio.current_time()
             limiter.release_on_behalf_of(token)
 
     async def _wait_writable(self) -> None:
@@ -217,6 +265,7 @@ class Connection:
             except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as error:
                 self.close(f"send failed: {error}")
                 return
+            self._last_activity = trio.current_time()
 
     # --- requests from this end -------------------------------------------------------------
 

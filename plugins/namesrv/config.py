@@ -22,3 +22,9 @@ class NamesrvConfig:
     """``kvConfigPath``; default ``<data_dir>/namesrv/kvConfig.json``."""
     max_frame_size: int = fields.size("16MiB", minimum=1024)
     max_connections: int = fields.integer(10000, minimum=1)
+    channel_max_idle_time: float = fields.duration("120s")
+    """``serverChannelMaxIdleTimeSeconds``: a connection with nothing read or written and no
+    request in flight for this long is closed (a peer gone without a FIN, a stalled client)."""
+    frame_read_timeout: float = fields.duration("30s")
+    """A frame whose first bytes arrived must be complete within this long, or the connection
+    is closed (a truncated frame or a declared 15 MiB that never comes holds no buffer)."""

@@ -81,7 +81,12 @@ class NameServer:
             self.config.listen_host,
             self.config.listen_port,
             self.router(),
-            TransportLimits(self.config.max_frame_size, max_connections=self.config.max_connections),
+            TransportLimits(
+                self.config.max_frame_size,
+                max_connections=self.config.max_connections,
+                idle_timeout=self.config.channel_max_idle_time,
+                frame_timeout=self.config.frame_read_timeout,
+            ),
             on_close=[self._connection_closed],
         )
         async with trio.open_nursery() as nursery:

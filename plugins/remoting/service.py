@@ -94,7 +94,11 @@ class BrokerNetwork:
             broker.listen_port,
             self.router(),
             TransportLimits(
-                self.config.max_frame_size, self.config.max_in_flight, self.config.max_connections
+                self.config.max_frame_size,
+                self.config.max_in_flight,
+                self.config.max_connections,
+                idle_timeout=self.config.channel_max_idle_time,
+                frame_timeout=self.config.frame_read_timeout,
             ),
             on_close=[self._connection_closed],
         )

@@ -72,9 +72,16 @@ def run_client(*args: str, timeout: float = 120) -> list[dict]:
 
 
 def start_broker(
-    tmp_path: Path, extra: str = "", *, namesrv_port: int | None = None, store: str = ""
+    tmp_path: Path,
+    extra: str = "",
+    *,
+    namesrv_port: int | None = None,
+    store: str = "",
+    namesrv: str = "",
+    tables: str = "",
 ) -> RunningBroker:
-    """A `trocket up` process; ``extra`` lines go into ``[broker]``, ``store`` into ``[store_mmap]``."""
+    """A `trocket up` process; ``extra`` lines go into ``[broker]``, ``store`` into ``[store_mmap]``,
+    ``namesrv`` into ``[namesrv]``; ``tables`` (whole tables) are appended."""
     namesrv_port = namesrv_port or free_port()
     broker_port = free_port()
     config = tmp_path / "trocket.toml"
@@ -90,6 +97,8 @@ namesrv_addr = ["127.0.0.1:{namesrv_port}"]
 
 [namesrv]
 listen_port = {namesrv_port}
+{namesrv}
+{tables}
 """
     )
     log = tmp_path / "broker.log"
