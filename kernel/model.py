@@ -434,6 +434,9 @@ class StoreProvider:
     name: str
     open: Callable[[BrokerContext], Any]
     description: str = ""
+    settings: Callable[[BrokerContext], Mapping[str, object]] | None = None
+    """Optional: the effective settings worth showing at start (file sizes, what is reserved
+    on disk), shown by ``trocket up`` and ``trocket plugins``."""
 
 
 @attrs.frozen

@@ -6,7 +6,9 @@ Registers the ``"mmap"`` store (``[broker] store = "mmap"``) and the ``[store_mm
 from __future__ import annotations
 
 from kernel import ConfigSection, StoreProvider, hookimpl
+from kernel.context import BrokerContext
 from plugins.store_mmap.config import StoreMmapConfig
+from plugins.store_mmap.index_file import IndexFile
 from plugins.store_mmap.store import open_mmap_store
 
 
@@ -22,5 +24,26 @@ def trocket_register_stores() -> list[StoreProvider]:
             "mmap",
             open_mmap_store,
             "RocketMQ 4.x commit log + consume queues on memory-mapped files",
+            disk_reservation,
         )
     ]
+
+
+def disk_reservation(ctx: BrokerContext) -> dict[str, str]:
+    """What the store allocates on disk (files are allocated in full when created, never
+    sparse), so a newcomer knows what ``trocket up`` takes before writing anything."""
+    config = ctx.plugin_config(StoreMmapConfig)
+    index = IndexFile.size_for(config.index_hash_slots, config.index_max_entries)
+    figures = {
+        "commit log file": _mib(config.commit_log_file_size),
+        "consume queue file": _mib(config.consume_queue_file_size) + " per queue",
+    }
+    if config.message_index_enable:
+        figures["index file"] = _mib(index)
+    first = config.commit_log_file_size + (index if config.message_index_enable else 0)
+    figures["reserved at start"] = _mib(first) + " + one consume queue file per queue written"
+    return figures
+
+
+def _mib(size: int) -> str:
+    return f"{size / 2**20:.1f} MiB"

@@ -68,7 +68,12 @@ class IndexFile:
 
     @property
     def size(self) -> int:
-        return HEADER_SIZE + self.slots * 4 + self.max_entries * ENTRY_SIZE
+        return self.size_for(self.slots, self.max_entries)
+
+    @staticmethod
+    def size_for(slots: int, max_entries: int) -> int:
+        """Bytes of an index file with ``slots`` hash slots and room for ``max_entries``."""
+        return HEADER_SIZE + slots * 4 + max_entries * ENTRY_SIZE
 
     @classmethod
     def open(cls, path: Path, slots: int, max_entries: int, *, create: bool) -> IndexFile:

@@ -42,6 +42,7 @@ def test_up_serves_a_namesrv_and_a_broker_on_the_default_loopback_ports(tmp_path
     assert f"data dir: {tmp_path / 'data'}" in output
     assert "store: mmap" in output and "flush: async" in output
     assert "not available" not in output
+    assert "reserved at start 72.0 MiB" in output, "the embedded default says what it allocates"
     clusters = subprocess.run(
         [sys.executable, "-m", "trocket", "admin", "clusterList", "--json"],
         capture_output=True,
@@ -57,6 +58,22 @@ def test_up_serves_a_namesrv_and_a_broker_on_the_default_loopback_ports(tmp_path
     assert process.returncode == 0, rest
     assert "stopped cleanly" in rest
     assert not (tmp_path / "data" / "abort").exists()
+    allocated = sum(p.stat().st_blocks * 512 for p in (tmp_path / "data").rglob("*") if p.is_file())
+    assert allocated < 100 * 2**20, f"the embedded default allocated {allocated >> 20} MiB"
+
+
+def test_a_config_file_keeps_rocketmq_file_sizes(tmp_path):
+    config = tmp_path / "broker.toml"
+    config.write_text("[broker]\n")
+    result = subprocess.run(
+        [sys.executable, "-m", "trocket", "config", "check", str(config)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"},
+    )
+    assert result.returncode == 0, result.stderr
+    assert "commit log file 1024.0 MiB" in result.stdout and "index file 400.5 MiB" in result.stdout
 
 
 def test_a_second_up_on_the_same_data_dir_is_refused_in_one_line(tmp_path):

@@ -10,7 +10,7 @@ import trio
 
 from kernel import Broker
 from kernel.lifecycle import run_until_signalled
-from trocket.cli.assembly import describe_broker, load
+from trocket.cli.assembly import describe_broker, embedded, load
 
 log = logging.getLogger("trocket")
 
@@ -37,7 +37,11 @@ def add_parsers(sub: Any) -> None:
 
 
 def cmd_up(args: argparse.Namespace) -> int:
-    config = load(args.config, roles=["broker", "namesrv"], data_dir=args.data_dir)
+    roles = ["broker", "namesrv"]
+    if args.config:
+        config = load(args.config, roles=roles, data_dir=args.data_dir)
+    else:
+        config = embedded(roles=roles, data_dir=args.data_dir)
     return serve(Broker.assemble(config))
 
 
