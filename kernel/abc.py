@@ -7,7 +7,7 @@ call these methods directly, once per batch.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, Protocol, runtime_checkable
 
 import trio
@@ -116,6 +116,34 @@ class BufferedStore(Protocol):
         """
 
 
+@runtime_checkable
+class ReplicableStore(Protocol):
+    """A store whose commit log can be copied byte for byte (RocketMQ's master/slave HA).
+
+    The master reads raw bytes for its slaves; a slave appends them verbatim, so both logs are
+    identical and each builds its own consume queues and index by dispatch.
+    """
+
+    def read_raw(self, offset: int, max_bytes: int) -> bytes:
+        """Up to ``max_bytes`` from ``offset``, never past the end of the file holding it nor
+        the visible end; empty at the end.
+
+        :raises kernel.errors.OffsetOutOfRange: before the oldest file or past the end.
+        """
+
+    async def append_raw(self, offset: int, data: bytes | memoryview) -> int:
+        """Append a master's bytes at ``offset`` (which must be :meth:`received_end`); return
+        the new received end. ``positions.wrote`` follows at whole-record boundaries.
+
+        :raises kernel.errors.ReplicaMismatch: ``offset`` or the file layout does not match.
+        :raises kernel.errors.StoreNotWritable: the store refuses writes.
+        """
+
+    def received_end(self) -> int:
+        """End of every byte this log holds, a partly received record included (what a slave
+        reports to its master)."""
+
+
 class QueryableStore(MessageStore, Protocol):
     """Lookups the network layer serves to admin tools and clients (both built-in stores
     implement them; a store without them answers those requests with an error)."""
@@ -179,13 +207,29 @@ class FlushPolicy(Protocol):
 
 
 class Replicator(Protocol):
-    """Master/slave replication as a second, independent durability wait."""
+    """Master/slave replication as a second, independent durability wait.
+
+    The network plugin meets it through this contract only: it advertises :meth:`ha_address`
+    when registering with the NameServer, passes on the master the NameServer names
+    (:meth:`master_learned`), and serves :meth:`runtime_info` to admin tools.
+    """
 
     name: str
 
     async def run(self, *, task_status: trio.TaskStatus[Any] = trio.TASK_STATUS_IGNORED) -> None: ...
 
-    async def wait_replicated(self, result: AppendResult, *, wait: bool) -> Replication: ...
+    async def wait_replicated(self, result: AppendResult, *, wait: bool) -> Replication:
+        """Wait (within the replicator's timeout) until ``result`` is on a replica, if the role
+        asks for that. Never raises for a timeout or a missing replica: those are values."""
+
+    def ha_address(self) -> str:
+        """``host:port`` where replicas connect (RocketMQ's ``haServerAddr``); "" if none."""
+
+    def master_learned(self, broker_addr: str, ha_addr: str) -> None:
+        """The NameServer named this broker's master (a slave's registration answer)."""
+
+    def runtime_info(self) -> Mapping[str, Any]:
+        """JSON-ready replication state (RocketMQ 5's ``HARuntimeInfo``)."""
 
     def statistics(self) -> Any: ...
 

@@ -32,6 +32,7 @@ from kernel.model import (
     MessageBatch,
     Phase,
     PutResult,
+    PutStatus,
     RecoveryReport,
     ReplicatorProvider,
     ServiceSpec,
@@ -121,6 +122,10 @@ class Broker:
         return self._store
 
     @property
+    def replicator(self) -> Replicator | None:
+        return self._replicator
+
+    @property
     def state(self) -> str:
         return self._state
 
@@ -185,6 +190,10 @@ class Broker:
                 *phases[Phase.DURABILITY],
             ]
             phases[Phase.DERIVED] = [self._dispatch, *store.services(), *phases[Phase.DERIVED]]
+            if self.role is BrokerRole.SLAVE and phases[Phase.SCHEDULING]:
+                # Schedules deliver by putting, which a slave cannot: they are its master's work.
+                log.info("slave: %d scheduling services stay stopped", len(phases[Phase.SCHEDULING]))
+                phases[Phase.SCHEDULING] = []
             drained = False
             try:
                 await self._run_phases(phases, task_status)
@@ -255,8 +264,17 @@ class Broker:
     # --- data path used by ingress plugins and services -----------------------------------
 
     async def put(self, batch: MessageBatch) -> PutResult:
+        """Put a batch through the pipeline; a SLAVE refuses (RocketMQ: "message store is
+        slave mode, so putMessage is forbidden"): its log is its master's copy."""
         if self._put is None:
             raise RuntimeError("the broker is not running")
+        if self.role is BrokerRole.SLAVE:
+            cfg = self.config.broker
+            return PutResult(
+                PutStatus.SERVICE_NOT_AVAILABLE,
+                None,
+                f"broker {cfg.broker_name} id {cfg.broker_id} is a SLAVE: send to its master",
+            )
         return await self._put.put(batch)
 
     async def get_messages(

@@ -16,8 +16,8 @@ import pluggy
 from kernel.config import BrokerConfig, Config
 
 if TYPE_CHECKING:
-    from kernel.abc import MessageStore
-    from kernel.model import GetResult, MessageBatch, PutResult
+    from kernel.abc import MessageStore, Replicator
+    from kernel.model import BrokerRole, GetResult, MessageBatch, PutResult
 
 T = TypeVar("T")
 
@@ -87,9 +87,15 @@ class BrokerRuntime(Protocol):
     """What services see of a running broker (implemented by :class:`kernel.broker.Broker`)."""
 
     ctx: BrokerContext
+    role: BrokerRole
+    """The broker's current role (``brokerRole``); a SLAVE takes no puts."""
 
     @property
     def store(self) -> MessageStore: ...
+
+    @property
+    def replicator(self) -> Replicator | None:
+        """The configured replicator, or None for a standalone broker."""
 
     async def put(self, batch: MessageBatch) -> PutResult: ...
 

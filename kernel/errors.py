@@ -146,6 +146,11 @@ class ReplicationError(TrocketError):
     """Master/slave replication failed in a way that is not a plain timeout."""
 
 
+class ReplicaMismatch(ReplicationError):
+    """A master's bytes do not continue this replica's log (wrong offset, different file size,
+    or an offset the master cannot serve): the replica must not store them."""
+
+
 class WatermarkFailed(TrocketError):
     """A :class:`kernel.sync.Watermark` was failed while a caller waited on it."""
 

@@ -140,7 +140,18 @@ MAPPINGS: dict[str, PropertyMapping] = {
         "remoting", "channel_max_idle_time", _seconds, "seconds"
     ),
     "syncFlushTimeout": PropertyMapping("flush_sync", "timeout", _millis, "milliseconds"),
+    "syncFlushTimeout@ha": PropertyMapping("ha", "sync_timeout", _millis, "milliseconds"),
     "haListenPort": PropertyMapping("ha", "listen_port", _integer, "a TCP port"),
+    "haMasterAddress": PropertyMapping("ha", "master_address", _text, "the master's host:haListenPort"),
+    "haTransferBatchSize": PropertyMapping("ha", "transfer_batch_size", _integer, "bytes"),
+    "haSendHeartbeatInterval": PropertyMapping("ha", "heartbeat_interval", _millis, "milliseconds"),
+    "haHousekeepingInterval": PropertyMapping("ha", "housekeeping_interval", _millis, "milliseconds"),
+    "haMaxGapNotInSync": PropertyMapping("ha", "max_gap_not_in_sync", _integer, "bytes"),
+    "haSlaveFallbehindMax": PropertyMapping("ha", "max_gap_not_in_sync", _integer, "bytes"),
+    "slaveReadEnable": PropertyMapping("remoting", "slave_read_enable", _boolean, "true|false"),
+    "accessMessageInMemoryMaxRatio": PropertyMapping(
+        "remoting", "access_message_in_memory_max_ratio", _integer, "a percentage of RAM"
+    ),
     "brokerIP1": PropertyMapping("broker", "listen_host", _text, "the address clients reach"),
     "brokerPermission": PropertyMapping("remoting", "broker_permission", _integer, "6 (RW), 4 (R) or 2 (W)"),
     "longPollingEnable": PropertyMapping("remoting", "long_polling_enable", _boolean, "true|false"),
@@ -197,23 +208,29 @@ def load_properties(path: Path, *, lenient: bool = False) -> Config:
     errors: list[ConfigError] = []
     for key, raw in props.items():
         mapping = MAPPINGS.get(key)
-        if mapping is None:
-            known = ", ".join(sorted(MAPPINGS))
+        if mapping is None or "@" in key:
+            known = ", ".join(sorted(k for k in MAPPINGS if "@" not in k))
             errors.append(ConfigError(source, key, f"unknown key; supported keys: {known}"))
             continue
-        try:
-            value = mapping.convert(raw)
-        except ValueError as error:
-            errors.append(ConfigError(source, key, f"{error} (expected {mapping.expected})"))
-            continue
-        tables.setdefault(mapping.section, {})[mapping.key] = value
+        # A key RocketMQ reads in two places (syncFlushTimeout bounds the flush and the slave
+        # wait) has a second mapping under "key@section".
+        for target in (m for k, m in MAPPINGS.items() if k == key or k.startswith(key + "@")):
+            try:
+                value = target.convert(raw)
+            except ValueError as error:
+                errors.append(ConfigError(source, key, f"{error} (expected {target.expected})"))
+                break
+            tables.setdefault(target.section, {})[target.key] = value
     if not lenient:
         ConfigErrors.raise_any(errors)
     flush = tables["broker"].get("flush", "async")
     wanted = [p for p in DEFAULT_PLUGINS if p not in _FLUSH_PLUGIN.values()]
     wanted.append(_FLUSH_PLUGIN[flush])
-    if tables["broker"].get("broker_role") in ("SYNC_MASTER", "SLAVE"):
+    if "broker_role" in tables["broker"]:
+        # A properties file has no plugin list: naming a role is asking for RocketMQ's HA
+        # service (masters serve slaves, slaves copy their master).
         wanted.append("ha")
+        tables["broker"].setdefault("replicator", "ha")
     installed = available_plugins()
     plugins = [p for p in wanted if p in installed]
     missing = [p for p in wanted if p not in installed]
@@ -231,6 +248,8 @@ def load_properties(path: Path, *, lenient: bool = False) -> Config:
         if section in plugins:
             kept[section] = values
         else:
-            keys = ", ".join(k for k, m in MAPPINGS.items() if m.section == section and m.key in values)
+            keys = ", ".join(
+                k.split("@")[0] for k, m in MAPPINGS.items() if m.section == section and m.key in values
+            )
             notes.append(f"{keys}: applies to plugin {section!r}, which this broker does not load")
     return attrs.evolve(config, sections=kept, notes=tuple(notes), problems=(*errors, *config.problems))

@@ -48,6 +48,8 @@ class RequestCode(enum.IntEnum):
     WIPE_WRITE_PERM_OF_BROKER = 205
     GET_ALL_TOPIC_LIST_FROM_NAMESERVER = 206
     DELETE_SUBSCRIPTIONGROUP = 207
+    GET_BROKER_HA_STATUS = 907
+    """RocketMQ 5: a broker's replication state (``HARuntimeInfo``), mqadmin ``haStatus``."""
     GET_CONSUME_STATS = 208
     DELETE_TOPIC_IN_BROKER = 215
     DELETE_TOPIC_IN_NAMESRV = 216

@@ -41,3 +41,12 @@ class RemotingConfig:
     """Messages per pull at most, whatever the client asks (RocketMQ's in-memory limit)."""
     max_pull_bytes: int = fields.size("256KiB", minimum=1024)
     """Bytes per pull response (about; at least one message is returned)."""
+    slave_read_enable: bool = fields.boolean(False)
+    """``slaveReadEnable``: a master whose consumer reads data no longer in memory (see
+    ``access_message_in_memory_max_ratio``) tells it to pull from a slave (brokerId 1)."""
+    access_message_in_memory_max_ratio: int = fields.ratio_percent(40, minimum=1, maximum=100)
+    """``accessMessageInMemoryMaxRatio``: data within this share of RAM from the log's end
+    counts as in memory (a new group's start, and the slave-read suggestion)."""
+    slave_sync_interval: float = fields.duration("10s")
+    """How often a slave copies topics, consumer offsets and subscription groups from its
+    master (RocketMQ's SlaveSynchronize), so consumers that move to it resume where they were."""

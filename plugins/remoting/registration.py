@@ -28,6 +28,12 @@ class NameServerRegistration:
     broker_addr: Callable[[], str]
     topics: TopicConfigManager
     period: float
+    ha_address: Callable[[], str] = lambda: ""
+    """This broker's HA address (``haServerAddr``), "" without a replicator."""
+    on_master: Callable[[str, str], None] = lambda broker_addr, ha_addr: None
+    """Called with (master address, master HA address) when the NameServer names them (slaves)."""
+    master_addr: str = ""
+    """The master's broker address, as the NameServer last named it (slaves)."""
     registrations: int = 0
     failures: int = 0
     last_error: str = ""
@@ -61,7 +67,7 @@ class NameServerRegistration:
                 "brokerId": self.broker_id,
                 "brokerName": self.broker_name,
                 "clusterName": self.cluster,
-                "haServerAddr": "",
+                "haServerAddr": self.ha_address(),
                 "compressed": False,
                 "bodyCrc32": zlib.crc32(body) & 0x7FFFFFFF,
             },
@@ -76,6 +82,12 @@ class NameServerRegistration:
             self._failed(namesrv, f"code {response.code}: {response.remark}")
             return
         self.registrations += 1
+        master = response.ext.get("masterAddr") or ""
+        if master and self.broker_id != 0:
+            if master != self.master_addr:
+                log.info("master of %s is %s (NameServer %s)", self.broker_name, master, namesrv)
+            self.master_addr = master
+            self.on_master(master, response.ext.get("haServerAddr") or "")
 
     def _failed(self, namesrv: str, reason: str) -> None:
         self.failures += 1

@@ -8,12 +8,14 @@ offsets before its connections close.
 from __future__ import annotations
 
 import logging
+import os
 import time
 
 import attrs
 import trio
 
 from kernel.context import BrokerRuntime, StashKey
+from kernel.model import BrokerRole
 from kernel.remoting import Connection, RemotingServer, Router, TransportLimits
 from plugins.remoting.clients import ClientManager
 from plugins.remoting.config import RemotingConfig
@@ -21,6 +23,7 @@ from plugins.remoting.locks import QueueLocks
 from plugins.remoting.long_polling import PullWaiters
 from plugins.remoting.offsets import ConsumerOffsetManager
 from plugins.remoting.registration import NameServerRegistration
+from plugins.remoting.slave_sync import SlaveSynchronizer
 from plugins.remoting.subscriptions import SubscriptionGroupManager
 from plugins.remoting.topics import TopicConfigManager
 
@@ -113,9 +116,13 @@ class BrokerNetwork:
                 lambda: self.broker_addr,
                 self.topics,
                 self.config.register_period,
+                ha_address=self._ha_address,
+                on_master=self._master_learned,
             )
             if broker.namesrv_addr:
                 await nursery.start(self.registration.run)
+            if self.runtime.role is BrokerRole.SLAVE:
+                nursery.start_soon(SlaveSynchronizer(self).run)
             nursery.start_soon(self._persist_offsets_loop)
             nursery.start_soon(self._expire_channels_loop)
             task_status.started(self)
@@ -150,11 +157,38 @@ class BrokerNetwork:
                     "client %s dropped: no heartbeat for %.0fs", client_id, self.config.channel_expiry
                 )
 
+    def _ha_address(self) -> str:
+        replicator = self.runtime.replicator
+        return replicator.ha_address() if replicator is not None else ""
+
+    def _master_learned(self, broker_addr: str, ha_addr: str) -> None:
+        replicator = self.runtime.replicator
+        if replicator is not None:
+            replicator.master_learned(broker_addr, ha_addr)
+
+    @property
+    def is_slave(self) -> bool:
+        return self.runtime.role is BrokerRole.SLAVE
+
+    def in_memory(self, physical_offset: int) -> bool:
+        """Whether the log from ``physical_offset`` to its end fits RocketMQ's in-memory share
+        of RAM (``accessMessageInMemoryMaxRatio``)."""
+        return self.runtime.store.watermarks().wrote - physical_offset < _physical_memory() * (
+            self.config.access_message_in_memory_max_ratio / 100
+        )
+
     def _connection_closed(self, connection: Connection) -> None:
         self.clients.connection_closed(connection)
 
     async def topics_changed(self) -> None:
         await self.topics.persist()
+
+
+def _physical_memory() -> int:
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError):
+        return 1 << 30
 
 
 NETWORK = StashKey[BrokerNetwork]("remoting.network")

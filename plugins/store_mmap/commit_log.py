@@ -19,7 +19,7 @@ from collections.abc import Sequence
 import attrs
 
 from kernel import record
-from kernel.errors import CorruptRecord, FlushError, StoreNotWritable
+from kernel.errors import CorruptRecord, FlushError, OffsetOutOfRange, ReplicaMismatch, StoreNotWritable
 from kernel.model import AppendResult, DispatchRecord, Message, QueueEntry
 from kernel.sync import LogPositions
 from plugins.store_mmap.mapped_file import MappedFile
@@ -58,8 +58,9 @@ class CommitLog:
 
     @property
     def append_end(self) -> int:
-        """End of every appended byte, staged or not."""
-        return self._append_end if self.stages_writes else self.positions.wrote.value
+        """End of every appended byte: staged ones, and on a slave the tail of a record whose
+        rest has not arrived from the master yet (``positions.wrote`` stops before it)."""
+        return max(self._append_end, self.positions.wrote.value)
 
     def reset_end(self, end: int) -> None:
         """Recovery: ``end`` is where the log ends, durably."""
@@ -222,6 +223,85 @@ class CommitLog:
                 # pre-allocated and empty, and must not move the position past unsynced bytes.
                 break
         return flushed, covered_ts
+
+    # --- replication -----------------------------------------------------------------------
+
+    def read_raw(self, offset: int, max_bytes: int) -> bytes:
+        """Up to ``max_bytes`` of the log from ``offset``, never past the file holding it nor
+        the visible end (a master's transfer: a file's BLANK record and zero tail included, so
+        the copy is byte-identical). Empty at the end of the log.
+
+        :raises OffsetOutOfRange: ``offset`` is before the oldest file or past the end.
+        """
+        end = self.positions.wrote.value
+        if offset == end:
+            return b""
+        oldest = self.files.min_offset if self.files.files else end
+        if offset < oldest or offset > end:
+            raise OffsetOutOfRange(f"commit-log offset {offset} is outside [{oldest}, {end}]")
+        mapped = self.files.find(offset)
+        position = offset - mapped.start
+        available = min(mapped.committed, end - mapped.start) - position
+        return mapped.read(position, min(max_bytes, available))
+
+    def append_replica(self, offset: int, data: bytes | memoryview) -> None:
+        """Write a master's bytes verbatim at ``offset``, the end of what this replica holds.
+        ``positions.wrote`` then moves to the end of the last whole record, so dispatch and
+        readers never see half a record.
+
+        :raises ReplicaMismatch: ``offset`` is not this log's end, or the bytes would cross
+            one of this log's files (its file size differs from the master's).
+        :raises StoreNotWritable: a write error (the store turns read-only).
+        """
+        held = self.append_end
+        if offset != held:
+            raise ReplicaMismatch(f"the master sent bytes for offset {offset}; this log ends at {held}")
+        if self.read_only_reason or self.disk_full_reason:
+            raise StoreNotWritable(self.read_only_reason or self.disk_full_reason)
+        if not self.files.files and offset % self.file_size:
+            raise ReplicaMismatch(
+                f"the master's log starts at {offset}, not at a multiple of this log's file size "
+                f"{self.file_size}: commit_log_file_size must be the same on master and slave"
+            )
+        try:
+            active = self.files.writable_file(start_if_empty=offset)
+        except OSError as error:
+            raise StoreNotWritable(f"cannot create the next commit-log file ({error})") from error
+        if active.start + active.wrote != offset or active.wrote + len(data) > active.size:
+            raise ReplicaMismatch(
+                f"{len(data)} bytes at offset {offset} do not fit this log's file {active.path.name} "
+                f"({active.size} bytes): commit_log_file_size must be the same on master and slave"
+            )
+        try:
+            active.write(data)
+        except OSError as error:
+            self.read_only_reason = f"commit log write failed ({error}); the store is read-only"
+            raise StoreNotWritable(self.read_only_reason) from error
+        self._append_end = offset + len(data)
+        self.last_append_timestamp = int(time.time() * 1000)
+        self.positions.wrote.advance(self._whole_records_end(self.positions.wrote.value, self._append_end))
+
+    def _whole_records_end(self, start: int, received: int) -> int:
+        """Walk record sizes from ``start`` (a record boundary); the end of the last record, or
+        end-of-file filler, that lies wholly below ``received``."""
+        at = start
+        read_size_magic = record.read_size_magic
+        while at < received:
+            mapped = self.files.find(at)
+            position = at - mapped.start
+            if position + END_FILE_MIN_BLANK_LENGTH > mapped.size:
+                if mapped.end > received:
+                    break
+                at = mapped.end
+                continue
+            if at + END_FILE_MIN_BLANK_LENGTH > received:
+                break
+            size, magic = read_size_magic(mapped.buffer, position)
+            step = mapped.end - at if magic == record.MAGIC_BLANK else size
+            if size <= 0 or at + step > received:
+                break
+            at += step
+        return at
 
     # --- reading ----------------------------------------------------------------------------
 

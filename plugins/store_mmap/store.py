@@ -18,7 +18,7 @@ import trio
 
 from kernel import record
 from kernel.context import BrokerContext
-from kernel.errors import FlushError
+from kernel.errors import FlushError, StoreNotWritable
 from kernel.model import AppendResult, DispatchRecord, Message, QueueEntry, RecoveryReport, Watermarks
 from kernel.sync import LogPositions
 from plugins.store_mmap.checkpoint import Checkpoint
@@ -146,9 +146,29 @@ class MmapStore:
             except FlushError as error:
                 self._fail(error)
                 raise
-            self.positions.flushed.advance(flushed)
+            # A slave may hold (and flush) the head of a record whose rest has not arrived:
+            # the flushed position never passes the end of whole records.
+            self.positions.flushed.advance(min(flushed, self.positions.wrote.value))
             self.checkpoint.physic_timestamp = max(self.checkpoint.physic_timestamp, covered_ts)
             return self.positions.flushed.value
+
+    # --- replication (kernel.abc.ReplicableStore) ----------------------------------------------
+
+    def read_raw(self, offset: int, max_bytes: int) -> bytes:
+        return self.commit_log.read_raw(offset, max_bytes)
+
+    async def append_raw(self, offset: int, data: bytes | memoryview) -> int:
+        if self.stages_writes:
+            raise StoreNotWritable(
+                "a slave writes the master's bytes directly: [store_mmap] write_path = "
+                '"buffered" (transientStorePoolEnable) is for masters'
+            )
+        await trio.lowlevel.checkpoint()
+        self.commit_log.append_replica(offset, data)
+        return self.commit_log.append_end
+
+    def received_end(self) -> int:
+        return self.commit_log.append_end
 
     def watermarks(self) -> Watermarks:
         committed = self.positions.wrote.value

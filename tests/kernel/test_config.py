@@ -172,7 +172,13 @@ def test_properties_are_mapped_onto_the_model(tmp_path):
     # Keys for plugins this broker does not load are reported, not silently dropped.
     notes = "\n".join(config.notes)
     assert "flushIntervalCommitLog" in notes and "'flush_async'" in notes
-    assert "haListenPort" in notes and "'ha'" in notes
+    # A role in a properties file asks for RocketMQ's HA service: the ha plugin replicates.
+    assert "ha" in b.plugins and b.replicator == "ha"
+    assert "haListenPort" not in notes
+    from plugins.ha.config import HaConfig
+
+    ha = broker.ctx.plugin_config(HaConfig)
+    assert ha.sync_timeout == 2.5, "syncFlushTimeout bounds the slave wait too"
 
 
 @pytest.mark.parametrize(

@@ -42,6 +42,7 @@ HANDLERS: dict[int, NetHandler] = {
     RequestCode.DELETE_SUBSCRIPTIONGROUP: admin.delete_group,
     RequestCode.GET_ALL_CONSUMER_OFFSET: admin.all_consumer_offsets,
     RequestCode.GET_BROKER_RUNTIME_INFO: admin.runtime_info,
+    RequestCode.GET_BROKER_HA_STATUS: admin.ha_status,
     RequestCode.GET_CONSUME_STATS: admin.consume_stats,
     RequestCode.GET_TOPIC_STATS_INFO: admin.topic_stats,
     RequestCode.GET_CONSUMER_CONNECTION_LIST: admin.consumer_connections,

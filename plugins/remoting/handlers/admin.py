@@ -104,6 +104,16 @@ async def all_consumer_offsets(
     return request.response(body=_json(net.offsets.snapshot()))
 
 
+async def ha_status(net: BrokerNetwork, connection: Connection, request: RemotingCommand) -> RemotingCommand:
+    replicator = net.runtime.replicator
+    if replicator is None:
+        return request.response(
+            ResponseCode.SYSTEM_ERROR,
+            remark=f"the broker[{net.broker_addr}] replicates nothing (no replicator configured)",
+        )
+    return request.response(body=_json(dict(replicator.runtime_info())))
+
+
 async def runtime_info(
     net: BrokerNetwork, connection: Connection, request: RemotingCommand
 ) -> RemotingCommand:

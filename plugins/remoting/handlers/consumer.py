@@ -6,7 +6,6 @@ GET_EARLIEST_MSG_STORETIME (32)."""
 from __future__ import annotations
 
 import json
-import os
 from typing import TYPE_CHECKING, Any
 
 import trio
@@ -18,10 +17,6 @@ from plugins.remoting.topics import PERM_READ, PERM_WRITE, RETRY_PREFIX
 
 if TYPE_CHECKING:
     from plugins.remoting.service import BrokerNetwork
-
-IN_MEMORY_RATIO = 0.4
-"""RocketMQ's ``accessMessageInMemoryMaxRatio``: data within this share of RAM from the log's
-end counts as "in memory" when deciding where a brand-new group starts."""
 
 
 def parse_json_body(request: RemotingCommand) -> Any:
@@ -118,15 +113,8 @@ async def query_offset(
 
 
 def _first_message_in_memory(net: BrokerNetwork, topic: str, queue_id: int) -> bool:
-    store = net.runtime.store
-    entries = store.lookup(topic, queue_id, 0, 1)
-    if not entries:
-        return True
-    try:
-        memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    except (ValueError, OSError):
-        memory = 1 << 30
-    return store.watermarks().wrote - entries[0].physical_offset < memory * IN_MEMORY_RATIO
+    entries = net.runtime.store.lookup(topic, queue_id, 0, 1)
+    return not entries or net.in_memory(entries[0].physical_offset)
 
 
 async def update_offset(

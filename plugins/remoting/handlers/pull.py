@@ -6,6 +6,7 @@ stored records exactly as they are in the commit log.
 
 from __future__ import annotations
 
+import struct
 from typing import TYPE_CHECKING
 
 import trio
@@ -19,6 +20,14 @@ from plugins.remoting.topics import PERM_READ
 
 if TYPE_CHECKING:
     from plugins.remoting.service import BrokerNetwork
+
+MASTER_ID = 0
+SLAVE_WHEN_CONSUMING_SLOWLY = 1
+"""RocketMQ's default ``whichBrokerWhenConsumeSlowly`` of a subscription group."""
+PHYSICAL_OFFSET_AT = 28
+"""Byte position of PHYSICALOFFSET in a v1 record (after size, magic, CRC, queue id, flag and
+queue offset)."""
+_PHYSICAL_OFFSET = struct.Struct(">q")
 
 FLAG_COMMIT_OFFSET = 0x1
 FLAG_SUSPEND = 0x2
@@ -94,7 +103,8 @@ async def handle_pull(
             ResponseCode.SUBSCRIPTION_PARSE_FAILED,
             remark=f"expression type {subscription.expression_type} is not supported; use TAG",
         )
-    if sys_flag & FLAG_COMMIT_OFFSET:
+    if sys_flag & FLAG_COMMIT_OFFSET and not net.is_slave:
+        # A slave's offsets are its master's copy (synchronised every slave_sync_interval).
         commit = int_field(request, "commitOffset", -1)
         if commit >= 0:
             net.offsets.commit(group, topic, queue_id, commit)
@@ -129,10 +139,25 @@ async def handle_pull(
             "nextBeginOffset": result.next_begin_offset,
             "minOffset": result.min_offset,
             "maxOffset": result.max_offset,
-            "suggestWhichBrokerId": 0,
+            "suggestWhichBrokerId": suggested_broker_id(net, result),
         },
         b"".join(result.records),
     )
+
+
+def suggested_broker_id(net: BrokerNetwork, result: GetResult) -> int:
+    """RocketMQ's ``suggestWhichBrokerId``: with ``slaveReadEnable``, a consumer that reads data
+    no longer in memory is sent to a slave (1) and a caught-up one stays (0); without it, always
+    the master (0). A client whose master is down reads from a slave whatever this says."""
+    if not net.config.slave_read_enable:
+        return MASTER_ID
+    if result.records and not net.in_memory(_physical_offset(result.records[-1])):
+        return SLAVE_WHEN_CONSUMING_SLOWLY
+    return MASTER_ID
+
+
+def _physical_offset(stored: bytes) -> int:
+    return int(_PHYSICAL_OFFSET.unpack_from(stored, PHYSICAL_OFFSET_AT)[0])
 
 
 def _subscription(

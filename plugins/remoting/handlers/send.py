@@ -74,6 +74,13 @@ async def handle_send(
     net: BrokerNetwork, connection: Connection, request: RemotingCommand
 ) -> RemotingCommand:
     header = send_header(request)
+    if net.is_slave:
+        broker = net.runtime.ctx.broker
+        return request.response(
+            ResponseCode.SERVICE_NOT_AVAILABLE,
+            remark=f"the broker[{net.broker_addr}] is a SLAVE (broker {broker.broker_name} id "
+            f"{broker.broker_id}): it takes no messages; send to its master",
+        )
     if not net.writable:
         return request.response(
             ResponseCode.NO_PERMISSION,

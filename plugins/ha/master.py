@@ -1,0 +1,268 @@
+"""The master side: accepts slaves on ``haListenPort`` and streams the commit log to each
+(RocketMQ's HAService, AcceptSocketService and HAConnection).
+
+Per slave, a reader takes its reports (the offset it holds) and a writer sends
+``[offset][length][bytes]`` frames from where the slave stands, as soon as the log grows;
+frames ready together go out in one write. The highest offset any slave acknowledged is a
+:class:`~kernel.sync.Watermark` that a SYNC_MASTER's puts wait on.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from typing import Any
+
+import attrs
+import trio
+
+from kernel.abc import MessageStore, ReplicableStore
+from kernel.errors import OffsetOutOfRange
+from kernel.remoting.server import format_address
+from kernel.sync import Watermark
+from plugins.ha.config import HaConfig
+from plugins.ha.wire import HaFrameError, ReportDecoder, encode_header
+
+log = logging.getLogger(__name__)
+
+RECEIVE_CHUNK = 64 * 1024
+COALESCE_BYTES = 1024 * 1024
+"""Frames written in one ``send_all`` at most (each frame stays within the batch size)."""
+
+
+@attrs.frozen
+class SlaveStatistics:
+    """One connected slave, as ``haStatus`` shows it."""
+
+    address: str
+    ack_offset: int
+    """What the slave last reported it holds (``slaveAckOffset``)."""
+    behind_bytes: int
+    """The master's log end minus ``ack_offset``."""
+    in_sync: bool
+    """Within ``max_gap_not_in_sync`` of the master."""
+    transferred_bytes: int
+    connected_seconds: float
+
+
+@attrs.define(eq=False)
+class SlaveConnection:
+    """One slave's connection: reports in, frames out."""
+
+    server: HaServer
+    stream: trio.SocketStream
+    address: str
+    ack_offset: int = -1
+    transferred: int = 0
+    connected_at: float = attrs.field(factory=trio.current_time)
+    _last_report: float = attrs.field(factory=trio.current_time, init=False)
+    _reported: trio.Event = attrs.field(factory=trio.Event, init=False)
+    close_reason: str = ""
+
+    async def serve(self) -> None:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(self._read_reports, nursery.cancel_scope)
+            nursery.start_soon(self._write_frames, nursery.cancel_scope)
+            nursery.start_soon(self._housekeep, nursery.cancel_scope)
+
+    def _close(self, scope: trio.CancelScope, reason: str, *, error: bool = False) -> None:
+        if not self.close_reason:
+            self.close_reason = reason
+            (log.error if error else log.info)("HA connection from slave %s closed: %s", self.address, reason)
+        scope.cancel()
+
+    async def _read_reports(self, scope: trio.CancelScope) -> None:
+        decoder = ReportDecoder()
+        while True:
+            try:
+                data = await self.stream.receive_some(RECEIVE_CHUNK)
+            except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as error:
+                self._close(scope, f"receive failed: {error}")
+                return
+            if not data:
+                self._close(scope, "closed by the slave")
+                return
+            try:
+                offset = decoder.feed(data)
+            except HaFrameError as error:
+                self._close(scope, f"malformed report: {error}", error=True)
+                return
+            self._last_report = trio.current_time()
+            if offset is not None:
+                first = self.ack_offset < 0
+                self.ack_offset = offset
+                if first:
+                    self._reported.set()
+                self.server.acknowledged(offset)
+
+    async def _housekeep(self, scope: trio.CancelScope) -> None:
+        interval = self.server.config.housekeeping_interval
+        while True:
+            deadline = self._last_report + interval
+            if trio.current_time() >= deadline:
+                self._close(scope, f"no report for {interval:g}s (haHousekeepingInterval)", error=True)
+                return
+            await trio.sleep_until(deadline)
+
+    async def _write_frames(self, scope: trio.CancelScope) -> None:
+        await self._reported.wait()
+        start = self.server.start_offset(self.ack_offset)
+        if isinstance(start, str):
+            # No data for this slave: tell it where the master's log is (the slave logs the
+            # mismatch on its side), then close.
+            where, reason = self.server.log_bounds_for_refusal(self.ack_offset), start
+            await self._send_quietly(encode_header(where, 0))
+            self._close(scope, reason, error=True)
+            return
+        log.info(
+            "HA: slave %s reported offset %d; transferring from %d", self.address, self.ack_offset, start
+        )
+        await self._transfer_from(start, scope)
+
+    async def _send_quietly(self, data: bytes) -> None:
+        with trio.move_on_after(1):
+            try:
+                await self.stream.send_all(data)
+            except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+                pass
+
+    async def _transfer_from(self, offset: int, scope: trio.CancelScope) -> None:
+        server = self.server
+        store = server.store
+        wrote = store.positions.wrote
+        batch = server.config.transfer_batch_size
+        heartbeat = server.config.heartbeat_interval
+        last_write = trio.current_time()
+        while True:
+            frames: list[bytes] = []
+            size = 0
+            try:
+                while size < COALESCE_BYTES and offset < wrote.value:
+                    data = server.replicable.read_raw(offset, batch)
+                    if not data:
+                        break
+                    frames += (encode_header(offset, len(data)), data)
+                    offset += len(data)
+                    size += len(data)
+            except OffsetOutOfRange as error:
+                self._close(
+                    scope, f"the slave's next offset {offset} is gone from this log: {error}", error=True
+                )
+                return
+            if not frames:
+                if trio.current_time() - last_write >= heartbeat:
+                    frames.append(encode_header(offset, 0))
+                else:
+                    with trio.move_on_at(last_write + heartbeat):
+                        await wrote.wait_reached(offset + 1)
+                    continue
+            try:
+                await self.stream.send_all(b"".join(frames))
+            except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as error:
+                self._close(scope, f"send failed: {error}")
+                return
+            self.transferred += size
+            last_write = trio.current_time()
+
+    def statistics(self) -> SlaveStatistics:
+        end = self.server.store.positions.wrote.value
+        ack = max(self.ack_offset, 0)
+        return SlaveStatistics(
+            self.address,
+            self.ack_offset,
+            max(0, end - ack),
+            self.ack_offset >= 0 and end - ack <= self.server.config.max_gap_not_in_sync,
+            self.transferred,
+            trio.current_time() - self.connected_at,
+        )
+
+
+@attrs.define(eq=False)
+class HaServer:
+    """Listens for slaves and tracks what they acknowledged."""
+
+    store: MessageStore
+    replicable: ReplicableStore
+    config: HaConfig
+    host: str
+    port: int
+    acked: Watermark = attrs.field(factory=Watermark, init=False)
+    """The highest offset any connected slave holds (``push2SlaveMaxOffset``)."""
+    connections: list[SlaveConnection] = attrs.field(factory=list, init=False)
+    refused: int = attrs.field(default=0, init=False)
+
+    @property
+    def address(self) -> str:
+        return f"{self.host}:{self.port}"
+
+    async def run(self, *, task_status: trio.TaskStatus[Any] = trio.TASK_STATUS_IGNORED) -> None:
+        """Accept slaves until cancelled; ``started`` once listening (the bound port is known)."""
+        try:
+            listeners = await trio.open_tcp_listeners(self.port, host=self.host)
+        except OSError as error:
+            raise OSError(
+                error.errno, f"ha: cannot listen on {self.host}:{self.port} (haListenPort): {error.strerror}"
+            ) from None
+        self.port = listeners[0].socket.getsockname()[1]
+        log.info("HA service listening on %s", self.address)
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(self.acked.expire_overdue_waiters)
+            task_status.started()
+            await trio.serve_listeners(self._serve, listeners, handler_nursery=nursery)
+
+    async def _serve(self, stream: trio.SocketStream) -> None:
+        connection = SlaveConnection(self, stream, format_address(stream.socket.getpeername()))
+        self.connections.append(connection)
+        log.info("HA: slave connected from %s", connection.address)
+        try:
+            await connection.serve()
+        finally:
+            self.connections.remove(connection)
+            with trio.CancelScope(shield=True):
+                await trio.aclose_forcefully(stream)
+
+    def start_offset(self, reported: int) -> int | str:
+        """Where a slave that holds ``reported`` bytes continues, or why it cannot.
+
+        A new slave (0) copies from this log's oldest file, so it ends byte-identical to the
+        master (RocketMQ 4.x would start at the last file and leave the slave without history).
+        """
+        wrote = self.store.positions.wrote.value
+        oldest = self.store.watermarks().min_offset
+        if reported > wrote:
+            return (
+                f"the slave holds {reported} bytes, more than this master's {wrote}: it is ahead of its "
+                "master (a former master of another log, or a master that lost data); no data sent"
+            )
+        if reported == 0:
+            return oldest if wrote else 0
+        if reported < oldest:
+            return (
+                f"the slave holds {reported} bytes but this master's oldest file starts at {oldest}: "
+                "the bytes in between were deleted; empty the slave's store to copy from the oldest file"
+            )
+        return reported
+
+    def log_bounds_for_refusal(self, reported: int) -> int:
+        """The offset a refusal's empty frame carries: the master's end for a slave ahead of it,
+        the master's oldest offset for one behind it."""
+        if reported > self.store.positions.wrote.value:
+            return self.store.positions.wrote.value
+        return self.store.watermarks().min_offset
+
+    def acknowledged(self, offset: int) -> None:
+        self.acked.advance(offset)
+
+    def slave_in_sync(self, end: int) -> bool:
+        """RocketMQ's ``isSlaveOK``: a slave is connected and within ``max_gap_not_in_sync``."""
+        gap = self.config.max_gap_not_in_sync
+        return any(c.ack_offset >= 0 and end - c.ack_offset <= gap for c in self.connections)
+
+    async def wait_acked(self, end: int, timeout: float) -> bool:
+        if math.isinf(timeout):
+            await self.acked.wait_reached(end)
+            return True
+        return await self.acked.wait_reached_by(end, trio.current_time() + timeout)
+
+    def statistics(self) -> list[SlaveStatistics]:
+        return [c.statistics() for c in self.connections]
