@@ -66,13 +66,14 @@ def trocket_register_replicators() -> list[ReplicatorProvider]:
 
 @hookimpl
 def trocket_runtime_figures(ctx: BrokerContext) -> dict[str, str]:
-    """RocketMQ's HA figures: ``brokerRole``, ``haAddress``, per slave ``slaveAckOffset`` /
-    ``slaveFallBehindMuch``; on a slave ``masterAddress`` and ``haReceivedEnd``."""
+    """The HA figures ``brokerStatus`` shows: on a master its ``haAddress``, the slaves'
+    connections, the highest acknowledged offset, slaves in sync and the largest lag in bytes;
+    on a slave its master's HA address, whether it is connected, and the end it holds."""
     replicator = ctx.stash.get(REPLICATOR, None)
     if replicator is None:
         return {}
     stats = replicator.statistics()
-    figures = {"brokerRole": stats.role, "haConnections": str(len(stats.slaves))}
+    figures = {"haConnections": str(len(stats.slaves))}
     if stats.address:
         figures["haAddress"] = stats.address
         figures["haSlaveAckOffset"] = str(stats.acked_offset)

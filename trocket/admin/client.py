@@ -186,6 +186,10 @@ class AdminClient:
 
     # --- brokers ----------------------------------------------------------------------------
 
+    async def ha_status(self, broker_addr: str) -> dict[str, Any]:
+        """RocketMQ 5's ``HARuntimeInfo`` of a broker (``GET_BROKER_HA_STATUS``)."""
+        return dict(json.loads((await self.call(broker_addr, RequestCode.GET_BROKER_HA_STATUS)).body))
+
     async def broker_runtime_info(self, broker_addr: str) -> dict[str, str]:
         return dict(
             json.loads((await self.call(broker_addr, RequestCode.GET_BROKER_RUNTIME_INFO)).body)["table"]

@@ -72,6 +72,11 @@ def add_parsers(sub: Any) -> None:
     p = command("brokerStatus", "a broker's runtime figures", broker_status, _print_table)
     p.add_argument("-b", "--brokerAddr", required=True)
 
+    p = command("haStatus", "replication state of a master (its slaves) or a slave", ha_status, _print_table)
+    target = p.add_mutually_exclusive_group(required=True)
+    target.add_argument("-b", "--brokerAddr", help="one broker ip:port")
+    target.add_argument("-c", "--clusterName", help="every broker of a cluster")
+
     p = command("queryMsgById", "a message by its offset message id", query_by_id, _print_messages)
     p.add_argument("-i", "--msgId", required=True)
 
@@ -232,6 +237,7 @@ async def cluster_list(client: AdminClient, args: argparse.Namespace) -> list[di
                         "#Broker Name": name,
                         "#BID": int(broker_id),
                         "#Addr": address,
+                        "#Role": runtime.get("brokerRole", ""),
                         "#Version": runtime.get("brokerVersionDesc", ""),
                         "#Messages": runtime.get("putMessageTimesTotal", ""),
                         "#State": runtime.get("state", ""),
@@ -243,6 +249,53 @@ async def cluster_list(client: AdminClient, args: argparse.Namespace) -> list[di
 async def broker_status(client: AdminClient, args: argparse.Namespace) -> list[dict[str, Any]]:
     info = await client.broker_runtime_info(args.brokerAddr)
     return [{"#Key": key, "#Value": value} for key, value in sorted(info.items())]
+
+
+async def ha_status(client: AdminClient, args: argparse.Namespace) -> list[dict[str, Any]]:
+    """One row per master-slave connection (seen from the master) and per slave (seen from the
+    slave), as RocketMQ 5's ``mqadmin haStatus`` prints."""
+    if args.brokerAddr:
+        addresses = [args.brokerAddr]
+    else:
+        info = await client.cluster_info()
+        names = info["clusterAddrTable"].get(args.clusterName)
+        if names is None:
+            raise AdminError(f"cluster {args.clusterName!r} is unknown to the NameServer")
+        addresses = [
+            address
+            for name in sorted(names)
+            for _, address in sorted(info["brokerAddrTable"][name]["brokerAddrs"].items())
+        ]
+    rows: list[dict[str, Any]] = []
+    for address in addresses:
+        status = await client.ha_status(address)
+        if status.get("master"):
+            for slave in status.get("haConnectionInfo") or [{}]:
+                rows.append(
+                    {
+                        "#Broker": address,
+                        "#Role": "master",
+                        "#Peer": slave.get("addr", "(no slave connected)"),
+                        "#Offset": status.get("masterCommitLogMaxOffset", ""),
+                        "#Ack Offset": slave.get("slaveAckOffset", ""),
+                        "#Behind Bytes": slave.get("diff", ""),
+                        "#In Sync": slave.get("inSync", ""),
+                    }
+                )
+        else:
+            side = status.get("haClientRuntimeInfo") or {}
+            rows.append(
+                {
+                    "#Broker": address,
+                    "#Role": "slave",
+                    "#Peer": side.get("masterAddr", ""),
+                    "#Offset": side.get("maxOffset", ""),
+                    "#Ack Offset": side.get("maxOffset", ""),
+                    "#Behind Bytes": "",
+                    "#In Sync": side.get("connected", ""),
+                }
+            )
+    return rows
 
 
 async def query_by_id(client: AdminClient, args: argparse.Namespace) -> list[StoredMessage]:

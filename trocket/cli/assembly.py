@@ -28,6 +28,7 @@ def embedded(**overrides: Any) -> Config:
     tables["broker"] = {k: v for k, v in overrides.items() if v is not None}
     if "data_dir" in tables["broker"]:
         tables["broker"]["data_dir"] = str(tables["broker"]["data_dir"])
+
     return config_from_tables(tables, source="<embedded default>")
 
 
@@ -36,6 +37,7 @@ def load(config_path: str | None, *, lenient: bool = False, **overrides: Any) ->
     (``lenient``: bad ``[broker]`` keys are reported with the plugin tables' problems)."""
     config = load_config(Path(config_path), lenient=lenient) if config_path else default_config()
     changes = {k: v for k, v in overrides.items() if v is not None}
+
     return config.with_broker(**changes) if changes else config
 
 

@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import argparse
 import logging
+from pathlib import Path
 from typing import Any
 
 import trio
 
-from kernel import Broker
+from kernel import Broker, Config
+from kernel.config import DEFAULT_PLUGINS
 from kernel.lifecycle import run_until_signalled
+from kernel.plugin import available_plugins
 from trocket.cli.assembly import describe_broker, embedded, load
 
 log = logging.getLogger("trocket")
@@ -25,6 +28,12 @@ def add_parsers(sub: Any) -> None:
     )
     up.add_argument("-c", "--config", help="TOML or broker.properties file (default: built-in)")
     up.add_argument("--data-dir", default=None, help="store root (default ./data)")
+    up.add_argument(
+        "--ha",
+        choices=["sync", "async"],
+        help="also run a slave: master (SYNC_MASTER or ASYNC_MASTER) on 10911, HA port 10912, slave "
+        "on 10921; data under DATA_DIR/master and DATA_DIR/slave",
+    )
     up.set_defaults(handler=cmd_up)
 
     broker = sub.add_parser("broker", help="run a broker from a config file")
@@ -36,13 +45,40 @@ def add_parsers(sub: Any) -> None:
     namesrv.set_defaults(handler=cmd_namesrv)
 
 
+HA_SLAVE_PORT = 10921
+
+
 def cmd_up(args: argparse.Namespace) -> int:
     roles = ["broker", "namesrv"]
+    if args.ha:
+        return serve(*[Broker.assemble(config) for config in ha_pair(args.ha, args.config, args.data_dir)])
     if args.config:
         config = load(args.config, roles=roles, data_dir=args.data_dir)
     else:
         config = embedded(roles=roles, data_dir=args.data_dir)
     return serve(Broker.assemble(config))
+
+
+def ha_pair(mode: str, config_path: str | None, data_dir: str | None) -> list[Config]:
+    """A NameServer + master and a slave of the same broker name, in one process: the local
+    pair of ``trocket up --ha``. The slave learns its master's HA address from the NameServer."""
+    root = Path(data_dir or "data")
+    plugins = [p for p in DEFAULT_PLUGINS if p in available_plugins()]
+    plugins += [] if "ha" in plugins else ["ha"]
+    common = {"plugins": plugins, "replicator": "ha"}
+    role = "SYNC_MASTER" if mode == "sync" else "ASYNC_MASTER"
+    master = {"roles": ["broker", "namesrv"], "broker_role": role, "data_dir": root / "master", **common}
+    slave = {
+        "roles": ["broker"],
+        "broker_role": "SLAVE",
+        "broker_id": 1,
+        "listen_port": HA_SLAVE_PORT,
+        "data_dir": root / "slave",
+        **common,
+    }
+    if config_path:
+        return [load(config_path, **master), load(config_path, **slave)]
+    return [embedded(**master), embedded(**slave)]
 
 
 def cmd_broker(args: argparse.Namespace) -> int:
@@ -53,31 +89,33 @@ def cmd_namesrv(args: argparse.Namespace) -> int:
     return serve(Broker.assemble(load(args.config, roles=["namesrv"])))
 
 
-def serve(broker: Broker) -> int:
+def serve(*brokers: Broker) -> int:
     """Print what runs (and what does not exist yet), then run until SIGINT/SIGTERM."""
-    for line in describe_broker(broker):
-        print(line, flush=True)
-    for line in missing_roles(broker):
-        print(f"not available: {line}", flush=True)
-    trio.run(_serve, broker)
-    print(
-        "stopped cleanly" if broker.clean_stop else "stopped (abort marker kept: next start recovers)",
-        flush=True,
-    )
-    return 0 if broker.clean_stop else 1
+    for broker in brokers:
+        for line in describe_broker(broker):
+            print(line, flush=True)
+        for line in missing_roles(broker):
+            print(f"not available: {line}", flush=True)
+    trio.run(_serve, brokers)
+    clean = all(broker.clean_stop for broker in brokers)
+    print("stopped cleanly" if clean else "stopped (abort marker kept: next start recovers)", flush=True)
+    return 0 if clean else 1
 
 
-async def _serve(broker: Broker) -> None:
+async def _serve(brokers: tuple[Broker, ...]) -> None:
     async with trio.open_nursery() as nursery:
-        await nursery.start(run_until_signalled, [broker])
-        if broker.recovery is not None:
-            r = broker.recovery
-            print(
-                f"recovery: {'normal' if r.clean_shutdown else 'abnormal'}, log [{r.log_min_offset}, "
-                f"{r.log_max_offset}), {r.records_scanned} records scanned, "
-                f"{r.truncated_bytes} bytes truncated",
-                flush=True,
-            )
+        await nursery.start(run_until_signalled, list(brokers))
+        for broker in brokers:
+            if broker.recovery is not None:
+                r = broker.recovery
+                name = f"{broker.config.broker.broker_name} id {broker.config.broker.broker_id}: "
+                print(
+                    f"recovery: {name if len(brokers) > 1 else ''}"
+                    f"{'normal' if r.clean_shutdown else 'abnormal'}, log [{r.log_min_offset}, "
+                    f"{r.log_max_offset}), {r.records_scanned} records scanned, "
+                    f"{r.truncated_bytes} bytes truncated",
+                    flush=True,
+                )
         print("ready (Ctrl-C to stop)", flush=True)
 
 

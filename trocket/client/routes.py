@@ -58,6 +58,17 @@ def master_addresses(route: dict[str, Any]) -> dict[str, str]:
     return {b["brokerName"]: b["brokerAddrs"]["0"] for b in route["brokerDatas"] if "0" in b["brokerAddrs"]}
 
 
+def reading_addresses(route: dict[str, Any]) -> dict[str, str]:
+    """Broker name → where to read: the master, or while it is down the slave with the lowest
+    id (RocketMQ's ``findBrokerAddressInSubscribe`` falls back to any replica of the name)."""
+    out = {}
+    for data in route["brokerDatas"]:
+        addrs = data["brokerAddrs"]
+        if addrs:
+            out[data["brokerName"]] = addrs["0"] if "0" in addrs else addrs[min(addrs, key=int)]
+    return out
+
+
 @attrs.define(eq=False)
 class RouteCache:
     remoting: RemotingClient
@@ -87,15 +98,16 @@ class RouteCache:
         self._cache.pop(topic, None)
 
     async def subscribe_info(self, topic: str) -> tuple[tuple[MessageQueue, ...], dict[str, str]]:
-        """The topic's readable queues and its brokers' master addresses, asked afresh (a
-        consumer calls this at each rebalance, every 20 s).
+        """The topic's readable queues and where to read each broker's (its master, or a slave
+        while the master is down), asked afresh (a consumer calls this at each rebalance,
+        every 20 s, and when a broker stops answering).
 
         :raises ClientError: when the topic does not exist or no NameServer answers.
         """
         route = await self._route(topic)
         if route is None:
             raise ClientError(f"topic {topic!r} does not exist (no route on the NameServer)")
-        return subscribe_queues(topic, route), master_addresses(route)
+        return subscribe_queues(topic, route), reading_addresses(route)
 
     async def _route(self, topic: str) -> dict[str, Any] | None:
         errors = []

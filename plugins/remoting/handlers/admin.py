@@ -124,6 +124,8 @@ async def runtime_info(
         "brokerVersionDesc": VERSION_DESCRIPTION,
         "brokerVersion": "409",
         "brokerName": runtime.ctx.broker.broker_name,
+        "brokerId": runtime.ctx.broker.broker_id,
+        "brokerRole": runtime.role.value,
         "brokerAddr": net.broker_addr,
         "state": stats.state,
         "commitLogMinOffset": marks.min_offset,

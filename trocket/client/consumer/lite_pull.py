@@ -300,6 +300,8 @@ class LitePullConsumer(ConsumerBase):
                     )  # fmt: skip
                 except (ClientError, RemotingError) as error:
                     log.warning("group %s: pull %s failed: %s", self.group, owned.queue, error)
+                    if isinstance(error, RemotingError):
+                        session.forget_address(owned.queue.broker_name, address)
                     await trio.sleep(3.0)
                     continue
                 if version != owned.version:

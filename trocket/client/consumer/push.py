@@ -365,6 +365,8 @@ class PushConsumer(ConsumerBase):
                     )
                 except (ClientError, RemotingError) as error:
                     log.warning("group %s: pull %s failed: %s", self.group, queue, error)
+                    if isinstance(error, RemotingError):
+                        self._session.forget_address(queue.broker_name, address)
                     await trio.sleep(PULL_ERROR_BACKOFF)
                     continue
                 if pq.dropped:

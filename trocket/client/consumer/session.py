@@ -67,7 +67,8 @@ class ConsumerSession:
     subscriptions: dict[str, Subscription] = attrs.field(factory=dict)
     routes: RouteCache = attrs.field(init=False)
     brokers: dict[str, str] = attrs.field(factory=dict, init=False)
-    """Broker name → master address, for every broker of every subscribed topic."""
+    """Broker name → where to read (the master, or a slave while it is down), for every
+    broker of every subscribed topic."""
     rebalance_wanted: trio.Event = attrs.field(factory=trio.Event, init=False)
 
     def __attrs_post_init__(self) -> None:
@@ -118,6 +119,12 @@ class ConsumerSession:
         if address is None:
             raise ClientError(f"broker {broker_name!r} has no known master address")
         return address
+
+    def forget_address(self, broker_name: str, address: str) -> None:
+        """``address`` stopped answering: the next :meth:`address_of` asks the NameServers
+        again, which name a slave while the master is down."""
+        if self.brokers.get(broker_name) == address:
+            del self.brokers[broker_name]
 
     async def call(
         self, broker_name: str, code: int, header: dict[str, Any], body: bytes = b"", timeout: float = 3.0
