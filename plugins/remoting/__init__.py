@@ -34,5 +34,9 @@ def trocket_register_services(ctx: BrokerContext) -> list[ServiceSpec]:
 @hookimpl
 def trocket_records_dispatched(records: list[DispatchRecord], ctx: BrokerContext) -> None:
     network = ctx.stash.get(NETWORK, None)
-    if network is not None and network.waiters.waiting_queues():
+    if network is None:
+        return
+    if network.waiters.waiting_queues():
         network.waiters.notify({(r.topic, r.queue_id) for r in records})
+    if network.is_slave:
+        network.learn_topics(records)

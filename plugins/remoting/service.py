@@ -10,12 +10,13 @@ from __future__ import annotations
 import logging
 import os
 import time
+from collections.abc import Sequence
 
 import attrs
 import trio
 
 from kernel.context import BrokerRuntime, StashKey
-from kernel.model import BrokerRole
+from kernel.model import BrokerRole, DispatchRecord
 from kernel.remoting import Connection, RemotingServer, Router, TransportLimits
 from plugins.remoting.clients import ClientManager
 from plugins.remoting.config import RemotingConfig
@@ -25,7 +26,7 @@ from plugins.remoting.offsets import ConsumerOffsetManager
 from plugins.remoting.registration import NameServerRegistration
 from plugins.remoting.slave_sync import SlaveSynchronizer
 from plugins.remoting.subscriptions import SubscriptionGroupManager
-from plugins.remoting.topics import TopicConfigManager
+from plugins.remoting.topics import TopicConfig, TopicConfigManager
 
 log = logging.getLogger(__name__)
 
@@ -169,6 +170,23 @@ class BrokerNetwork:
     @property
     def is_slave(self) -> bool:
         return self.runtime.role is BrokerRole.SLAVE
+
+    def learn_topics(self, records: Sequence[DispatchRecord]) -> None:
+        """A slave serves every topic its log holds: one its master auto-created since the last
+        metadata sync gets a readable config from the records (replaced by the master's at the
+        next sync), so consumers that moved to the slave are not told it does not exist."""
+        unknown: dict[str, int] = {}
+        topics = self.topics.topics
+        for r in records:
+            config = topics.get(r.topic)
+            if config is None or r.queue_id >= config.read_queue_nums:
+                unknown[r.topic] = max(unknown.get(r.topic, 0), r.queue_id + 1)
+        for topic, queues in unknown.items():
+            known = topics.get(topic)
+            count = max(queues, self.runtime.ctx.broker.default_topic_queue_nums)
+            if known is not None:
+                count = max(count, known.read_queue_nums)
+            self.topics.update(TopicConfig(topic, count, count))
 
     def in_memory(self, physical_offset: int) -> bool:
         """Whether the log from ``physical_offset`` to its end fits RocketMQ's in-memory share
