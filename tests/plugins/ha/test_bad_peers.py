@@ -1,0 +1,101 @@
+"""Peers that break the HA protocol or go quiet cost one connection, never the broker; a slave
+its master cannot serve gets a clear error in both logs and no data (issue 16)."""
+
+from __future__ import annotations
+
+import shutil
+import socket
+import struct
+import time
+
+import trio
+
+from kernel.remoting import RemotingClient, ResponseCode
+from plugins.ha.wire import encode_report
+from tests.network.conftest import free_port
+from tests.network.wire import send_request
+from tests.plugins.ha.processes import Process, ha_cluster
+from tests.plugins.ha.test_replication import wait_caught_up, wait_connected
+
+
+def _connect(addr: str) -> socket.socket:
+    host, port = addr.rsplit(":", 1)
+    sock = socket.create_connection((host, int(port)), timeout=15)
+    sock.settimeout(15)
+    return sock
+
+
+def _closed_within(sock: socket.socket, seconds: float) -> bool:
+    started = time.monotonic()
+    try:
+        while sock.recv(65536):
+            pass
+    except (ConnectionResetError, TimeoutError):
+        pass
+    return time.monotonic() - started < seconds
+
+
+async def _sends_still_work(broker: Process) -> None:
+    async with RemotingClient.open() as client:
+        response = await client.invoke(broker.addr, send_request("StillUp", b"x"), 10)
+        assert response.code == ResponseCode.SUCCESS, response.remark
+
+
+async def test_malformed_reports_and_silent_slaves_close_one_connection(tmp_path):
+    with ha_cluster(tmp_path) as cluster:
+        master = cluster.start_broker("master", "ASYNC_MASTER", 0, ha='housekeeping_interval = "2s"')
+        slave = cluster.start_broker("slave", "SLAVE", 1)
+        wait_connected(cluster, master)
+        with _connect(master.ha_addr) as bad:
+            bad.sendall(struct.pack(">q", -42))
+            assert _closed_within(bad, 5)
+        with _connect(master.ha_addr) as silent:
+            assert _closed_within(silent, 10)
+        with _connect(master.ha_addr) as half:
+            half.sendall(encode_report(0)[:5])  # half a report, then nothing
+            assert _closed_within(half, 10)
+        text = master.text()
+        assert "malformed report: the slave reported a negative offset -42" in text
+        assert "no report for 2s (haHousekeepingInterval)" in text
+        await _sends_still_work(master)
+        wait_caught_up(cluster, master, slave)  # the real slave was never disturbed
+
+
+async def test_a_slave_fed_garbage_by_its_master_reconnects_and_keeps_serving(tmp_path):
+    port = free_port()
+    listener = socket.create_server(("127.0.0.1", port))
+    with ha_cluster(tmp_path) as cluster:
+        slave = cluster.start_broker("slave", "SLAVE", 1, ha=f'master_address = "127.0.0.1:{port}"')
+        listener.settimeout(15)
+        for _ in range(2):  # it comes back after each failure
+            connection, _ = listener.accept()
+            with connection:
+                connection.recv(8)
+                connection.sendall(struct.pack(">qi", 0, -7))
+                await trio.sleep(0.3)
+        listener.close()
+        assert "malformed frame: not an HA frame: offset 0, length -7" in slave.text()
+        figures = cluster.figures(slave)
+        assert figures["brokerRole"] == "SLAVE" and figures["state"] == "running"
+
+
+async def test_a_slave_ahead_of_its_master_gets_no_data_and_both_logs_say_why(tmp_path):
+    with ha_cluster(tmp_path) as cluster:
+        old = cluster.start_broker("old", "ASYNC_MASTER", 0)
+        async with RemotingClient.open() as client:
+            for i in range(50):
+                await client.invoke(old.addr, send_request("Old", f"m{i}".encode()), 10)
+        old.stop()
+        cluster.processes.remove(old)
+        master = cluster.start_broker("master", "ASYNC_MASTER", 0)
+        config, addr, ha_addr, data_dir = cluster.broker_config("slave", "SLAVE", 1)
+        assert old.data_dir is not None
+        shutil.copytree(old.data_dir, data_dir)  # a slave holding another master's history
+        slave = cluster.run_broker("slave", config, addr, ha_addr, data_dir)
+        deadline = time.monotonic() + 20
+        while "ahead of its master" not in slave.text() and time.monotonic() < deadline:  # noqa: ASYNC110
+            await trio.sleep(0.1)  # polls the slave's log file
+        assert "it is ahead of its master" in master.text() and "no data sent" in master.text()
+        assert "this slave is ahead of its master; it keeps its data" in slave.text()
+        assert int(cluster.figures(master)["commitLogMaxOffset"]) == 0
+        assert int(cluster.figures(slave)["commitLogMaxOffset"]) > 0  # kept, not truncated
