@@ -20,7 +20,11 @@ from kernel.sync import Watermark
 
 log = logging.getLogger(__name__)
 
-BATCH_BYTES = 1024 * 1024
+BATCH_BYTES = 256 * 1024
+"""Log bytes per dispatch batch. Small enough that a batch (a few ms of per-record decoding)
+does not hold the event loop long: a catching-up slave's HA connection and the network
+service get a turn between batches (a fresh slave catches up 1.6x faster than with 1 MiB,
+bench/ha.py); large enough that per-batch costs (one hook call, one read) stay negligible."""
 PERSIST_INTERVAL = 1.0
 THOROUGH_PERSIST_INTERVAL = 60.0
 RETRY_DELAY = 1.0

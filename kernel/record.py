@@ -51,6 +51,8 @@ HEADER_SIZE = HEADER.size
 MIN_RECORD_SIZE = HEADER_SIZE + 1 + 2
 BLANK = struct.Struct(">ii")
 _SIZE_MAGIC = struct.Struct(">ii")
+SIZE_MAGIC = _SIZE_MAGIC
+"""TOTALSIZE and MAGICCODE, the first 8 bytes of every record (walk a log by sizes with it)."""
 _TOPIC_LEN = struct.Struct(">b")
 _PROPS_LEN = struct.Struct(">h")
 _STORE_TS = struct.Struct(">q")

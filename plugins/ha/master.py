@@ -26,7 +26,7 @@ from plugins.ha.wire import HaFrameError, ReportDecoder, encode_header
 log = logging.getLogger(__name__)
 
 RECEIVE_CHUNK = 64 * 1024
-COALESCE_BYTES = 1024 * 1024
+COALESCE_BYTES = 4 * 1024 * 1024
 """Frames written in one ``send_all`` at most (each frame stays within the batch size)."""
 
 

@@ -22,7 +22,7 @@ from plugins.ha.wire import HaFrameError, TransferDecoder, encode_report
 
 log = logging.getLogger(__name__)
 
-RECEIVE_CHUNK = 256 * 1024
+RECEIVE_CHUNK = 4 * 1024 * 1024
 MAX_FRAME_BODY = 64 * 1024 * 1024
 """Largest frame body accepted from a master (RocketMQ masters send 32 KiB)."""
 CONNECT_TIMEOUT = 3.0
@@ -146,21 +146,29 @@ class HaClient:
                 frames = decoder.feed(data)
             except HaFrameError as error:
                 raise _Dropped(f"malformed frame: {error}") from None
-            appended = False
+            if not frames:
+                continue
+            # Frames of one read are contiguous: they are appended with one write.
+            held = expected = self.store.received_end()
+            start: int | None = None
+            chunks = []
             for frame in frames:
-                held = self.store.received_end()
-                if frame.offset != held and held != 0:
-                    raise _Dropped(self._mismatch(frame.offset, held))
-                if not frame.data:
-                    continue
-                try:
-                    await self.store.append_raw(frame.offset, frame.data)
-                except (ReplicaMismatch, StoreNotWritable) as error:
-                    raise _Dropped(str(error)) from None
-                self.received_bytes += len(frame.data)
-                appended = True
-            if appended:
-                await self._report(stream)
+                fresh_store = held == 0 and start is None  # an empty slave starts where the master does
+                if frame.offset != expected and not fresh_store:
+                    raise _Dropped(self._mismatch(frame.offset, expected))
+                if frame.data:
+                    start = frame.offset if start is None else start
+                    chunks.append(frame.data)
+                expected = frame.offset + len(frame.data)
+            if start is None:
+                continue  # heartbeats only
+            data = chunks[0] if len(chunks) == 1 else b"".join(chunks)
+            try:
+                await self.store.append_raw(start, data)
+            except (ReplicaMismatch, StoreNotWritable) as error:
+                raise _Dropped(str(error)) from None
+            self.received_bytes += len(data)
+            await self._report(stream)
 
     @staticmethod
     def _mismatch(master_offset: int, held: int) -> str:

@@ -83,6 +83,7 @@ class TransferDecoder:
         frames = []
         position = 0
         end = len(buffer)
+        snapshot: memoryview | None = None
         while end - position >= HEADER.size:
             offset, size = HEADER.unpack_from(buffer, position)
             if offset < 0 or size < 0 or size > self.max_body:
@@ -92,7 +93,9 @@ class TransferDecoder:
             start = position + HEADER.size
             if end - start < size:
                 break
-            frames.append(Transfer(offset, memoryview(bytes(buffer[start : start + size]))))
+            if snapshot is None:
+                snapshot = memoryview(bytes(buffer))  # one copy per read; frames are views of it
+            frames.append(Transfer(offset, snapshot[start : start + size]))
             position = start + size
         if position:
             del buffer[:position]

@@ -244,14 +244,15 @@ class CommitLog:
         available = min(mapped.committed, end - mapped.start) - position
         return mapped.read(position, min(max_bytes, available))
 
-    def append_replica(self, offset: int, data: bytes | memoryview) -> None:
-        """Write a master's bytes verbatim at ``offset``, the end of what this replica holds.
-        ``positions.wrote`` then moves to the end of the last whole record, so dispatch and
-        readers never see half a record.
+    def replica_pieces(self, offset: int, data: bytes | memoryview) -> list[tuple[MappedFile, memoryview]]:
+        """Where a master's bytes for ``offset`` (the end of what this replica holds) go: one
+        piece per file, the next files created now. The bytes may span files only at file
+        ends, as the master's frames do when both use the same file size. Write the pieces
+        with :meth:`write_pieces` (any thread), then call :meth:`replica_written`.
 
-        :raises ReplicaMismatch: ``offset`` is not this log's end, or the bytes would cross
-            one of this log's files (its file size differs from the master's).
-        :raises StoreNotWritable: a write error (the store turns read-only).
+        :raises ReplicaMismatch: ``offset`` is not this log's end, or the log does not start at
+            a file boundary of this log's file size.
+        :raises StoreNotWritable: the store refuses writes, or a file cannot be created.
         """
         held = self.append_end
         if offset != held:
@@ -263,44 +264,86 @@ class CommitLog:
                 f"the master's log starts at {offset}, not at a multiple of this log's file size "
                 f"{self.file_size}: commit_log_file_size must be the same on master and slave"
             )
+        view = memoryview(data)
+        pieces: list[tuple[MappedFile, memoryview]] = []
         try:
             active = self.files.writable_file(start_if_empty=offset)
+            while view:
+                room = active.size - active.wrote
+                pieces.append((active, view[:room]))
+                view = view[room:]
+                if view:
+                    active = self.files.roll(active)
         except OSError as error:
             raise StoreNotWritable(f"cannot create the next commit-log file ({error})") from error
-        if active.start + active.wrote != offset or active.wrote + len(data) > active.size:
-            raise ReplicaMismatch(
-                f"{len(data)} bytes at offset {offset} do not fit this log's file {active.path.name} "
-                f"({active.size} bytes): commit_log_file_size must be the same on master and slave"
-            )
+        return pieces
+
+    def write_pieces(self, pieces: Sequence[tuple[MappedFile, memoryview]]) -> None:
+        """Write :meth:`replica_pieces` (blocking; safe in a worker thread: only the replica's
+        single writer touches these files' write positions).
+
+        :raises StoreNotWritable: a write error (the store turns read-only).
+        """
         try:
-            active.write(data)
+            for mapped, piece in pieces:
+                mapped.write(piece)
         except OSError as error:
             self.read_only_reason = f"commit log write failed ({error}); the store is read-only"
             raise StoreNotWritable(self.read_only_reason) from error
-        self._append_end = offset + len(data)
+
+    def replica_written(self, end: int) -> None:
+        """Bytes up to ``end`` are written: readers may now see every whole record below it.
+
+        :raises ReplicaMismatch: an end-of-file record does not end where this log's file does
+            (the master uses another file size); nothing past it becomes visible.
+        """
+        self._append_end = end
         self.last_append_timestamp = int(time.time() * 1000)
-        self.positions.wrote.advance(self._whole_records_end(self.positions.wrote.value, self._append_end))
+        self.positions.wrote.advance(self._whole_records_end(self.positions.wrote.value, end))
 
     def _whole_records_end(self, start: int, received: int) -> int:
         """Walk record sizes from ``start`` (a record boundary); the end of the last record, or
-        end-of-file filler, that lies wholly below ``received``."""
+        end-of-file filler, that lies wholly below ``received``. One file lookup per file and
+        one ``unpack`` per record (a catching-up slave walks hundreds of thousands).
+
+        :raises ReplicaMismatch: a record or end-of-file filler does not end where this log's
+            files do (the master uses another file size).
+        """
         at = start
-        read_size_magic = record.read_size_magic
+        size_magic = record.SIZE_MAGIC.unpack_from
         while at < received:
             mapped = self.files.find(at)
-            position = at - mapped.start
-            if position + END_FILE_MIN_BLANK_LENGTH > mapped.size:
-                if mapped.end > received:
+            buffer, base, file_size = mapped.buffer, mapped.start, mapped.size
+            limit = min(received - base, file_size)  # bytes of this file received
+            position = at - base
+            file_done = False
+            while True:
+                if file_size - position < END_FILE_MIN_BLANK_LENGTH:
+                    file_done = limit == file_size
                     break
-                at = mapped.end
-                continue
-            if at + END_FILE_MIN_BLANK_LENGTH > received:
-                break
-            size, magic = read_size_magic(mapped.buffer, position)
-            step = mapped.end - at if magic == record.MAGIC_BLANK else size
-            if size <= 0 or at + step > received:
-                break
-            at += step
+                if position + END_FILE_MIN_BLANK_LENGTH > limit:
+                    break
+                size, magic = size_magic(buffer, position)
+                if magic == record.MAGIC_BLANK:
+                    if position + size != file_size:
+                        raise ReplicaMismatch(
+                            f"the master's file ends at {base + position + size}, this log's file "
+                            f"{mapped.path.name} at {mapped.end}: commit_log_file_size must be the "
+                            "same on master and slave"
+                        )
+                    file_done = limit == file_size
+                    break
+                if size <= 0 or position + size > file_size:
+                    raise ReplicaMismatch(
+                        f"a {size}-byte record at {base + position} does not fit this log's file "
+                        f"{mapped.path.name}: commit_log_file_size must be the same on master and slave"
+                    )
+                if position + size > limit:
+                    break
+                position += size
+            if not file_done:
+                return base + position
+            at = base + file_size
         return at
 
     # --- reading ----------------------------------------------------------------------------

@@ -35,6 +35,10 @@ from plugins.store_mmap.retention import RetentionService
 log = logging.getLogger(__name__)
 
 
+REPLICA_THREAD_WRITE_BYTES = 256 * 1024
+"""A replica write at least this large runs in a worker thread."""
+
+
 @attrs.frozen
 class MmapStoreStatistics:
     min_offset: int
@@ -163,8 +167,15 @@ class MmapStore:
                 "a slave writes the master's bytes directly: [store_mmap] write_path = "
                 '"buffered" (transientStorePoolEnable) is for masters'
             )
-        await trio.lowlevel.checkpoint()
-        self.commit_log.append_replica(offset, data)
+        pieces = self.commit_log.replica_pieces(offset, data)
+        if len(data) >= REPLICA_THREAD_WRITE_BYTES:
+            # Large writes (a catching-up slave) leave the event loop free for dispatch and
+            # the HA connection while the kernel copies them into the page cache.
+            await trio.to_thread.run_sync(self.commit_log.write_pieces, pieces)
+        else:
+            await trio.lowlevel.checkpoint()
+            self.commit_log.write_pieces(pieces)
+        self.commit_log.replica_written(offset + len(data))
         return self.commit_log.append_end
 
     def received_end(self) -> int:
