@@ -18,7 +18,9 @@ import attrs
 import trio
 
 from kernel.errors import RemotingError
+from kernel.persist import JsonStateFile, lenient_json_keys, read_json_with_backup
 from kernel.remoting import RemotingClient, RemotingCommand, RequestCode, ResponseCode
+from plugins.remoting.handlers.admin import DELAY_OFFSET_FILE
 from plugins.remoting.subscriptions import SubscriptionGroupConfig
 from plugins.remoting.topics import TopicConfig
 
@@ -55,7 +57,8 @@ class SlaveSynchronizer:
         response = await client.invoke(master, RemotingCommand.request(code), REQUEST_TIMEOUT)
         if response.code != ResponseCode.SUCCESS:
             raise ValueError(f"request {code} answered {response.code}: {response.remark}")
-        return json.loads(response.body)
+        # A Java master's files carry fastjson's unquoted integer keys.
+        return json.loads(lenient_json_keys(response.body.decode()))
 
     async def sync_once(self, client: RemotingClient, master: str) -> None:
         net = self.net
@@ -89,6 +92,10 @@ class SlaveSynchronizer:
             net.groups.groups = copied_groups
             net.groups.version.bump()
             await net.groups.persist()
+        delays = await self._fetch(client, master, RequestCode.GET_ALL_DELAY_OFFSET)
+        path = net.runtime.ctx.data_dir / "config" / DELAY_OFFSET_FILE
+        if delays.get("offsetTable") and read_json_with_backup(path, preprocess=lenient_json_keys) != delays:
+            await JsonStateFile(path).write(delays)
         self.syncs += 1
         if self.last_error:
             log.info("slave metadata sync from master %s works again", master)

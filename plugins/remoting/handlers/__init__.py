@@ -41,6 +41,7 @@ HANDLERS: dict[int, NetHandler] = {
     RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG: admin.all_groups,
     RequestCode.DELETE_SUBSCRIPTIONGROUP: admin.delete_group,
     RequestCode.GET_ALL_CONSUMER_OFFSET: admin.all_consumer_offsets,
+    RequestCode.GET_ALL_DELAY_OFFSET: admin.all_delay_offsets,
     RequestCode.GET_BROKER_RUNTIME_INFO: admin.runtime_info,
     RequestCode.GET_BROKER_HA_STATUS: admin.ha_status,
     RequestCode.GET_CONSUME_STATS: admin.consume_stats,

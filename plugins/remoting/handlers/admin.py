@@ -98,6 +98,22 @@ async def delete_group(
     return request.response()
 
 
+DELAY_OFFSET_FILE = "delayOffset.json"
+"""RocketMQ's name for delay-level progress under ``<data_dir>/config``; the delay plugin writes
+it, this plugin serves and copies it as bytes (RocketMQ's ``GET_ALL_DELAY_OFFSET``)."""
+
+
+async def all_delay_offsets(
+    net: BrokerNetwork, connection: Connection, request: RemotingCommand
+) -> RemotingCommand:
+    path = net.runtime.ctx.data_dir / "config" / DELAY_OFFSET_FILE
+    try:
+        body = await trio.Path(path).read_bytes()
+    except FileNotFoundError:
+        body = b'{"offsetTable":{}}'
+    return request.response(body=body)
+
+
 async def all_consumer_offsets(
     net: BrokerNetwork, connection: Connection, request: RemotingCommand
 ) -> RemotingCommand:

@@ -4,11 +4,12 @@ under SYNC_MASTER."""
 
 from __future__ import annotations
 
+import json
 import time
 
 import trio
 
-from kernel.remoting import RemotingClient, RequestCode, ResponseCode
+from kernel.remoting import RemotingClient, RemotingCommand, RequestCode, ResponseCode
 from tests.network.wire import batch_body, send_request
 from tests.plugins.ha.processes import HaCluster, Process, commit_log_bytes, ha_cluster
 
@@ -119,3 +120,39 @@ async def test_slave_killed_under_sync_master_then_catches_up_with_nothing_lost(
         async with RemotingClient.open() as client:
             again = await client.invoke(master.addr, send_request(TOPIC, b"after"), 10)
             assert again.code == ResponseCode.SUCCESS
+
+
+async def test_slave_copies_topics_offsets_groups_and_delay_progress_from_its_master(tmp_path):
+    with ha_cluster(tmp_path) as cluster:
+        fast = '[retry_dlq]\nprogress_persist_interval = "200ms"\n'
+        master = cluster.start_broker(
+            "master", "ASYNC_MASTER", 0, tables=fast, extra='message_delay_level = "1s"'
+        )
+        slave = cluster.start_broker("slave", "SLAVE", 1, tables=fast, extra='message_delay_level = "1s"')
+        wait_connected(cluster, master)
+        async with RemotingClient.open() as client:
+            delayed = send_request(TOPIC, b"later", properties={"DELAY": "1"})
+            assert (await client.invoke(master.addr, delayed, 10)).code == ResponseCode.SUCCESS
+            update = RemotingCommand.request(
+                RequestCode.UPDATE_CONSUMER_OFFSET,
+                {"consumerGroup": "CG_synced", "topic": TOPIC, "queueId": 0, "commitOffset": 7},
+            )
+            assert (await client.invoke(master.addr, update, 10)).code == ResponseCode.SUCCESS
+        assert master.data_dir is not None and slave.data_dir is not None
+        master_delay = master.data_dir / "config" / "delayOffset.json"
+        slave_delay = slave.data_dir / "config" / "delayOffset.json"
+        deadline = time.monotonic() + 30
+        while True:
+            copied = (
+                slave_delay.exists()
+                and json.loads(slave_delay.read_text()) == json.loads(master_delay.read_text())
+                and json.loads(master_delay.read_text())["offsetTable"].get("1") == 1
+            )
+            offsets_file = slave.data_dir / "config" / "consumerOffset.json"
+            offsets = json.loads(offsets_file.read_text()) if offsets_file.exists() else {"offsetTable": {}}
+            if copied and offsets["offsetTable"].get(f"{TOPIC}@CG_synced") == {"0": 7}:
+                break
+            assert time.monotonic() < deadline, f"not copied:\n{slave.text()[-2000:]}"
+            await trio.sleep(0.2)
+        topics = json.loads((slave.data_dir / "config" / "topics.json").read_text())["topicConfigTable"]
+        assert TOPIC in topics
