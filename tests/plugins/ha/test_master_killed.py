@@ -4,6 +4,9 @@ ASYNC_MASTER: what is lost lies beyond what the slave held at the kill, and is c
 
 from __future__ import annotations
 
+import shutil
+import signal
+
 import pytest
 import trio
 
@@ -19,15 +22,19 @@ PRODUCERS = 64
 QUEUES = 4
 
 
-async def load_until_killed(master: Process, *, acks_before_kill: int) -> dict[bytes, int]:
-    """64 producers send until the master dies; returns acknowledged bodies → physical offset."""
+async def load_until_killed(
+    master: Process, *, acks_before_kill: int, freeze: bool = False
+) -> dict[bytes, int]:
+    """64 producers send until the master dies (SIGKILL, or with ``freeze`` SIGSTOP: it stops
+    mid-write and its sockets go silent without a FIN, as at a power cut); returns acknowledged
+    bodies → physical offset."""
     acked: dict[bytes, int] = {}
 
     async def producer(client: RemotingClient, p: int) -> None:
         for i in range(1_000_000):
             body = f"p{p}-{i}".encode()
             try:
-                response = await client.invoke(master.addr, send_request(TOPIC, body, queue_id=i % QUEUES), 5)
+                response = await client.invoke(master.addr, send_request(TOPIC, body, queue_id=i % QUEUES), 3)
             except Exception:  # noqa: BLE001 - the master is gone: this producer is done
                 return
             if response.code == ResponseCode.SUCCESS:
@@ -38,7 +45,10 @@ async def load_until_killed(master: Process, *, acks_before_kill: int) -> dict[b
     async def killer() -> None:
         while len(acked) < acks_before_kill:  # noqa: ASYNC110 - waits on the producers' progress
             await trio.sleep(0.01)
-        master.kill()
+        if freeze:
+            master.process.send_signal(signal.SIGSTOP)
+        else:
+            master.kill()
 
     async with RemotingClient.open() as client:
         async with trio.open_nursery() as nursery:
@@ -107,3 +117,19 @@ async def test_async_master_losses_lie_beyond_what_the_slave_held(tmp_path, kill
         lost = {body: offset for body, offset in acked.items() if body not in on_slave}
         assert all(offset >= held for offset in lost.values()), "a loss below the slave's end"
         print(f"ASYNC_MASTER kill {kill}: {len(acked)} acknowledged, {len(lost)} lost (RPO)")
+
+
+async def test_sync_master_frozen_like_a_power_cut_then_its_disk_lost_loses_nothing_acknowledged(tmp_path):
+    """The master stops dead mid-load (SIGSTOP: no FIN, no more writes, as a power cut leaves
+    its peers), then its whole store is deleted (the disk is gone): every acknowledged message
+    is on the slave."""
+    with ha_cluster(tmp_path) as cluster:
+        master = cluster.start_broker("master", "SYNC_MASTER", 0)
+        slave = cluster.start_broker("slave", "SLAVE", 1)
+        wait_connected(cluster, master)
+        acked = await load_until_killed(master, acks_before_kill=3_000, freeze=True)
+        master.kill()
+        assert master.data_dir is not None
+        shutil.rmtree(master.data_dir)
+        missing = set(acked) - await slave_bodies(slave)
+        assert len(acked) >= 3_000 and not missing, f"{len(missing)} acknowledged messages lost"
