@@ -1,4 +1,3 @@
-import signal
 from collections.abc import Iterator
 
 import pytest
@@ -18,6 +17,4 @@ def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningBroker]:
     try:
         yield running
     finally:
-        if running.process.poll() is None:
-            running.process.send_signal(signal.SIGTERM)
-            running.process.wait(timeout=60)
+        running.stop()

@@ -9,10 +9,9 @@ from collections import Counter
 
 import trio
 
-from kernel import record
 from kernel.remoting import RemotingClient
 from tests.interop.conftest import RunningBroker, start_broker
-from tests.network.wire import pull_request, send_request
+from tests.network.wire import pulled_bodies, send_request
 
 TOPIC = "Delayed"
 COUNT = 1000
@@ -37,17 +36,7 @@ async def _send_all(client: RemotingClient, broker: str) -> None:
 
 
 async def _delivered(client: RemotingClient, broker: str) -> Counter[bytes]:
-    seen: Counter[bytes] = Counter()
-    for queue in range(QUEUES):
-        offset = 0
-        while True:
-            response = await client.invoke(broker, pull_request(TOPIC, queue, offset, max_msgs=32), 10)
-            if response.code != 0:
-                break
-            messages = record.decode_records(response.body)
-            seen.update(m.body for m in messages)
-            offset = messages[-1].queue_offset + 1
-    return seen
+    return await pulled_bodies(client, broker, TOPIC, QUEUES)
 
 
 async def test_sigkill_with_1000_pending_delayed_messages_loses_none(tmp_path):

@@ -32,6 +32,12 @@ class RunningBroker:
     data_dir: Path
     log: Path
 
+    def stop(self) -> None:
+        """SIGTERM (a clean stop) if still running, and wait for it."""
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            self.process.wait(timeout=60)
+
     def admin(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
         result = subprocess.run(
             [sys.executable, "-m", "trocket", "admin", args[0], "-n", self.namesrv, *args[1:]],
@@ -129,6 +135,4 @@ def running_broker(tmp_path: Path) -> Iterator[RunningBroker]:
     try:
         yield broker
     finally:
-        if broker.process.poll() is None:
-            broker.process.send_signal(signal.SIGTERM)
-            broker.process.wait(timeout=60)
+        broker.stop()

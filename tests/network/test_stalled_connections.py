@@ -4,7 +4,6 @@ NameServer's ports, while other clients are served; a long-held pull is not idle
 
 from __future__ import annotations
 
-import signal
 import socket
 import struct
 import time
@@ -24,9 +23,7 @@ def broker(tmp_path):
     try:
         yield running
     finally:
-        if running.process.poll() is None:
-            running.process.send_signal(signal.SIGTERM)
-            running.process.wait(timeout=60)
+        running.stop()
 
 
 def _connect(addr: str) -> socket.socket:

@@ -3,8 +3,6 @@ transaction plugin, empty bodies, absurd topic names. Each against a real broker
 
 from __future__ import annotations
 
-import signal
-
 import pytest
 import trio
 
@@ -25,12 +23,6 @@ SYSTEM_TOPICS = [
     "RMQ_SYS_ANYTHING",
     "%DLQ%CG_orders",
 ]
-
-
-def _stop(broker: RunningBroker) -> None:
-    if broker.process.poll() is None:
-        broker.process.send_signal(signal.SIGTERM)
-        broker.process.wait(timeout=60)
 
 
 def _figures(broker: RunningBroker) -> dict[str, str]:
@@ -61,7 +53,7 @@ async def test_client_sends_to_system_topics_are_refused_naming_the_topic(tmp_pa
                 pulled = await client.invoke(broker.broker, pull_request(topic, 0, 0), 10)
                 assert pulled.code != ResponseCode.SUCCESS, topic
     finally:
-        _stop(broker)
+        broker.stop()
 
 
 async def test_a_store_already_holding_looping_records_stops_growing_after_upgrade(tmp_path):
@@ -99,7 +91,7 @@ async def test_a_store_already_holding_looping_records_stops_growing_after_upgra
                 assert behind.code != ResponseCode.SUCCESS, f"{topic} grew past its one record"
         assert broker.log.read_text().count("names no real topic") == 2
     finally:
-        _stop(broker)
+        broker.stop()
 
 
 async def test_half_messages_are_refused_until_a_transaction_plugin_handles_them(tmp_path):
@@ -116,7 +108,7 @@ async def test_half_messages_are_refused_until_a_transaction_plugin_handles_them
             visible = await client.invoke(broker.broker, pull_request("Orders", 0, 0), 10)
             assert visible.code != ResponseCode.SUCCESS
     finally:
-        _stop(broker)
+        broker.stop()
 
 
 @pytest.mark.parametrize("batch", [False, True], ids=["single", "batch"])
@@ -140,4 +132,4 @@ async def test_empty_bodies_and_absurd_topic_names_get_short_clear_errors(tmp_pa
             assert response.code == ResponseCode.MESSAGE_ILLEGAL
             assert "5000 characters" in response.remark and len(response.remark) < 200
     finally:
-        _stop(broker)
+        broker.stop()

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import struct
+from collections import Counter
 
+from kernel import record
 from kernel.model import encode_properties
-from kernel.remoting import RemotingCommand, RequestCode
+from kernel.remoting import RemotingClient, RemotingCommand, RequestCode
 
 
 def send_request(
@@ -80,3 +82,19 @@ def pull_request(
             "subVersion": 1,
         },
     )
+
+
+async def pulled_bodies(client: RemotingClient, broker: str, topic: str, queues: int) -> Counter[bytes]:
+    """Every body of ``topic``'s first ``queues`` queues on ``broker``, pulled from offset 0
+    (a body stored twice counts twice)."""
+    seen: Counter[bytes] = Counter()
+    for queue in range(queues):
+        offset = 0
+        while True:
+            response = await client.invoke(broker, pull_request(topic, queue, offset, max_msgs=32), 10)
+            if response.code != 0:
+                break
+            messages = record.decode_records(response.body)
+            seen.update(m.body for m in messages)
+            offset = messages[-1].queue_offset + 1
+    return seen

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import signal
 import sys
 from collections.abc import Iterator
 
@@ -57,6 +56,4 @@ def spark_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningBr
     try:
         yield running
     finally:
-        if running.process.poll() is None:
-            running.process.send_signal(signal.SIGTERM)
-            running.process.wait(timeout=60)
+        running.stop()

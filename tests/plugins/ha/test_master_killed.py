@@ -12,7 +12,7 @@ import trio
 
 from kernel import record
 from kernel.remoting import RemotingClient, ResponseCode
-from tests.network.wire import pull_request, send_request
+from tests.network.wire import pulled_bodies, send_request
 from tests.plugins.ha.processes import HaCluster, Process, ha_cluster
 from tests.plugins.ha.test_replication import wait_connected
 from trocket import ConsumeFromWhere, LitePullConsumer
@@ -75,18 +75,8 @@ async def read_from_slave_through_the_namesrv(cluster: HaCluster, wanted: set[by
 
 
 async def slave_bodies(slave: Process) -> set[bytes]:
-    bodies: set[bytes] = set()
     async with RemotingClient.open() as client:
-        for queue in range(QUEUES):
-            offset = 0
-            while True:
-                response = await client.invoke(slave.addr, pull_request(TOPIC, queue, offset), 10)
-                if response.code != ResponseCode.SUCCESS:
-                    break
-                messages = record.decode_records(response.body)
-                bodies.update(m.body for m in messages)
-                offset = messages[-1].queue_offset + 1
-    return bodies
+        return set(await pulled_bodies(client, slave.addr, TOPIC, QUEUES))
 
 
 async def test_sync_master_killed_under_64_producers_loses_nothing_acknowledged(tmp_path):
