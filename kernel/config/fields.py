@@ -49,6 +49,12 @@ def integer(default: int, *, minimum: int | None = None, maximum: int | None = N
     return attrs.field(default=default, converter=_int(minimum, maximum))
 
 
+def optional_integer(*, minimum: int | None = None, maximum: int | None = None) -> Any:
+    """An integer, optionally bounded, or None (absent: the consumer derives a default)."""
+    convert = _int(minimum, maximum)
+    return attrs.field(default=None, converter=lambda value: None if value is None else convert(value))
+
+
 def _bool(value: object) -> bool:
     if isinstance(value, bool):
         return value

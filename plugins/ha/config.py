@@ -7,13 +7,6 @@ import attrs
 from kernel.config import fields
 
 
-def _optional_port(value: object) -> int | None:
-    if value is None:
-        return None
-    port = fields._int(0, 65535)(value)
-    return port
-
-
 def _optional_address(value: object) -> str | None:
     if value is None or value == "":
         return None
@@ -27,7 +20,7 @@ def _optional_address(value: object) -> str | None:
 
 @attrs.frozen(kw_only=True)
 class HaConfig:
-    listen_port: int | None = attrs.field(default=None, converter=_optional_port)
+    listen_port: int | None = fields.optional_integer(minimum=0, maximum=65535)
     """``haListenPort``: where a master waits for its slaves; default ``[broker] listen_port``
     + 1 (10912), 0 picks a free port. Listens on ``[broker] listen_host``."""
     master_address: str | None = attrs.field(default=None, converter=_optional_address)
