@@ -9,11 +9,11 @@ client sends some as JSON numbers, and it ignores non-string values in responses
 
 from __future__ import annotations
 
-import json
 import struct
 from collections.abc import Mapping
 
 import attrs
+import orjson
 
 from kernel.remoting.codes import LANGUAGES, OUR_LANGUAGE, OUR_VERSION
 
@@ -93,7 +93,7 @@ class RemotingCommand:
             }
             if self.remark is not None:
                 fields["remark"] = self.remark
-            header = json.dumps(fields, separators=(",", ":"), ensure_ascii=False).encode()
+            header = orjson.dumps(fields)  # compact UTF-8, as json.dumps(..., ensure_ascii=False)
         return (
             _LENGTHS.pack(4 + len(header) + len(self.body), (self.serialize_type << 24) | len(header))
             + header
@@ -175,8 +175,8 @@ def decode_header(serialize_type: int, header: bytes, body: bytes) -> RemotingCo
 
 def _decode_json_header(header: bytes, body: bytes) -> RemotingCommand:
     try:
-        fields = json.loads(header)
-    except (ValueError, UnicodeDecodeError) as error:
+        fields = orjson.loads(header)
+    except (ValueError, UnicodeDecodeError) as error:  # orjson.JSONDecodeError is a ValueError
         raise FrameError(f"header is not JSON: {error}") from None
     if not isinstance(fields, dict):
         raise FrameError("header is not a JSON object")
