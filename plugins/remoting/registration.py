@@ -42,12 +42,16 @@ class NameServerRegistration:
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         async with RemotingClient.open() as client:
             self._client = client
+            # The change event is taken before each registration, so a topic created while one
+            # is under way (a retry topic on a first heartbeat) is registered right after it,
+            # not a register_period later.
+            changed = self.topics.changed
             await self.register_all()
             task_status.started()
             while True:
-                changed = self.topics.changed
                 with trio.move_on_after(self.period):
                     await changed.wait()
+                changed = self.topics.changed
                 await self.register_all()
 
     async def register_all(self) -> None:

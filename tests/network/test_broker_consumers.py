@@ -212,3 +212,22 @@ async def test_missing_header_fields_get_a_clear_error(cluster_factory):
         assert (
             response.code == ResponseCode.SYSTEM_ERROR and "'queueId' must be an integer" in response.remark
         )
+
+
+async def test_retry_topic_route_exists_right_after_the_first_heartbeat(cluster_factory):
+    """RocketMQ creates ``%RETRY%<group>`` on a clustering group's first heartbeat and registers
+    it at once; a client that looks its route up at start must find it (issue 22, item 7).
+    Groups arrive one after another, so some arrive while a registration is under way."""
+    async with cluster_factory() as cluster:
+        groups = [f"CG_{i}" for i in range(8)]
+        for group in groups:
+            assert (await cluster.call_raw(heartbeat("c1", group))).code == 0
+            await trio.sleep(0.001)
+        for group in groups:
+            with trio.fail_after(3):
+                while True:  # noqa: ASYNC110 - polls the NameServer as a client would
+                    topic = {"topic": f"%RETRY%{group}"}
+                    route = await cluster.call_namesrv(RequestCode.GET_ROUTEINFO_BY_TOPIC, topic)
+                    if route.code == ResponseCode.SUCCESS:
+                        break
+                    await trio.sleep(0.02)
