@@ -9,19 +9,44 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import attrs
+
 from kernel.config.broker import DEFAULT_PLUGINS, BrokerConfig, Config
 from kernel.config.properties_file import load_properties
 from kernel.config.structure import structure, unstructure
+from kernel.config.text import read_config_text
 from kernel.config.toml_file import config_from_tables, load_toml
 
 
 def load_config(path: Path | str, *, lenient: bool = False) -> Config:
-    """Load a TOML or ``.properties`` configuration file (``lenient``: see
-    :func:`~kernel.config.toml_file.config_from_tables`)."""
+    """Load a TOML or RocketMQ properties configuration file (``lenient``: see
+    :func:`~kernel.config.toml_file.config_from_tables`).
+
+    ``.properties`` is properties and ``.toml`` TOML; any other name (RocketMQ ships
+    ``conf/broker.conf``) is told apart by content: a file with a ``[table]`` header is TOML,
+    one without is properties (a Trocket TOML config keeps everything in tables). The guess is
+    named in the config's notes.
+    """
     path = Path(path)
     if path.suffix == ".properties":
         return load_properties(path, lenient=lenient)
-    return load_toml(path, lenient=lenient)
+    if path.suffix == ".toml" or not path.is_file():
+        return load_toml(path, lenient=lenient)
+    if _looks_like_toml(read_config_text(path)):
+        config = load_toml(path, lenient=lenient)
+        assumed = "TOML (it has [table] headers)"
+    else:
+        config = load_properties(path, lenient=lenient)
+        assumed = "RocketMQ broker.properties (key = value lines, no [table] headers)"
+    return attrs.evolve(config, notes=(f"{path.name} read as {assumed}", *config.notes))
+
+
+def _looks_like_toml(text: str) -> bool:
+    for line in text.splitlines():
+        stripped = line.strip()
+        if stripped.startswith("[") and stripped.endswith("]"):
+            return True
+    return False
 
 
 def default_config(**broker: object) -> Config:

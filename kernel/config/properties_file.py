@@ -7,6 +7,7 @@ with the properties key even when its plugin is not loaded. Unknown keys are err
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -14,6 +15,7 @@ from typing import Any
 import attrs
 
 from kernel.config.broker import DEFAULT_PLUGINS, Config
+from kernel.config.rocketmq_keys import ROCKETMQ_KEYS
 from kernel.config.text import read_config_text
 from kernel.config.toml_file import config_from_tables
 from kernel.errors import ConfigError, ConfigErrors
@@ -197,6 +199,16 @@ def _split_assignment(line: str) -> tuple[str, str, str]:
     return line, "", ""
 
 
+def _unknown_key(key: str) -> str:
+    """An error for a key neither Trocket nor RocketMQ defines, with the closest names."""
+    supported = sorted(k for k in MAPPINGS if "@" not in k)
+    close = difflib.get_close_matches(key, sorted({*supported, *ROCKETMQ_KEYS}), n=3, cutoff=0.75)
+    hint = f"did you mean {' or '.join(close)}? " if close else ""
+    return (
+        f"unknown key (neither Trocket nor RocketMQ defines it); {hint}supported keys: {', '.join(supported)}"
+    )
+
+
 def load_properties(path: Path, *, lenient: bool = False) -> Config:
     """Map a RocketMQ ``broker.properties`` file onto :class:`Config`.
 
@@ -206,11 +218,14 @@ def load_properties(path: Path, *, lenient: bool = False) -> Config:
     props = parse_properties(read_config_text(path), source=source)
     tables: dict[str, dict[str, Any]] = {"broker": {}}
     errors: list[ConfigError] = []
+    ignored: list[str] = []
     for key, raw in props.items():
         mapping = MAPPINGS.get(key)
+        if mapping is None and key in ROCKETMQ_KEYS:
+            ignored.append(key)  # a RocketMQ setting Trocket has no use for: start anyway
+            continue
         if mapping is None or "@" in key:
-            known = ", ".join(sorted(k for k in MAPPINGS if "@" not in k))
-            errors.append(ConfigError(source, key, f"unknown key; supported keys: {known}"))
+            errors.append(ConfigError(source, key, _unknown_key(key)))
             continue
         # A key RocketMQ reads in two places (syncFlushTimeout bounds the flush and the slave
         # wait) has a second mapping under "key@section".
@@ -238,7 +253,7 @@ def load_properties(path: Path, *, lenient: bool = False) -> Config:
     config = config_from_tables(tables, source=source, lenient=lenient)
     # Properties name the role's settings for every policy (RocketMQ files list both flush
     # kinds); settings for plugins this broker does not load are reported, not fatal.
-    notes = []
+    notes = [f"{key}: a RocketMQ setting Trocket does not use; ignored" for key in ignored]
     if missing:
         notes.append(
             f"plugins this file implies are not installed (not part of this build yet): {', '.join(missing)}"

@@ -190,7 +190,11 @@ def test_properties_are_mapped_onto_the_model(tmp_path):
         ("autoCreateTopicEnable=maybe", "autoCreateTopicEnable", "true or false"),
         ("namesrvAddr=localhost", "namesrvAddr", "host:port"),
         ("flushIntervalCommitLog=fast", "flushIntervalCommitLog", "milliseconds"),
-        ("brokerNmae=broker-a", "brokerNmae", "unknown key; supported keys:"),
+        (
+            "brokerNmae=broker-a",
+            "brokerNmae",
+            "unknown key (neither Trocket nor RocketMQ defines it); did you mean brokerName?",
+        ),
         ("justakey", "line 1", "expected key=value"),
     ],
 )

@@ -1,0 +1,142 @@
+"""Every configuration key RocketMQ 4.x/5.x defines (BrokerConfig, MessageStoreConfig,
+NettyServerConfig, NettyClientConfig, NamesrvConfig, ControllerConfig), by name only.
+
+A ``broker.properties`` key in this set that Trocket does not map is accepted and named in a
+note as ignored (a RocketMQ installation's config must start); a key outside it and outside the
+mapping is a typo, answered with the closest known names. Collected from apache/rocketmq's
+config classes (plus the 4.x spellings ``mapedFileSize*`` and ``haSlaveFallbehindMax``).
+"""
+
+from __future__ import annotations
+
+ROCKETMQ_KEYS: frozenset[str] = frozenset(
+    """
+    accessMessageInMemoryHotRatio accessMessageInMemoryMaxRatio accountStatsEnable
+    accountStatsPrintZeroValues ackMessageThreadPoolNums ackThreadPoolQueueCapacity aclEnable
+    adminBrokerThreadPoolNums adminBrokerThreadPoolQueueCapacity allAckInSyncStateSet
+    allowRecallWhenBrokerNotWriteable appendAckAsync appendCkAsync asyncLearner asyncSendEnable
+    autoCreateSubscriptionGroup autoCreateTopicEnable autoDeleteUnusedStats autoMessageVersionOnTopicLen
+    batchDispatchRequestThreadPoolNums bindAddress bitMapLengthConsumeQueueExt
+    bottomMostCompressionTypeForConsumeQueueStore broadcastOffsetExpireMaxSecond
+    broadcastOffsetExpireSecond brokerConfigPath brokerElectionPriority brokerFastFailureEnable
+    brokerHeartbeatInterval brokerIP1 brokerIP2 brokerNotActiveTimeoutMillis brokerPermission brokerRole
+    brokerTopicEnable cgColdReadThreshold channelExpiredTimeout channelNotActiveInterval
+    checkCRCOnRecover checkSyncStateSetPeriod cleanFileForciblyEnable cleanOfflineBrokerInterval
+    cleanResourceInterval cleanRocksDBDirtyCQIntervalMin cleanSwapedMapInterval
+    clearRetryTopicWhenDeleteTopic clientAsyncSemaphoreValue clientCallbackExecutorThreads
+    clientChannelMaxIdleTimeSeconds clientCloseSocketIfTimeout clientManageThreadPoolNums
+    clientManagerThreadPoolQueueCapacity clientOnewaySemaphoreValue clientPooledByteBufAllocatorEnable
+    clientRequestThreadPoolNums clientRequestThreadPoolQueueCapacity clientSocketRcvBufSize
+    clientSocketSndBufSize clientWorkerThreads clusterTest clusterTopicEnable coldCtrStrategyEnable
+    coldDataFlowControlEnable coldDataScanEnable combineAssignOffsetCQType combineCQEnableCheckSelf
+    combineCQLoadingCQTypes combineCQMaxExtraSearchCommitLogFiles combineCQPreferCQType
+    commercialBaseCount commercialSizePerMsg commitCommitLogLeastPages commitCommitLogThoroughInterval
+    commitIntervalCommitLog commitLogForceSwapMapInterval commitLogSwapMapInterval
+    commitLogSwapMapReserveFileNum compactionCqMappedFileSize compactionMappedFileSize
+    compactionScheduleInternal compactionThreadNum compatibleWithOldNameSrv compressedRegister
+    configBlackList configManagerVersion configStorePath connectTimeoutMillis
+    consumerFallbehindThreshold consumerManageThreadPoolNums consumerManagerThreadPoolQueueCapacity
+    consumerOffsetUpdateVersionStep controllerAddr controllerDLegerGroup controllerDLegerPeers
+    controllerDLegerSelfId controllerHeartBeatTimeoutMills controllerRequestThreadPoolQueueCapacity
+    controllerStorePath controllerThreadPoolNums controllerType correctLogicMinOffsetForceInterval
+    correctLogicMinOffsetSleepInterval dLegerGroup dLegerPeers dLegerSelfId dataReadAheadEnable
+    debugLockEnable defaultMessageRequestMode defaultPopShareQueueNum defaultQueryMaxNum
+    defaultThreadPoolNums defaultThreadPoolQueueCapacity defaultTopicQueueNums
+    delayOffsetUpdateVersionStep deleteCommitLogFilesInterval deleteConsumeQueueFilesInterval
+    deleteFileBatchMax deleteTopicWithBrokerRegistration deleteWhen destroyMapedFileIntervalForcibly
+    disableCallbackExecutor disableConsumeIfConsumerReadSlowly disableNettyWorkerGroup
+    disappearTimeAfterStart diskFallRecorded diskMaxUsedSpaceRatio diskSpaceCleanForciblyRatio
+    diskSpaceWarningLevelRatio dispatchCqCacheNum dispatchCqThreads dispatchFromSenderThread
+    duplicationEnable electMasterMaxRetryCount enableAcceleratedRecovery enableAllTopicList
+    enableAsyncReput enableAutoInSyncReplicas enableBatchPush enableBroadcastOffsetStore
+    enableBuildConsumeQueueConcurrently enableCalcFilterBitMap enableCleanExpiredOffset enableCompaction
+    enableConnectionMetrics enableConsumeQueueExt enableControllerInNamesrv enableControllerMode
+    enableCreateSysGroup enableDLegerCommitLog enableDetailStat enableElectUncleanMaster
+    enableFastChannelEventProcess enableLagAndDlqMetrics enableLmq enableLmqStats
+    enableLogConsumeQueueRepeatedlyBuildWhenRecover enableMessageStoreMetrics enableMixedMessageType
+    enableMultiDispatch enableNetWorkFlowControl enableNotifyAfterPopOrderLockRelease
+    enableNotifyBeforePopCalculateLag enablePopBatchAck enablePopBufferMerge enablePopLog
+    enablePopMessageThreshold enablePopMetrics enablePropertyFilter enableReconnectForGoAway
+    enableRegisterProducer enableRemoteEscape enableRemotingMetrics enableRequestMetrics
+    enableRetryTopicV2 enableRocksDBLog enableRunningFlagsInFlush enableScheduleAsyncDeliver
+    enableScheduleMessageStats enableShutdownGracefully enableSingleTopicRegister
+    enableSkipLongAwaitingAck enableSlaveActingMaster enableSplitMetadata enableSplitRegistration
+    enableStatsMetrics enableTopicList enableTransactionMetrics enabledAppendPropCRC
+    endTransactionPoolQueueCapacity endTransactionThreadPoolNums estimateAccumulation
+    expectConsumerNumUseFilter fastFailIfNoBufferInStorePool fetchControllerAddrByDnsLookup
+    fetchNameSrvAddrByDnsLookup fetchNamesrvAddrByAddressServer fetchNamesrvAddrInterval
+    fileReservedTime filterDataCleanTimeSpan filterSupportRetry flushCommitLogLeastPages
+    flushCommitLogThoroughInterval flushCommitLogTimed flushConsumeQueueLeastPages
+    flushConsumeQueueThoroughInterval flushConsumerOffsetHistoryInterval flushConsumerOffsetInterval
+    flushDelayOffsetInterval flushDiskType flushIntervalCommitLog flushIntervalConsumeQueue
+    flushLeastPagesWhenWarmMapedFile forceRegister forceVerifyPropCRC forwardTimeout
+    globalColdReadThreshold haFlowControlEnable haHousekeepingInterval haListenPort haMasterAddress
+    haMaxGapNotInSync haMaxTimeSlaveNotCatchup haSendHeartbeatInterval haSlaveFallbehindMax
+    haTransferBatchSize heartbeatThreadPoolNums heartbeatThreadPoolQueueCapacity highSpeedMode
+    inSyncReplicas initPopOffsetByCheckMsgInMem isProcessReadEvent isScanAvailableNameSrv
+    isolateLogEnable jraftConfig kvConfigPath listenPort litePullMessageEnable
+    litePullMessageThreadPoolNums litePullThreadPoolQueueCapacity loadBalancePollNameServerInterval
+    loadBalanceProcessorThreadPoolNums loadBalanceThreadPoolQueueCapacity lockInStrictMode
+    logicQueueForceSwapMapInterval logicQueueSwapMapInterval logicQueueSwapMapReserveFileNum
+    logicalDiskSpaceCleanForciblyThreshold longPollingEnable mapedFileSizeCommitLog
+    mapedFileSizeConsumeQueue mappedFileSize mappedFileSizeCommitLog mappedFileSizeConsumeQueue
+    mappedFileSizeConsumeQueueExt mappedFileSizeTimerLog mappedFileSwapEnable
+    mapperFileSizeBatchConsumeQueue maxAsyncPutMessageRequests maxBatchDeleteFilesNum maxChecksumRange
+    maxConsumeQueueScan maxErrorRateOfBloomFilter maxFilterMessageSize maxHaTransferByteInSecond
+    maxHashSlotNum maxIndexNum maxLmqConsumeQueueNum maxMessageSize maxMsgsNumBatch maxOffsetMapSize
+    maxPopPollingSize maxReconnectIntervalTimeSeconds maxRecoveryCommitlogFiles maxSlaveResendLength
+    maxStatsIdleTimeInMinutes maxTopicLength maxTransferBytesOnMessageInDisk
+    maxTransferBytesOnMessageInMemory maxTransferCountOnMessageInDisk maxTransferCountOnMessageInMemory
+    memTableFlushIntervalMs messageDelayLevel messageIndexEnable messageIndexSafe messageStorePlugIn
+    metricGrpcExporterIntervalInMills metricGrpcExporterTimeOutInMills
+    metricLoggingExporterIntervalInMills metricsExporterType metricsGrpcExporterHeader
+    metricsGrpcExporterTarget metricsInDelta metricsLabel metricsOtelCardinalityLimit
+    metricsPromExporterHost metricsPromExporterPort minInSyncReplicas msgTraceTopicName namesrvAddr
+    needWaitForService notifyBrokerRoleChanged notifyConsumerIdsChangedEnable notifyMinBrokerIdChanged
+    offsetCheckInSlave orderMessageEnable osPageCacheBusyTimeOutMills popCkMaxBufferSize
+    popCkOffsetMaxQueueSize popCkStayBufferTime popCkStayBufferTimeOut popConsumerFSServiceInit
+    popConsumerKVServiceEnable popConsumerKVServiceInit popConsumerKVServiceLog popFromRetryProbability
+    popInflightMessageThreshold popLongPollingForceNotifyInterval popPollingMapExpireTimeSeconds
+    popPollingMapSize popPollingSize popResponseReturnActualRetryTopic popReviveMaxAttemptTimes
+    popReviveMaxReturnSizePerRead preferredLeaderId printChannelGroups printChannelGroupsMinNum
+    processReplyMessageThreadPoolNums productEnvName pullBatchMaxMessageCount pullMessageThreadPoolNums
+    pullThreadPoolQueueCapacity putConsumeQueueDataByFileChannel putMessageFutureThreadPoolNums
+    putMessageTimeout putMsgIndexHightWater putThreadPoolQueueCapacity queryMessageThreadPoolNums
+    queryThreadPoolQueueCapacity readOnlyCommitLogStorePaths readUnCommitted
+    realTimeNotifyConsumerChange realTimePersistRocksDBConfig recallMessageEnable
+    recheckReputOffsetFromCq recoverConcurrently recoverThreadPoolNums redeleteHangedFileInterval
+    regionId registerBrokerTimeoutMills registerNameServerPeriod rejectPullConsumerEnable
+    rejectTransactionMessage replicasPerDiskPartition replyThreadPoolQueueCapacity
+    retrieveMessageFromPopRetryTopicV1 returnOrderTopicConfigToBroker reviveAckWaitMs reviveInterval
+    reviveMaxSlow reviveQueueNum reviveScanTime rocketmqHome rocksdbCQDoubleWriteEnable
+    rocksdbCompressionType rocksdbFlushWalFrequency rocksdbWalFileRollingThreshold sampleCountThreshold
+    sampleSteps scanInactiveMasterInterval scanNotActiveBrokerInterval
+    scheduleAsyncDeliverMaxPendingLimit scheduleAsyncDeliverMaxResendNum2Blocked searchBcqByCacheEnable
+    sendHeartbeatTimeoutMillis sendMessageThreadPoolNums sendThreadPoolQueueCapacity
+    serverAsyncSemaphoreValue serverCallbackExecutorThreads serverChannelMaxIdleTimeSeconds
+    serverLoadBalancerEnable serverNettyWorkerGroupEnable serverOnewaySemaphoreValue
+    serverPooledByteBufAllocatorEnable serverSelectorThreads serverSocketBacklog serverSocketRcvBufSize
+    serverSocketSndBufSize serverWorkerThreads shortPollingTimeMills shutdownWaitTimeSeconds
+    skipPreOnline skipWhenCKRePutReachMaxTimes slaveReadEnable slaveTimeout socksProxyConfig
+    spinLockCollisionRetreatOptimalDegree splitMetadataSize splitRegistrationSize
+    startAcceptSendRequestTimeStamp statRocksDBCQIntervalSec storePathBrokerIdentity storePathCommitLog
+    storePathDLedgerCommitLog storePathEpochFile storePathRootDir storeReplyMessageEnable storeType
+    subscriptionExpiredTimeout supportActingMaster syncBrokerMemberGroupPeriod syncBrokerMetadataPeriod
+    syncControllerMetadataPeriod syncFlushTimeout syncFromLastFile syncMasterFlushOffsetWhenStartup
+    timerCheckMetricsWhen timerColdDataCheckIntervalMs timerCongestNumEachSlot timerEnableCheckMetrics
+    timerEnableDisruptor timerEnableRetryUntilSuccess timerFlushIntervalMs timerGetMessageThreadNum
+    timerInterceptDelayLevel timerMaxDelaySec timerMetricSmallThreshold timerPrecisionMs
+    timerProgressLogIntervalMs timerPutMessageThreadNum timerRollWindowSlot timerSkipUnknownError
+    timerStopDequeue timerStopEnqueue timerWarmEnable timerWheelEnable topicQueueLockNum totalReplicas
+    traceOn traceTopicEnable transactionCheckInterval transactionCheckMax transactionMetricFlushInterval
+    transactionOpBatchInterval transactionOpMsgMaxSize transactionTimeOut transferMsgByHeap
+    transientStorePoolEnable transientStorePoolSize travelCqFileNumWhenGetMessage
+    unRegisterBrokerQueueCapacity updateNameServerAddrPeriod useABSLock useEpollNativeSelector
+    usePIDColdCtrStrategy useReentrantLockWhenPutMessage useServerSideResetOffset useStaticSubscription
+    useTLS validateSystemTopicWhenUpdateTopic waitSecondsForService waitTimeMillsInAckQueue
+    waitTimeMillsInAdminBrokerQueue waitTimeMillsInHeartbeatQueue waitTimeMillsInLitePullQueue
+    waitTimeMillsInPullQueue waitTimeMillsInSendQueue waitTimeMillsInTransactionQueue
+    wakeCommitWhenPutMessage wakeFlushWhenPutMessage warmMapedFileEnable writeBufferHighWaterMark
+    writeBufferLowWaterMark writeWithoutMmap
+    """.split()
+)
