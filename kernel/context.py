@@ -69,6 +69,16 @@ class BrokerContext:
     def data_dir(self) -> Path:
         return self.config.broker.data_dir
 
+    def implemented(self, hook_name: str) -> Any:
+        """The hook caller of ``hook_name`` if a loaded plugin implements it, else None.
+
+        The put path and dispatch look their per-batch hooks up once at assembly through this
+        and skip the ones nobody implements: an empty pluggy call still costs microseconds,
+        and a single send is a batch of one.
+        """
+        caller = getattr(self.hook, hook_name)
+        return caller if caller.get_hookimpls() else None
+
     def plugin_config(self, cls: type[T]) -> T:
         """The validated config object of type ``cls`` (defaults if its table was absent).
 

@@ -62,6 +62,10 @@ class DispatchService:
     _batches: int = attrs.field(default=0, init=False)
     _records: int = attrs.field(default=0, init=False)
     _errors: int = attrs.field(default=0, init=False)
+    _dispatched_hook: Any = attrs.field(init=False)
+
+    def __attrs_post_init__(self) -> None:
+        self._dispatched_hook = self.ctx.implemented("trocket_records_dispatched")
 
     def limit(self) -> Watermark:
         """The position dispatch may reach: flushed with ``visible_after_flush``, else wrote."""
@@ -115,8 +119,8 @@ class DispatchService:
                 continue
             todo = records if reached <= offset else [r for r in records if r.physical_offset >= reached]
             dispatcher.dispatch(todo, next_offset)
-        if records:
-            self.ctx.hook.trocket_records_dispatched(records=records, ctx=self.ctx)
+        if records and self._dispatched_hook is not None:
+            self._dispatched_hook(records=records, ctx=self.ctx)
         self._batches += 1
         self._records += len(records)
         self.dispatched.advance(next_offset)

@@ -1,13 +1,14 @@
 """The put pipeline: before-append hook, append, flush and replica waits, after-put hook.
 
-Per batch: one pluggy call before and one after, one store append, and the two durability
-waits. With no replicator (a standalone broker) the flush wait is awaited directly, saving a
-nursery per put.
+Per batch: one pluggy call before and one after (each skipped when no plugin implements it,
+decided at assembly), one store append, and the two durability waits. With no replicator (a
+standalone broker) the flush wait is awaited directly, saving a nursery per put.
 """
 
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 import attrs
 import trio
@@ -126,14 +127,20 @@ class PutPipeline:
     _batches: int = attrs.field(default=0, init=False)
     _messages: int = attrs.field(default=0, init=False)
     _by_status: dict[str, int] = attrs.field(factory=dict, init=False)
+    _before_append: Any = attrs.field(init=False)
+    _after_put: Any = attrs.field(init=False)
+
+    def __attrs_post_init__(self) -> None:
+        self._before_append = self.ctx.implemented("trocket_before_append")
+        self._after_put = self.ctx.implemented("trocket_after_put")
 
     async def put(self, batch: MessageBatch) -> PutResult:
         """Put one batch; the result's status says how durable it is. Never raises for an
         expected outcome (rejection, disk full, timeouts)."""
         self._batches += 1
         rejection = validate(batch, self.ctx.broker.max_message_size)
-        if rejection is None:
-            rejection = self.ctx.hook.trocket_before_append(batch=batch, ctx=self.ctx)
+        if rejection is None and self._before_append is not None:
+            rejection = self._before_append(batch=batch, ctx=self.ctx)
         if rejection is None:
             rejection = _unscheduled_delay(batch) or _unhandled_prepared(batch)
         if rejection is not None:
@@ -141,7 +148,8 @@ class PutPipeline:
         else:
             result = await self._append_and_wait(batch)
         self._by_status[result.status.value] = self._by_status.get(result.status.value, 0) + 1
-        self.ctx.hook.trocket_after_put(batch=batch, result=result, ctx=self.ctx)
+        if self._after_put is not None:
+            self._after_put(batch=batch, result=result, ctx=self.ctx)
         return result
 
     async def _append_and_wait(self, batch: MessageBatch) -> PutResult:
