@@ -272,6 +272,33 @@ async def test_hook_trocket_before_append(broker_factory):
         assert broker.store.max_queue_offset("orders", 0) == 0
 
 
+async def test_per_batch_hooks_nobody_implements_cost_no_pluggy_call(broker_factory):
+    """A single send is a batch of one: the put path and dispatch call a per-batch hook only
+    when a loaded plugin implements it (issue 22, item 4)."""
+    async with broker_factory() as broker:
+        called: list[str] = []
+        broker.host.pm.add_hookcall_monitoring(
+            lambda name, impls, kwargs: called.append(name), lambda *a: None
+        )
+        for i in range(3):
+            assert (await broker.put(MessageBatch([Message("quiet", f"{i}".encode())]))).ok
+        await broker.wait_dispatched()
+        assert called == [], called
+
+    class AfterPut:
+        @hookimpl
+        def trocket_after_put(self, batch, result, ctx):
+            return None
+
+    async with broker_factory(plugin_objects=[("after", AfterPut())]) as broker:
+        called = []
+        broker.host.pm.add_hookcall_monitoring(
+            lambda name, impls, kwargs: called.append(name), lambda *a: None
+        )
+        assert (await broker.put(MessageBatch([Message("quiet", b"x")]))).ok
+        assert called == ["trocket_after_put"]
+
+
 async def test_hook_trocket_after_put(recorded):
     broker, recorder = recorded
     await broker.put(MessageBatch([Message("T", b"1"), Message("T", b"2"), Message("T", b"3")]))
