@@ -10,7 +10,9 @@ Rules that hold for all of them:
 * Call with keyword arguments; an implementation may accept any subset of the arguments.
 * ``ctx`` is the per-broker :class:`kernel.context.BrokerContext`; there is no module state.
 
-Each spec ends with a trailer: *Firstresult*, *Colour* and *Since*.
+Each spec ends with a trailer: *Firstresult* (whether the first non-None answer ends the call),
+*Colour* (in trio's sense: whether the hook may wait, always "sync" here, and when it runs:
+assembly time, once per batch, or on an event) and *Since* (the version that added it).
 """
 
 from __future__ import annotations

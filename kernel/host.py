@@ -116,6 +116,13 @@ class PluginHost:
         for name in sorted(plugins):
             _reject_async_hookimpls(name, plugins[name])
             pm.register(plugins[name], name=name)
+            if not pm.get_hookcallers(plugins[name]):
+                raise PluginError(
+                    f"plugin {name!r} ({getattr(plugins[name], '__name__', type(plugins[name]).__name__)}) "
+                    "implements no trocket_ hook: a module listed in [broker] plugins must mark its "
+                    "hook functions with kernel.hookimpl (a typo in the dotted path loads a module "
+                    "that does nothing)"
+                )
         try:
             pm.check_pending()
         except pluggy.PluginValidationError as error:

@@ -47,6 +47,8 @@ class Watermark:
     """Waiters of :meth:`wait_reached_by` in deadline order (callers use one timeout, so
     appending keeps the order; an earlier deadline re-sorts, rarely)."""
     _new_deadline: trio.Event = attrs.field(factory=trio.Event, init=False)
+    _reapers: int = attrs.field(default=0, init=False)
+    """Tasks running :meth:`expire_overdue_waiters` (at least one must, for deadlines to hold)."""
 
     @property
     def value(self) -> int:
@@ -119,8 +121,9 @@ class Watermark:
 
     async def wait_reached_by(self, target: int, deadline: float) -> bool:
         """Like :meth:`wait_reached_or_timeout` with an absolute trio deadline, without a cancel
-        scope per call (the hot path of group commit: a scope costs more than the wait).
-        Return whether the target was reached. Needs :meth:`expire_overdue_waiters` running.
+        scope per call (the hot path of group commit: a scope costs more than the wait) while a
+        task runs :meth:`expire_overdue_waiters`; without one it falls back to a cancel scope,
+        so a deadline always holds. Return whether the target was reached.
 
         :raises WatermarkFailed: as :meth:`wait_reached`.
         """
@@ -129,6 +132,13 @@ class Watermark:
         if self._value >= target:
             await trio.lowlevel.checkpoint()
             return True
+        if not self._reapers:
+            # No expire_overdue_waiters task (not started, or not yet scheduled): a cancel scope
+            # keeps the deadline; slower, never wrong, so forgetting the reaper costs speed only.
+            with trio.move_on_at(deadline):
+                await self.wait_reached(target)
+                return True
+            return False
         event = trio.Event()
         entry = (target, next(self._counter), event)
         heapq.heappush(self._waiters, entry)
@@ -158,6 +168,13 @@ class Watermark:
     async def expire_overdue_waiters(self) -> None:
         """Wake :meth:`wait_reached_by` waiters whose deadline passed (they return False).
         Runs until cancelled, as a sibling of whatever advances the watermark."""
+        self._reapers += 1
+        try:
+            await self._expire_overdue_waiters()
+        finally:
+            self._reapers -= 1
+
+    async def _expire_overdue_waiters(self) -> None:
         while True:
             deadlines = self._deadlines
             while deadlines and deadlines[0][1].is_set():

@@ -51,8 +51,7 @@ class GroupCommitFlush:
         async with trio.open_nursery() as nursery:
             nursery.start_soon(self.store.positions.flushed.expire_overdue_waiters)
             task_status.started()
-            await self._flush_loop()
-            nursery.cancel_scope.cancel()
+            await self._flush_loop()  # runs until cancelled
 
     async def _flush_loop(self) -> None:
         while True:

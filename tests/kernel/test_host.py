@@ -231,3 +231,10 @@ def test_module_state_is_not_shared_between_hosts():
     one.stash.setdefault(key, []).append("broker one")
     assert key not in two.stash
     assert two.stash.get(key, []) == []
+
+
+def test_a_dotted_path_that_implements_no_hook_is_an_error():
+    """A typo in a dotted path can load a real but unrelated module; it must not start as a
+    silent empty plugin (issue 22, item 6)."""
+    with pytest.raises(PluginError, match=r"plugin 'json' \(json\) implements no trocket_ hook"):
+        PluginHost.load(["json"])

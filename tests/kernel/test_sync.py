@@ -91,3 +91,19 @@ async def test_deadline_wait_is_cancellable_and_fails_like_wait_reached():
     mark.fail(OSError("gone"))
     with pytest.raises(WatermarkFailed):
         await mark.wait_reached_by(10, trio.current_time() + 60)
+
+
+async def test_deadline_waits_hold_even_without_a_reaper_task(autojump_clock):
+    """Forgetting expire_overdue_waiters costs speed, never a deadline (issue 22, item 6)."""
+    mark = Watermark()
+    start = trio.current_time()
+    assert await mark.wait_reached_by(10, start + 3.0) is False
+    assert trio.current_time() == start + 3.0
+
+    async def advance_soon() -> None:
+        await trio.sleep(1.0)
+        mark.advance(10)
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(advance_soon)
+        assert await mark.wait_reached_by(10, trio.current_time() + 5.0) is True
