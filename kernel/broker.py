@@ -18,7 +18,6 @@ import attrs
 import trio
 
 from kernel import pull
-from kernel.abc import Dispatcher, FlushPolicy, MessageStore, Replicator
 from kernel.config import Config
 from kernel.context import BrokerContext
 from kernel.dispatch import DispatchService
@@ -39,6 +38,7 @@ from kernel.model import (
     StoreProvider,
     flatten,
 )
+from kernel.protocols import Dispatcher, FlushPolicy, MessageStore, Replicator
 from kernel.put import PutPipeline
 
 log = logging.getLogger(__name__)

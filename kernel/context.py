@@ -16,8 +16,8 @@ import pluggy
 from kernel.config import BrokerConfig, Config
 
 if TYPE_CHECKING:
-    from kernel.abc import MessageStore, Replicator
     from kernel.model import BrokerRole, GetResult, MessageBatch, PutResult
+    from kernel.protocols import MessageStore, Replicator
 
 T = TypeVar("T")
 

@@ -14,8 +14,8 @@ from typing import Any
 import attrs
 import trio
 
-from kernel.abc import Dispatcher, MessageStore
 from kernel.context import BrokerContext
+from kernel.protocols import Dispatcher, MessageStore
 from kernel.sync import Watermark
 
 log = logging.getLogger(__name__)

@@ -25,7 +25,6 @@ import pluggy
 from kernel.plugin import hookspec
 
 if TYPE_CHECKING:
-    from kernel.abc import Dispatcher, MessageStore
     from kernel.config import BrokerConfig
     from kernel.context import BrokerContext
     from kernel.model import (
@@ -43,6 +42,7 @@ if TYPE_CHECKING:
         ServiceSpec,
         StoreProvider,
     )
+    from kernel.protocols import Dispatcher, MessageStore
 
 
 # --------------------------------------------------------------------------------------------
@@ -168,7 +168,7 @@ def trocket_register_dispatchers(ctx: BrokerContext, store: MessageStore) -> Ite
 
     :param ctx: the broker context.
     :param store: the opened store (read it, do not append from here).
-    :returns: objects implementing :class:`~kernel.abc.Dispatcher`.
+    :returns: objects implementing :class:`~kernel.protocols.Dispatcher`.
 
     Firstresult: no.
     Colour: sync; assembly time.

@@ -14,8 +14,8 @@ from typing import TYPE_CHECKING, Any
 import attrs
 
 if TYPE_CHECKING:
-    from kernel.abc import AllocateStrategyFn, FlushPolicy, MessageStore, Replicator, Service
     from kernel.context import BrokerContext, BrokerRuntime
+    from kernel.protocols import AllocateStrategyFn, FlushPolicy, MessageStore, Replicator, Service
 
 # Reserved message property keys (RocketMQ's MessageConst).
 PROPERTY_KEYS = "KEYS"

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from collections.abc import Collection
 
-from kernel.abc import MessageStore
 from kernel.model import GetResult, GetStatus
+from kernel.protocols import MessageStore
 
 MAX_SCAN_ENTRIES = 16000
 """Entries inspected per pull at most, so a tag filter matching nothing cannot stall a pull."""

@@ -13,7 +13,6 @@ from typing import Any
 import attrs
 import trio
 
-from kernel.abc import FlushPolicy, MessageStore, Replicator
 from kernel.context import BrokerContext
 from kernel.errors import StoreNotWritable
 from kernel.model import (
@@ -29,6 +28,7 @@ from kernel.model import (
     Replication,
     encode_properties,
 )
+from kernel.protocols import FlushPolicy, MessageStore, Replicator
 from kernel.record import MAX_TOPIC_LENGTH
 
 log = logging.getLogger(__name__)

@@ -205,7 +205,7 @@ class Watermark:
 
 @attrs.define(eq=False)
 class LogPositions:
-    """The waitable positions of a commit log (see :class:`kernel.abc.LogPositions`)."""
+    """The waitable positions of a commit log (see :class:`kernel.protocols.LogPositions`)."""
 
     wrote: Watermark = attrs.field(factory=Watermark)
     flushed: Watermark = attrs.field(factory=Watermark)

@@ -1,4 +1,4 @@
-"""Behavioural conformance suite for :class:`~kernel.abc.MessageStore` providers.
+"""Behavioural conformance suite for :class:`~kernel.protocols.MessageStore` providers.
 
 Like ``trio.testing.check_one_way_stream``: a store plugin calls
 ``await check_message_store(open_store)`` from its own tests, where ``open_store()`` returns an
@@ -13,8 +13,8 @@ from contextlib import AbstractAsyncContextManager
 from typing import Any
 
 from kernel import pull, record
-from kernel.abc import BufferedStore, MessageStore
 from kernel.model import GetStatus, Message, tags_code
+from kernel.protocols import BufferedStore, MessageStore
 from kernel.testing.helpers import dispatch_all
 
 StoreOpener = Callable[[], AbstractAsyncContextManager[Any]]

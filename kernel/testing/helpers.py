@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from kernel.abc import BufferedStore, MessageStore
 from kernel.config import Config, config_from_tables
 from kernel.context import BrokerContext
 from kernel.host import PluginHost
+from kernel.protocols import BufferedStore, MessageStore
 
 
 async def dispatch_all(store: MessageStore) -> None:

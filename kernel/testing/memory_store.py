@@ -1,4 +1,4 @@
-"""An in-memory reference :class:`~kernel.abc.MessageStore`, registered as store ``"memory"``.
+"""An in-memory reference :class:`~kernel.protocols.MessageStore`, registered as store ``"memory"``.
 
 It keeps records in the RocketMQ v1 layout in one ``bytearray`` and its consume queues in
 lists, so pipelines, lifecycle and plugins can be tested without files. It is also the

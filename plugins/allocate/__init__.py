@@ -25,8 +25,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from kernel import AllocateStrategy, hookimpl
-from kernel.abc import AllocateStrategyFn
 from kernel.model import MessageQueue
+from kernel.protocols import AllocateStrategyFn
 from plugins.allocate.strategies import (
     DEFAULT_VIRTUAL_NODES,
     averagely,

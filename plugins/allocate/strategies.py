@@ -12,8 +12,8 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Collection, Sequence
 
-from kernel.abc import AllocateStrategyFn
 from kernel.model import MessageQueue
+from kernel.protocols import AllocateStrategyFn
 from plugins.allocate.hash_ring import HashRing
 
 DEFAULT_VIRTUAL_NODES = 10

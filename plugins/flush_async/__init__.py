@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from kernel import BrokerContext, ConfigSection, FlushPolicyProvider, hookimpl
-from kernel.abc import MessageStore
+from kernel.protocols import MessageStore
 from kernel.units import format_duration
 from plugins.flush_async.config import FlushAsyncConfig
 from plugins.flush_async.policy import IntervalFlush

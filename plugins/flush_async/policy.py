@@ -17,9 +17,9 @@ import attrs
 import trio
 import trio.lowlevel
 
-from kernel.abc import BufferedStore, MessageStore
 from kernel.errors import FlushError
 from kernel.model import AppendResult, Durability
+from kernel.protocols import BufferedStore, MessageStore
 
 log = logging.getLogger(__name__)
 

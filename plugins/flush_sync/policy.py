@@ -13,9 +13,9 @@ from typing import Any
 import attrs
 import trio
 
-from kernel.abc import MessageStore
 from kernel.errors import FlushError, WatermarkFailed
 from kernel.model import AppendResult, Durability
+from kernel.protocols import MessageStore
 
 log = logging.getLogger(__name__)
 

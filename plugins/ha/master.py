@@ -16,8 +16,8 @@ from typing import Any
 import attrs
 import trio
 
-from kernel.abc import MessageStore, ReplicableStore
 from kernel.errors import OffsetOutOfRange
+from kernel.protocols import MessageStore, ReplicableStore
 from kernel.remoting.server import format_address
 from kernel.sync import Watermark
 from plugins.ha.config import HaConfig

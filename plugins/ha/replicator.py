@@ -15,10 +15,10 @@ from typing import Any
 import attrs
 import trio
 
-from kernel.abc import MessageStore, ReplicableStore
 from kernel.context import BrokerContext
 from kernel.errors import ConfigError
 from kernel.model import AppendResult, BrokerRole, Replication
+from kernel.protocols import MessageStore, ReplicableStore
 from plugins.ha.config import HaConfig
 from plugins.ha.master import HaServer, SlaveStatistics
 from plugins.ha.slave import HaClient, SlaveSideStatistics

@@ -15,8 +15,8 @@ from typing import Any
 import attrs
 import trio
 
-from kernel.abc import ReplicableStore
 from kernel.errors import ReplicaMismatch, StoreNotWritable
+from kernel.protocols import ReplicableStore
 from plugins.ha.config import HaConfig
 from plugins.ha.wire import HaFrameError, TransferDecoder, encode_report
 

@@ -9,9 +9,9 @@ from collections.abc import Sequence
 import attrs
 
 from kernel import record
-from kernel.abc import MessageStore
 from kernel.context import BrokerRuntime
 from kernel.model import MessageBatch, PutStatus, QueueEntry
+from kernel.protocols import MessageStore
 from plugins.retry_dlq.parking import unpark
 
 log = logging.getLogger(__name__)

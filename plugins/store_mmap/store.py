@@ -1,5 +1,5 @@
 """MmapStore: the commit log, consume queues, checkpoint and lock behind the kernel's
-:class:`~kernel.abc.MessageStore` Protocol.
+:class:`~kernel.protocols.MessageStore` Protocol.
 
 Directory layout (RocketMQ's): ``<root>/commitlog/<20-digit offset>``,
 ``<root>/consumequeue/<topic>/<queueId>/<20-digit offset>``, ``<root>/checkpoint``,
@@ -156,7 +156,7 @@ class MmapStore:
             self.checkpoint.physic_timestamp = max(self.checkpoint.physic_timestamp, covered_ts)
             return self.positions.flushed.value
 
-    # --- replication (kernel.abc.ReplicableStore) ----------------------------------------------
+    # --- replication (kernel.protocols.ReplicableStore) ----------------------------------------------
 
     def read_raw(self, offset: int, max_bytes: int) -> bytes:
         return self.commit_log.read_raw(offset, max_bytes)

@@ -9,7 +9,7 @@ from kernel.model import PutStatus
 from kernel.remoting import RemotingCommand, ResponseCode
 
 if TYPE_CHECKING:
-    from kernel.abc import QueryableStore
+    from kernel.protocols import QueryableStore
     from plugins.remoting.service import BrokerNetwork
 
 PUT_STATUS_CODES: dict[PutStatus, int] = {
@@ -67,7 +67,7 @@ _LOOKUPS = ("read_record_at", "query_by_key", "store_time", "offset_by_time")
 
 
 def queryable(net: BrokerNetwork) -> QueryableStore:
-    """The broker's store as a :class:`~kernel.abc.QueryableStore`, or a SYSTEM_ERROR problem
+    """The broker's store as a :class:`~kernel.protocols.QueryableStore`, or a SYSTEM_ERROR problem
     naming the store when it offers no lookups (a third-party store may not)."""
     store = net.runtime.store
     if not all(hasattr(store, name) for name in _LOOKUPS):

@@ -6,10 +6,10 @@ from __future__ import annotations
 import functools
 from collections.abc import Mapping
 
-from kernel.abc import AllocateStrategyFn
 from kernel.errors import PluginError
 from kernel.host import PluginHost
 from kernel.plugin import available_plugins
+from kernel.protocols import AllocateStrategyFn
 from trocket.client.errors import ClientError
 
 

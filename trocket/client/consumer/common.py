@@ -11,7 +11,7 @@ from pathlib import Path
 import attrs
 import trio
 
-from kernel.abc import AllocateStrategyFn
+from kernel.protocols import AllocateStrategyFn
 from kernel.subscription import Subscription
 from trocket.client.consumer.allocation import resolve_strategy
 from trocket.client.consumer.modes import ConsumeFromWhere, MessageModel

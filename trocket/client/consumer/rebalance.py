@@ -12,8 +12,8 @@ import time
 
 import attrs
 
-from kernel.abc import AllocateStrategyFn
 from kernel.model import MessageQueue
+from kernel.protocols import AllocateStrategyFn
 from kernel.remoting import RequestCode, ResponseCode
 from trocket.client.consumer.modes import ConsumeFromWhere, MessageModel
 from trocket.client.consumer.offset_store import UNKNOWN, OffsetStore
