@@ -1,5 +1,6 @@
 """Consumers choose their allocate strategy by name: built-in ones, with options, and a
-third-party one installed through the ``trocket.plugins`` entry-point group."""
+third-party one installed through the ``trocket.allocate_strategies`` entry-point group (read
+by the client alone: a broken broker plugin installed beside it does not matter)."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ def _install_by_parity(tmp_path, monkeypatch) -> None:
     (tmp_path / "parity_strategy.py").write_text(
         textwrap.dedent(
             """
-            from kernel import AllocateStrategy, hookimpl
+            from kernel import AllocateStrategy
 
             def by_parity(group, current_id, queues, consumer_ids):
                 if current_id not in consumer_ids[:2]:
@@ -23,16 +24,18 @@ def _install_by_parity(tmp_path, monkeypatch) -> None:
                 parity = consumer_ids.index(current_id)
                 return [q for q in queues if q.queue_id % 2 == parity]
 
-            @hookimpl
-            def trocket_register_allocate_strategies():
-                return [AllocateStrategy("by_parity", by_parity, "even/odd split")]
+            BY_PARITY = AllocateStrategy("by_parity", by_parity, "even/odd split")
             """
         )
     )
     dist = tmp_path / "parity_strategy-1.0.dist-info"
     dist.mkdir()
     (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: parity-strategy\nVersion: 1.0\n")
-    (dist / "entry_points.txt").write_text("[trocket.plugins]\nparity = parity_strategy\n")
+    (dist / "entry_points.txt").write_text(
+        "[trocket.allocate_strategies]\nparity = parity_strategy:BY_PARITY\n"
+        # a broker plugin that cannot even be imported: consumers must not care
+        "[trocket.plugins]\nbroken = no_such_module_anywhere\n"
+    )
     monkeypatch.syspath_prepend(str(tmp_path))
 
 

@@ -1,32 +1,51 @@
-"""Choosing a consumer's queue-allocation strategy by name, from every plugin installed in the
-``trocket.plugins`` entry-point group (the built-in ``allocate`` plugin and third-party ones)."""
+"""Choosing a consumer's queue-allocation strategy by name.
+
+Strategies come from the ``trocket.allocate_strategies`` entry-point group, which the client
+reads alone: each entry point names an ``AllocateStrategy`` or a sequence of them (the built-in
+``allocate`` plugin declares its six). The client never loads broker plugins, so a broken or
+heavy broker plugin installed beside it cannot break a consumer; a strategy entry point that
+fails to load is reported only to a consumer that asks for one of its names.
+"""
 
 from __future__ import annotations
 
 import functools
 from collections.abc import Mapping
+from importlib.metadata import entry_points
 
-from kernel.errors import PluginError
-from kernel.host import PluginHost
-from kernel.plugin import available_plugins
+from kernel.model import AllocateStrategy
 from kernel.protocols import AllocateStrategyFn
 from trocket.client.errors import ClientError
 
-
-def _installed() -> dict[str, object]:
-    """Strategy name → ``AllocateStrategy`` of the installed plugins."""
-    return _strategies_of(tuple(sorted(available_plugins().items())))
+STRATEGY_GROUP = "trocket.allocate_strategies"
 
 
 @functools.cache
-def _strategies_of(plugins: tuple[tuple[str, str], ...]) -> dict[str, object]:
-    """Loaded once per set of installed plugins (a plugin installed later is found)."""
-    host = PluginHost.load([name for name, _ in plugins])
-    return {provided.name: provided.provider for provided in host.allocate_strategies()}
+def _load(group_entries: tuple[tuple[str, str], ...]) -> tuple[dict[str, AllocateStrategy], dict[str, str]]:
+    """(name → strategy, entry point → why it failed), once per set of installed entry points."""
+    found: dict[str, AllocateStrategy] = {}
+    broken: dict[str, str] = {}
+    for ep in entry_points(group=STRATEGY_GROUP):
+        try:
+            loaded = ep.load()
+        except (ImportError, AttributeError) as error:
+            broken[ep.name] = f"{ep.value}: {type(error).__name__}: {error}"
+            continue
+        for strategy in loaded if isinstance(loaded, list | tuple) else (loaded,):
+            if not isinstance(strategy, AllocateStrategy):
+                broken[ep.name] = f"{ep.value} is {strategy!r}, not an AllocateStrategy"
+                continue
+            found[strategy.name] = strategy
+    return found, broken
+
+
+def _installed() -> tuple[dict[str, AllocateStrategy], dict[str, str]]:
+    group = tuple(sorted((ep.name, ep.value) for ep in entry_points(group=STRATEGY_GROUP)))
+    return _load(group)
 
 
 def installed_strategies() -> list[str]:
-    return sorted(_installed())
+    return sorted(_installed()[0])
 
 
 def resolve_strategy(
@@ -35,23 +54,24 @@ def resolve_strategy(
     """The allocate function for a consumer: a name (with its options) or a function given
     directly.
 
-    :raises ClientError: an unknown name (listing the installed ones) or bad options.
+    :raises ClientError: an unknown name (listing the installed ones and any entry point that
+        failed to load) or bad options.
     """
     if callable(strategy):
         if options:
             raise ClientError("allocate options apply to a strategy chosen by name, not to a function")
         return strategy
-    try:
-        installed = _installed()
-    except PluginError as error:
-        raise ClientError(f"cannot load the installed trocket plugins to find strategies: {error}") from None
+    installed, broken = _installed()
     provider = installed.get(strategy)
     if provider is None:
+        failed = "".join(
+            f"; entry point {name} failed to load ({why})" for name, why in sorted(broken.items())
+        )
         raise ClientError(
             f"unknown allocate strategy {strategy!r}; installed: {', '.join(sorted(installed)) or 'none'} "
-            "(strategies come from plugins in the trocket.plugins entry-point group)"
+            f"(strategies come from the {STRATEGY_GROUP} entry-point group){failed}"
         )
     try:
-        return provider.bind(dict(options or {}))  # type: ignore[attr-defined,no-any-return]
+        return provider.bind(dict(options or {}))
     except ValueError as error:
         raise ClientError(str(error)) from None
