@@ -103,3 +103,22 @@ def test_properties_check_reports_every_problem_too(tmp_path):
     result = trocket("config", "check", str(path))
     assert result.returncode == 2 and "3 problems" in result.stderr
     assert "  - listenPort:" in result.stderr and "  - noSuchKey:" in result.stderr
+
+
+def test_commands_come_from_plugins_and_a_broken_one_explains_itself(tmp_path, monkeypatch, capsys):
+    """``trocket export`` is the spark_export plugin's contribution (entry-point group
+    ``trocket.commands``); a command whose plugin cannot load costs that command only."""
+    dist = tmp_path / "broken_cmd-1.0.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: broken-cmd\nVersion: 1.0\n")
+    (dist / "entry_points.txt").write_text(
+        "[trocket.commands]\nwobble = no_such_module_anywhere:add_parsers\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    from trocket.cli import main
+
+    assert main(["wobble"]) == 2
+    assert "command 'wobble' is unavailable: its plugin failed to load" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exit_info:
+        main(["export", "--help"])
+    assert exit_info.value.code == 0 and "usage: trocket export" in capsys.readouterr().out

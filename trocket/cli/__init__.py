@@ -13,7 +13,7 @@ import sys
 from collections.abc import Sequence
 
 from kernel.errors import TrocketError
-from trocket.cli import admin_commands, client_commands, export_commands, inspect_commands, run_commands
+from trocket.cli import admin_commands, client_commands, inspect_commands, plugin_commands, run_commands
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -26,7 +26,7 @@ def build_parser() -> argparse.ArgumentParser:
     inspect_commands.add_parsers(sub)
     admin_commands.add_parsers(sub)
     client_commands.add_parsers(sub)
-    export_commands.add_parsers(sub)
+    plugin_commands.add_parsers(sub)
     return parser
 
 

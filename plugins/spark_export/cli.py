@@ -1,4 +1,5 @@
-"""``trocket export``: topics to Parquet through Spark (the spark_export plugin's job).
+"""``trocket export``: topics to Parquet through Spark, a command this plugin contributes to the
+``trocket`` CLI through the ``trocket.commands`` entry-point group (the CLI never imports it).
 
 ``--to`` is used twice, as in ``trocket export --topic T --to parquet out/ --from earliest --to
 2026-01-01T00:00``: two values name the output (format and path), one value is where to stop.
