@@ -5,16 +5,13 @@ RocketMQ defines that Trocket does not use are named as ignored; typos get a sug
 from __future__ import annotations
 
 import signal
-import subprocess
-import sys
 
 import pytest
 
 from kernel import Broker, load_config
 from kernel.errors import ConfigError
-from tests.interop.conftest import subprocess_env
 from tests.network.conftest import free_port
-from tests.support import write
+from tests.support import start_trocket, write
 
 # RocketMQ's conf/broker.conf as shipped (its Apache licence header is a comment block).
 BROKER_CONF = """
@@ -106,19 +103,7 @@ def test_trocket_broker_starts_from_the_shipped_conf(tmp_path):
         )
     )
     path = write(tmp_path, "broker.conf", text)
-    process = subprocess.Popen(
-        [sys.executable, "-m", "trocket", "broker", "-c", str(path)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        env=subprocess_env(),
-    )
-    assert process.stdout is not None
-    lines = []
-    for line in process.stdout:
-        lines.append(line)
-        if line.startswith("ready") or len(lines) > 300:
-            break
+    process, lines = start_trocket("broker", "-c", str(path))
     process.send_signal(signal.SIGTERM)
     rest, _ = process.communicate(timeout=60)
     output = "".join(lines) + rest

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from tests.cli.test_up import REPO
+from tests.support import start_trocket
 
 CONFIGS = sorted((REPO / "conf").glob("2m-2s-*/*.properties"))
 ENV = {"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"}
@@ -39,20 +40,7 @@ def test_there_are_sync_and_async_pairs():
 
 
 def test_up_ha_runs_a_master_and_a_slave_that_replicates(tmp_path):
-    process = subprocess.Popen(
-        [sys.executable, "-m", "trocket", "up", "--ha", "sync"],
-        cwd=tmp_path,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        env=ENV,
-    )
-    assert process.stdout is not None
-    lines = []
-    for line in process.stdout:
-        lines.append(line)
-        if line.startswith("ready") or len(lines) > 500:
-            break
+    process, lines = start_trocket("up", "--ha", "sync", cwd=tmp_path)
     try:
         assert any("role=SYNC_MASTER" in line for line in lines) and any(
             "role=SLAVE" in line for line in lines
