@@ -152,6 +152,9 @@ class SlaveConnection:
             if not frames:
                 if trio.current_time() - last_write >= heartbeat:
                     frames.append(encode_header(offset, 0))
+                elif offset < wrote.value:
+                    await trio.sleep(0.001)  # visible but not yet readable (a commit in flight)
+                    continue
                 else:
                     with trio.move_on_at(last_write + heartbeat):
                         await wrote.wait_reached(offset + 1)
