@@ -6,6 +6,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -36,3 +37,35 @@ def start_trocket(*args: str, cwd: Path | None = None) -> tuple[subprocess.Popen
         if line.startswith("ready") or len(lines) > 500:
             break
     return process, lines
+
+
+def start_logged(name: str, args: list[str], log: Path, *, fresh: bool = True) -> subprocess.Popen[str]:
+    """``python -m trocket ARGS`` writing to ``log`` (emptied first when ``fresh``, appended to
+    for a restart); returns once the new process printed its ready line.
+
+    :raises AssertionError: with the log, when it exits or is not ready within 60 s.
+    """
+    if fresh:
+        log.unlink(missing_ok=True)
+    before = _readies(log)
+    with log.open("a") as out:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "trocket", *args],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            text=True,
+            env={**os.environ, "PYTHONPATH": str(REPO)},
+        )
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if _readies(log) > before:
+            return process
+        if process.poll() is not None:
+            break
+        time.sleep(0.05)
+    process.kill()
+    raise AssertionError(f"{name} did not start:\n{log.read_text()}")
+
+
+def _readies(log: Path) -> int:
+    return log.read_text().count("ready (Ctrl-C") if log.exists() else 0

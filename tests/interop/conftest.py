@@ -7,7 +7,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -15,6 +14,7 @@ import attrs
 import pytest
 
 from tests.network.conftest import free_port
+from tests.support import start_logged
 
 REPO = Path(__file__).resolve().parents[2]
 CPP_CLIENT = Path(__file__).with_name("cpp_client.py")
@@ -108,25 +108,10 @@ listen_port = {namesrv_port}
 """
     )
     log = tmp_path / "broker.log"
-    with log.open("w") as out:
-        process = subprocess.Popen(
-            [sys.executable, "-m", "trocket", "up", "-c", str(config)],
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            text=True,
-            env=subprocess_env(),
-        )
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        if "ready" in log.read_text():
-            return RunningBroker(
-                process, f"127.0.0.1:{namesrv_port}", f"127.0.0.1:{broker_port}", tmp_path / "data", log
-            )
-        if process.poll() is not None:
-            break
-        time.sleep(0.05)
-    process.kill()
-    raise AssertionError("broker did not start:\n" + log.read_text())
+    process = start_logged("broker", ["up", "-c", str(config)], log)
+    return RunningBroker(
+        process, f"127.0.0.1:{namesrv_port}", f"127.0.0.1:{broker_port}", tmp_path / "data", log
+    )
 
 
 @pytest.fixture

@@ -7,7 +7,6 @@ import json
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -16,6 +15,7 @@ import attrs
 
 from tests.interop.conftest import subprocess_env
 from tests.network.conftest import free_port
+from tests.support import start_logged
 
 
 @attrs.define
@@ -45,31 +45,6 @@ class Process:
         return self.log.read_text()
 
 
-def _start(name: str, args: list[str], log: Path) -> subprocess.Popen[str]:
-    before = _readies(log)
-    with log.open("a") as out:
-        process = subprocess.Popen(
-            [sys.executable, "-m", "trocket", *args],
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            text=True,
-            env=subprocess_env(),
-        )
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        if _readies(log) > before:
-            return process
-        if process.poll() is not None:
-            break
-        time.sleep(0.05)
-    process.kill()
-    raise AssertionError(f"{name} did not start:\n{log.read_text()}")
-
-
-def _readies(log: Path) -> int:
-    return log.read_text().count("ready (Ctrl-C") if log.exists() else 0
-
-
 @attrs.define
 class HaCluster:
     """``start_namesrv`` then ``start_broker`` for a master and slaves; everything is stopped
@@ -84,7 +59,9 @@ class HaCluster:
         config = self.root / "namesrv.toml"
         config.write_text(f"[namesrv]\nlisten_port = {port}\n")
         log = self.root / "namesrv.log"
-        process = Process("namesrv", _start("namesrv", ["namesrv", "-c", str(config)], log), log)
+        process = Process(
+            "namesrv", start_logged("namesrv", ["namesrv", "-c", str(config)], log, fresh=False), log
+        )
         self.namesrv_addr = f"127.0.0.1:{port}"
         self.processes.append(process)
         return process
@@ -139,7 +116,13 @@ reconnect_interval = "500ms"
     def run_broker(self, name: str, config: Path, addr: str, ha_addr: str, data_dir: Path) -> Process:
         log = self.root / f"{name}.log"
         process = Process(
-            name, _start(name, ["broker", "-c", str(config)], log), log, addr, ha_addr, data_dir, config
+            name,
+            start_logged(name, ["broker", "-c", str(config)], log, fresh=False),
+            log,
+            addr,
+            ha_addr,
+            data_dir,
+            config,
         )
         self.processes.append(process)
         return process
