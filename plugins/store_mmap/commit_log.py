@@ -255,15 +255,18 @@ class CommitLog:
         :raises StoreNotWritable: the store refuses writes, or a file cannot be created.
         """
         held = self.append_end
-        if offset != held:
+        empty = not self.files.files  # starts wherever the master's oldest file does
+        if offset != held and not empty:
             raise ReplicaMismatch(f"the master sent bytes for offset {offset}; this log ends at {held}")
         if self.read_only_reason or self.disk_full_reason:
             raise StoreNotWritable(self.read_only_reason or self.disk_full_reason)
-        if not self.files.files and offset % self.file_size:
+        if empty and offset % self.file_size:
             raise ReplicaMismatch(
                 f"the master's log starts at {offset}, not at a multiple of this log's file size "
                 f"{self.file_size}: commit_log_file_size must be the same on master and slave"
             )
+        if empty and offset != held:
+            self.reset_end(offset)  # this log begins where the master's oldest file does
         view = memoryview(data)
         pieces: list[tuple[MappedFile, memoryview]] = []
         try:

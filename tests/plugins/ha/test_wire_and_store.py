@@ -88,3 +88,27 @@ async def test_a_replica_with_another_file_size_is_refused(tmp_path):
                     data = master.read_raw(offset, 60 * 1024)
                     await slave.append_raw(offset, data)
                     offset += len(data)
+
+
+async def test_an_empty_replica_starts_where_a_trimmed_master_log_starts(tmp_path):
+    """A master whose oldest files were deleted (retention) starts a new slave at its oldest
+    file, not at 0: the empty replica's log begins there."""
+    size = 64 * 1024
+    async with opened(tmp_path / "m", commit_log_file_size=size) as (master, _):
+        for i in range(60):
+            await master.append([Message("T", f"m{i}-{j}".encode() * 9, queue_id=0) for j in range(20)])
+        master.delete_log_head(1)
+        oldest, end = master.watermarks().min_offset, master.positions.wrote.value
+        assert oldest == size
+        async with opened(tmp_path / "s", commit_log_file_size=size) as (slave, _):
+            offset = oldest
+            while offset < end:
+                data = master.read_raw(offset, 32 * 1024)
+                assert await slave.append_raw(offset, data) == offset + len(data)
+                offset += len(data)
+            assert slave.watermarks().min_offset == oldest and slave.positions.wrote.value == end
+            records, after = await slave.read_log(oldest, end=end, max_bytes=1 << 30)
+            assert after == end and records[0].physical_offset == oldest
+            with pytest.raises(ReplicaMismatch, match="not at a multiple"):
+                async with opened(tmp_path / "t", commit_log_file_size=size) as (other, _):
+                    await other.append_raw(oldest + 8, b"x" * 8)
