@@ -83,24 +83,23 @@ def validate(batch: MessageBatch, max_message_size: int) -> Rejection | None:
     return None
 
 
-def _unscheduled_delay(batch: MessageBatch) -> Rejection | None:
-    """A delayed message that no plugin parked in the schedule topic would be delivered at
-    once: refuse it instead of silently ignoring the delay."""
+def _unhandled(batch: MessageBatch) -> Rejection | None:
+    """A message asking for something no loaded plugin took care of would be delivered at
+    once, which is wrong either way, so it is refused instead (one pass over the batch):
+
+    - a delay no plugin parked in the schedule or timer topic;
+    - a transactional half message no plugin moved to the half topic (it would be visible
+      before its producer commits or rolls back).
+    """
     for message in batch.messages:
-        if message.topic not in PARKING_TOPICS and message.wants_delay:
+        topic = message.topic
+        if topic not in PARKING_TOPICS and message.wants_delay:
             return Rejection(
                 PutStatus.SERVICE_NOT_AVAILABLE,
                 "delayed delivery is not enabled on this broker: add the retry_dlq plugin to "
                 "[broker] plugins",
             )
-    return None
-
-
-def _unhandled_prepared(batch: MessageBatch) -> Rejection | None:
-    """A transactional half message that no plugin moved to the half topic would be delivered
-    at once, before its producer commits or rolls back: refuse it instead."""
-    for message in batch.messages:
-        if message.topic != TRANSACTION_HALF_TOPIC and message.is_prepared:
+        if topic != TRANSACTION_HALF_TOPIC and message.is_prepared:
             return Rejection(
                 PutStatus.MESSAGE_ILLEGAL,
                 "transactional (prepared) messages are not supported by this broker: no loaded "
@@ -142,7 +141,7 @@ class PutPipeline:
         if rejection is None and self._before_append is not None:
             rejection = self._before_append(batch=batch, ctx=self.ctx)
         if rejection is None:
-            rejection = _unscheduled_delay(batch) or _unhandled_prepared(batch)
+            rejection = _unhandled(batch)
         if rejection is not None:
             result = PutResult(rejection.status, None, rejection.remark)
         else:

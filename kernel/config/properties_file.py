@@ -142,7 +142,6 @@ MAPPINGS: dict[str, PropertyMapping] = {
         "remoting", "channel_max_idle_time", _seconds, "seconds"
     ),
     "syncFlushTimeout": PropertyMapping("flush_sync", "timeout", _millis, "milliseconds"),
-    "syncFlushTimeout@ha": PropertyMapping("ha", "sync_timeout", _millis, "milliseconds"),
     "haListenPort": PropertyMapping("ha", "listen_port", _integer, "a TCP port"),
     "haMasterAddress": PropertyMapping("ha", "master_address", _text, "the master's host:haListenPort"),
     "haTransferBatchSize": PropertyMapping("ha", "transfer_batch_size", _integer, "bytes"),
@@ -166,6 +165,12 @@ MAPPINGS: dict[str, PropertyMapping] = {
         "remoting", "auto_create_subscription_group", _boolean, "true|false"
     ),
 }
+
+SECOND_TARGETS: dict[str, PropertyMapping] = {
+    "syncFlushTimeout": PropertyMapping("ha", "sync_timeout", _millis, "milliseconds"),
+}
+"""Keys RocketMQ reads in two places: ``syncFlushTimeout`` bounds the flush wait and the slave
+wait of a SYNC_MASTER."""
 
 _FLUSH_PLUGIN = {"sync": "flush_sync", "async": "flush_async"}
 
@@ -201,7 +206,7 @@ def _split_assignment(line: str) -> tuple[str, str, str]:
 
 def _unknown_key(key: str) -> str:
     """An error for a key neither Trocket nor RocketMQ defines, with the closest names."""
-    supported = sorted(k for k in MAPPINGS if "@" not in k)
+    supported = sorted(MAPPINGS)
     close = difflib.get_close_matches(key, sorted({*supported, *ROCKETMQ_KEYS}), n=3, cutoff=0.75)
     hint = f"did you mean {' or '.join(close)}? " if close else ""
     return (
@@ -224,12 +229,11 @@ def load_properties(path: Path, *, lenient: bool = False) -> Config:
         if mapping is None and key in ROCKETMQ_KEYS:
             ignored.append(key)  # a RocketMQ setting Trocket has no use for: start anyway
             continue
-        if mapping is None or "@" in key:
+        if mapping is None:
             errors.append(ConfigError(source, key, _unknown_key(key)))
             continue
-        # A key RocketMQ reads in two places (syncFlushTimeout bounds the flush and the slave
-        # wait) has a second mapping under "key@section".
-        for target in (m for k, m in MAPPINGS.items() if k == key or k.startswith(key + "@")):
+        second = SECOND_TARGETS.get(key)
+        for target in (mapping, second) if second else (mapping,):
             try:
                 value = target.convert(raw)
             except ValueError as error:
@@ -263,8 +267,7 @@ def load_properties(path: Path, *, lenient: bool = False) -> Config:
         if section in plugins:
             kept[section] = values
         else:
-            keys = ", ".join(
-                k.split("@")[0] for k, m in MAPPINGS.items() if m.section == section and m.key in values
-            )
+            targets = [*MAPPINGS.items(), *SECOND_TARGETS.items()]
+            keys = ", ".join(k for k, m in targets if m.section == section and m.key in values)
             notes.append(f"{keys}: applies to plugin {section!r}, which this broker does not load")
     return attrs.evolve(config, sections=kept, notes=tuple(notes), problems=(*errors, *config.problems))

@@ -20,6 +20,19 @@ def format_address(sockaddr: object) -> str:
     return str(sockaddr)
 
 
+async def open_listeners(name: str, host: str, port: int) -> tuple[list[trio.SocketListener], int]:
+    """TCP listeners on ``host:port`` (0 picks a free port) and the port bound.
+
+    :raises OSError: naming the server and address ("broker: cannot listen on ...: Address
+        already in use"), so a port clash at start is one clear line.
+    """
+    try:
+        listeners = await trio.open_tcp_listeners(port, host=host)
+    except OSError as error:
+        raise OSError(error.errno, f"{name}: cannot listen on {host}:{port}: {error.strerror}") from None
+    return listeners, int(listeners[0].socket.getsockname()[1])
+
+
 @attrs.define(eq=False)
 class RemotingServer:
     """Listens on ``host:port`` and serves every connection with ``router``.
@@ -45,13 +58,7 @@ class RemotingServer:
 
     async def run(self, *, task_status: trio.TaskStatus[RemotingServer] = trio.TASK_STATUS_IGNORED) -> None:
         """Listen until cancelled; ``task_status.started`` once the socket is bound."""
-        try:
-            listeners = await trio.open_tcp_listeners(self.port, host=self.host)
-        except OSError as error:
-            raise OSError(
-                error.errno, f"{self.name}: cannot listen on {self.host}:{self.port}: {error.strerror}"
-            ) from None
-        self.port = listeners[0].socket.getsockname()[1]
+        listeners, self.port = await open_listeners(self.name, self.host, self.port)
         log.info("%s listening on %s", self.name, self.address)
         async with trio.open_nursery() as nursery:
             task_status.started(self)

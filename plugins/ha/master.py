@@ -18,7 +18,7 @@ import trio
 
 from kernel.errors import OffsetOutOfRange
 from kernel.protocols import MessageStore, ReplicableStore
-from kernel.remoting.server import format_address
+from kernel.remoting.server import format_address, open_listeners
 from kernel.sync import Watermark
 from plugins.ha.config import HaConfig
 from plugins.ha.wire import HaFrameError, ReportDecoder, encode_header
@@ -106,13 +106,12 @@ class SlaveConnection:
 
     async def _write_frames(self, scope: trio.CancelScope) -> None:
         await self._reported.wait()
-        start = self.server.start_offset(self.ack_offset)
-        if isinstance(start, str):
+        start, refusal = self.server.start_offset(self.ack_offset)
+        if refusal:
             # No data for this slave: tell it where the master's log is (the slave logs the
             # mismatch on its side), then close.
-            where, reason = self.server.log_bounds_for_refusal(self.ack_offset), start
-            await self._send_quietly(encode_header(where, 0))
-            self._close(scope, reason, error=True)
+            await self._send_quietly(encode_header(start, 0))
+            self._close(scope, refusal, error=True)
             return
         log.info(
             "HA: slave %s reported offset %d; transferring from %d", self.address, self.ack_offset, start
@@ -192,7 +191,6 @@ class HaServer:
     acked: Watermark = attrs.field(factory=Watermark, init=False)
     """The highest offset any connected slave holds (``push2SlaveMaxOffset``)."""
     connections: list[SlaveConnection] = attrs.field(factory=list, init=False)
-    refused: int = attrs.field(default=0, init=False)
 
     @property
     def address(self) -> str:
@@ -200,13 +198,7 @@ class HaServer:
 
     async def run(self, *, task_status: trio.TaskStatus[Any] = trio.TASK_STATUS_IGNORED) -> None:
         """Accept slaves until cancelled; ``started`` once listening (the bound port is known)."""
-        try:
-            listeners = await trio.open_tcp_listeners(self.port, host=self.host)
-        except OSError as error:
-            raise OSError(
-                error.errno, f"ha: cannot listen on {self.host}:{self.port} (haListenPort): {error.strerror}"
-            ) from None
-        self.port = listeners[0].socket.getsockname()[1]
+        listeners, self.port = await open_listeners("ha (haListenPort)", self.host, self.port)
         log.info("HA service listening on %s", self.address)
         async with trio.open_nursery() as nursery:
             nursery.start_soon(self.acked.expire_overdue_waiters)
@@ -224,34 +216,29 @@ class HaServer:
             with trio.CancelScope(shield=True):
                 await trio.aclose_forcefully(stream)
 
-    def start_offset(self, reported: int) -> int | str:
-        """Where a slave that holds ``reported`` bytes continues, or why it cannot.
+    def start_offset(self, reported: int) -> tuple[int, str]:
+        """Where a slave that holds ``reported`` bytes continues, with "" as the reason; or, when it cannot,
+        where this log is (its end for a slave ahead of it, its oldest offset for one behind
+        it: the offset the refusal's empty frame carries) and why.
 
         A new slave (0) copies from this log's oldest file, so it ends byte-identical to the
         master (RocketMQ 4.x would start at the last file and leave the slave without history).
         """
         wrote = self.store.positions.wrote.value
-        oldest = self.store.watermarks().min_offset
+        oldest = self.store.watermarks().min_offset if wrote else 0
         if reported > wrote:
-            return (
+            return wrote, (
                 f"the slave holds {reported} bytes, more than this master's {wrote}: it is ahead of its "
                 "master (a former master of another log, or a master that lost data); no data sent"
             )
         if reported == 0:
-            return oldest if wrote else 0
+            return oldest, ""
         if reported < oldest:
-            return (
+            return oldest, (
                 f"the slave holds {reported} bytes but this master's oldest file starts at {oldest}: "
                 "the bytes in between were deleted; empty the slave's store to copy from the oldest file"
             )
-        return reported
-
-    def log_bounds_for_refusal(self, reported: int) -> int:
-        """The offset a refusal's empty frame carries: the master's end for a slave ahead of it,
-        the master's oldest offset for one behind it."""
-        if reported > self.store.positions.wrote.value:
-            return self.store.positions.wrote.value
-        return self.store.watermarks().min_offset
+        return reported, ""
 
     def acknowledged(self, offset: int) -> None:
         self.acked.advance(offset)

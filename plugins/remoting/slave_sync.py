@@ -34,7 +34,6 @@ REQUEST_TIMEOUT = 3.0
 @attrs.define(eq=False)
 class SlaveSynchronizer:
     net: BrokerNetwork
-    syncs: int = 0
     last_error: str = ""
 
     async def run(self) -> None:
@@ -96,7 +95,6 @@ class SlaveSynchronizer:
         path = net.runtime.ctx.data_dir / "config" / DELAY_OFFSET_FILE
         if delays.get("offsetTable") and read_json_with_backup(path, preprocess=lenient_json_keys) != delays:
             await JsonStateFile(path).write(delays)
-        self.syncs += 1
         if self.last_error:
             log.info("slave metadata sync from master %s works again", master)
             self.last_error = ""

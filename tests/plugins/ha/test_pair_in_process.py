@@ -3,47 +3,26 @@ master's, byte for byte, and a SYNC_MASTER acknowledges only what a slave holds.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
 import trio
 
-from kernel import Broker
 from kernel.model import Message, MessageBatch, PutStatus
-from kernel.testing import make_config
 from tests.network.conftest import free_port
 
 FILE_SIZE = 64 * 1024
 
 
-def _config(data_dir: Path, role: str, broker_id: int, ha: dict[str, Any], **broker: Any):
-    return make_config(
-        broker={
-            "plugins": ["store_mmap", "flush_async", "ha"],
-            "data_dir": str(data_dir),
-            "broker_role": role,
-            "broker_id": broker_id,
-            "replicator": "ha",
-            "graceful_timeout": "5s",
-            **broker,
-        },
+def member(broker_factory, data_dir: Path, role: str, broker_id: int, **ha: Any):
+    """One broker of the pair, through the shared fixture (its own data dir, the ha plugin)."""
+    return broker_factory(
+        plugins=["store_mmap", "ha"],
+        store="mmap",
+        broker={"data_dir": str(data_dir), "broker_role": role, "broker_id": broker_id, "replicator": "ha"},
         store_mmap={"commit_log_file_size": FILE_SIZE},
         ha={"heartbeat_interval": "200ms", "reconnect_interval": "100ms", **ha},
     )
-
-
-@asynccontextmanager
-async def running(config) -> AsyncIterator[Broker]:
-    broker = Broker.assemble(config)
-    async with trio.open_nursery() as nursery:
-        await nursery.start(broker.run)
-        try:
-            yield broker
-        finally:
-            broker.request_stop("test finished")
-            await broker.wait_stopped()
 
 
 def _log_bytes(root: Path) -> bytes:
@@ -57,11 +36,12 @@ async def _wait_until(condition, timeout: float = 10) -> None:
             await trio.sleep(0.02)
 
 
-async def test_slave_log_is_byte_identical_across_file_rolls(tmp_path):
+async def test_slave_log_is_byte_identical_across_file_rolls(broker_factory, tmp_path):
     ha_port = free_port()
-    master_cfg = _config(tmp_path / "m", "SYNC_MASTER", 0, {"listen_port": ha_port})
-    slave_cfg = _config(tmp_path / "s", "SLAVE", 1, {"master_address": f"127.0.0.1:{ha_port}"})
-    async with running(master_cfg) as master, running(slave_cfg) as slave:
+    async with (
+        member(broker_factory, tmp_path / "m", "SYNC_MASTER", 0, listen_port=ha_port) as master,
+        member(broker_factory, tmp_path / "s", "SLAVE", 1, master_address=f"127.0.0.1:{ha_port}") as slave,
+    ):
         await _wait_until(lambda: master.replicator.statistics().slaves)
         for i in range(300):
             batch = [
@@ -82,9 +62,8 @@ async def test_slave_log_is_byte_identical_across_file_rolls(tmp_path):
     assert names == sorted(p.name for p in (tmp_path / "m" / "commitlog").iterdir())[: len(names)]
 
 
-async def test_sync_master_without_a_slave_answers_slave_not_available(tmp_path):
-    master_cfg = _config(tmp_path / "m", "SYNC_MASTER", 0, {"listen_port": 0})
-    async with running(master_cfg) as master:
+async def test_sync_master_without_a_slave_answers_slave_not_available(broker_factory, tmp_path):
+    async with member(broker_factory, tmp_path / "m", "SYNC_MASTER", 0, listen_port=0) as master:
         result = await master.put(MessageBatch([Message("T", b"alone")]))
         assert result.status is PutStatus.SLAVE_NOT_AVAILABLE
         assert result.append is not None  # stored on the master all the same
