@@ -75,6 +75,8 @@ async def handle_send(
 ) -> RemotingCommand:
     header = send_header(request)
     if net.is_slave:
+        # The kernel refuses a slave's puts too; refusing here first keeps a send from
+        # auto-creating its topic on the slave (topics are the master's, copied every 10 s).
         broker = net.runtime.ctx.broker
         return request.response(
             ResponseCode.SERVICE_NOT_AVAILABLE,
