@@ -15,6 +15,7 @@ import attrs
 import trio
 
 from kernel.context import BrokerContext
+from kernel.dispatch_batch import DispatchBatch
 from kernel.protocols import Dispatcher, MessageStore
 from kernel.sync import Watermark
 
@@ -25,6 +26,14 @@ BATCH_BYTES = 256 * 1024
 does not hold the event loop long: a catching-up slave's HA connection and the network
 service get a turn between batches (a fresh slave catches up 1.6x faster than with 1 MiB,
 bench/ha.py); large enough that per-batch costs (one hook call, one read) stay negligible."""
+GATHER_BYTES = 64 * 1024
+GATHER_INTERVAL = 0.004
+"""Pacing of a busy loop: a batch has a fixed cost (about 0.15 ms of array set-up), which a
+broker taking many small puts would pay once per put. So when less than ``GATHER_BYTES`` wait
+and the previous batch started less than ``GATHER_INTERVAL`` seconds ago, the loop waits
+until that interval has passed and dispatches everything that came meanwhile. An idle broker
+dispatches a lone message at once; under load a message becomes visible to consumers at most
+4 ms after its put (RocketMQ's reput service sleeps 1 ms per round, with a far cheaper round)."""
 PERSIST_INTERVAL = 1.0
 THOROUGH_PERSIST_INTERVAL = 60.0
 RETRY_DELAY = 1.0
@@ -94,11 +103,18 @@ class DispatchService:
             nursery.start_soon(self._persist_periodically)
             task_status.started()
             limit = self.limit()
+            last_batch = -GATHER_INTERVAL
             while True:
                 end = limit.value
                 if offset >= end:
                     await limit.wait_reached(offset + 1)
                     continue
+                if end - offset < GATHER_BYTES:
+                    resume = last_batch + GATHER_INTERVAL
+                    if trio.current_time() < resume:
+                        await trio.sleep_until(resume)
+                        end = limit.value
+                last_batch = trio.current_time()
                 try:
                     offset = await self.dispatch_once(offset, end)
                 except OSError as error:
@@ -117,7 +133,12 @@ class DispatchService:
             reached = dispatcher.dispatched_offset()
             if reached >= next_offset:
                 continue
-            todo = records if reached <= offset else [r for r in records if r.physical_offset >= reached]
+            if reached <= offset:
+                todo = records
+            elif isinstance(records, DispatchBatch):
+                todo = records.since(reached)
+            else:
+                todo = [r for r in records if r.physical_offset >= reached]
             dispatcher.dispatch(todo, next_offset)
         if records and self._dispatched_hook is not None:
             self._dispatched_hook(records=records, ctx=self.ctx)

@@ -17,7 +17,7 @@ assembly time, once per batch, or on an event) and *Since* (the version that add
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
 import pluggy
@@ -227,13 +227,15 @@ def trocket_after_put(batch: MessageBatch, result: PutResult, ctx: BrokerContext
 
 
 @hookspec
-def trocket_records_dispatched(records: list[DispatchRecord], ctx: BrokerContext) -> None:
+def trocket_records_dispatched(records: Sequence[DispatchRecord], ctx: BrokerContext) -> None:
     """Observe a batch of records that reached the derived views (consume queues, index).
 
     Lets a plugin react to newly visible messages (wake long-polling pulls, metrics) without a
     dispatcher of its own.
 
-    :param records: the dispatched records, in log order.
+    :param records: the dispatched records, in log order. From the built-in store this is a
+        :class:`kernel.dispatch_batch.DispatchBatch`: its columns (and ``queue_keys()``) cost
+        nothing, while each record read from it is built on access, so prefer the columns.
     :param ctx: the broker context.
 
     Firstresult: no.

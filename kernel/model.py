@@ -13,6 +13,8 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
+from kernel.java_hash import java_string_hash
+
 if TYPE_CHECKING:
     from kernel.context import BrokerContext, BrokerRuntime
     from kernel.protocols import AllocateStrategyFn, FlushPolicy, MessageStore, Replicator, Service
@@ -74,15 +76,6 @@ def decode_properties(data: bytes | memoryview) -> dict[str, str]:
         if sep:
             result[key] = value
     return result
-
-
-def java_string_hash(text: str) -> int:
-    """Java's ``String.hashCode`` as a signed 32-bit int: RocketMQ's tag hash code."""
-    h = 0
-    data = text.encode("utf-16-le")
-    for i in range(0, len(data), 2):
-        h = (31 * h + (data[i] | (data[i + 1] << 8))) & 0xFFFFFFFF
-    return h - (1 << 32) if h >= (1 << 31) else h
 
 
 def tags_code(tags: str | None) -> int:

@@ -63,6 +63,12 @@ class RecordRun:
     """Why the record at :attr:`end` is not valid; ``None`` when the run ended because fewer
     than 8 bytes were left or ``max_bytes`` were covered (then :attr:`end` is where to go on).
     A BLANK filler or never-written zeros show up here too: the caller tells them from damage."""
+    positions: np.ndarray = attrs.field(factory=lambda: np.zeros(0, dtype=np.int64))
+    """Where each valid record starts in the buffer."""
+    representative: np.ndarray = attrs.field(factory=lambda: np.zeros(0, dtype=np.int64))
+    """Per valid record, the index of the first record of the run with its topic and queue."""
+    topics: dict[int, str] = attrs.field(factory=dict)
+    """Topic text per representative index."""
 
 
 def check_run(
@@ -93,7 +99,15 @@ def check_run(
     else:
         end = walked_to
         error = _reason(buffer, end, limit, base, check_crc) if end < stop else None
-    return RecordRun(count, records.queue_spans(count), end, error)
+    return RecordRun(
+        count,
+        records.queue_spans(count),
+        end,
+        error,
+        at[:count],
+        records.representative[:count],
+        records.names,
+    )
 
 
 def _follow_sizes(buffer: Buffer, start: int, stop: int) -> tuple[list[int], int]:

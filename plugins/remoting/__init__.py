@@ -8,8 +8,11 @@ registers with every NameServer in ``[broker] namesrv_addr``, and keeps the brok
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from kernel import ConfigSection, DispatchRecord, Phase, ServiceSpec, hookimpl
 from kernel.context import BrokerContext, BrokerRuntime
+from kernel.dispatch_batch import as_batch
 from plugins.remoting.config import RemotingConfig
 from plugins.remoting.service import NETWORK, BrokerNetwork
 
@@ -32,11 +35,12 @@ def trocket_register_services(ctx: BrokerContext) -> list[ServiceSpec]:
 
 
 @hookimpl
-def trocket_records_dispatched(records: list[DispatchRecord], ctx: BrokerContext) -> None:
+def trocket_records_dispatched(records: Sequence[DispatchRecord], ctx: BrokerContext) -> None:
     network = ctx.stash.get(NETWORK, None)
     if network is None:
         return
+    queues = as_batch(records).queue_keys()
     if network.waiters.waiting_queues():
-        network.waiters.notify({(r.topic, r.queue_id) for r in records})
+        network.waiters.notify(queues)
     if network.is_slave:
-        network.learn_topics(records)
+        network.learn_topics(queues)

@@ -10,13 +10,13 @@ from __future__ import annotations
 import logging
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable
 
 import attrs
 import trio
 
 from kernel.context import BrokerRuntime, StashKey
-from kernel.model import BrokerRole, DispatchRecord
+from kernel.model import BrokerRole
 from kernel.remoting import Connection, RemotingServer, Router, TransportLimits
 from plugins.remoting.clients import ClientManager
 from plugins.remoting.config import RemotingConfig
@@ -171,16 +171,17 @@ class BrokerNetwork:
     def is_slave(self) -> bool:
         return self.runtime.role is BrokerRole.SLAVE
 
-    def learn_topics(self, records: Sequence[DispatchRecord]) -> None:
+    def learn_topics(self, queues: Iterable[tuple[str, int]]) -> None:
         """A slave serves every topic its log holds: one its master auto-created since the last
-        metadata sync gets a readable config from the records (replaced by the master's at the
-        next sync), so consumers that moved to the slave are not told it does not exist."""
+        metadata sync gets a readable config from the queues its records touched (replaced by
+        the master's at the next sync), so consumers that moved to the slave are not told it
+        does not exist."""
         unknown: dict[str, int] = {}
         topics = self.topics.topics
-        for r in records:
-            config = topics.get(r.topic)
-            if config is None or r.queue_id >= config.read_queue_nums:
-                unknown[r.topic] = max(unknown.get(r.topic, 0), r.queue_id + 1)
+        for topic, queue_id in queues:
+            config = topics.get(topic)
+            if config is None or queue_id >= config.read_queue_nums:
+                unknown[topic] = max(unknown.get(topic, 0), queue_id + 1)
         for topic, queues in unknown.items():
             known = topics.get(topic)
             count = max(queues, self.runtime.ctx.broker.default_topic_queue_nums)

@@ -19,8 +19,10 @@ from collections.abc import Sequence
 import attrs
 
 from kernel import record
+from kernel.dispatch_batch import DispatchBatch
 from kernel.errors import CorruptRecord, FlushError, OffsetOutOfRange, ReplicaMismatch, StoreNotWritable
-from kernel.model import AppendResult, DispatchRecord, Message, QueueEntry
+from kernel.model import AppendResult, Message, QueueEntry
+from kernel.record_run import check_run
 from kernel.sync import LogPositions
 from plugins.store_mmap.mapped_file import MappedFile
 from plugins.store_mmap.mapped_file_queue import MappedFileQueue
@@ -377,25 +379,43 @@ class CommitLog:
         size = record.check_record(mapped.buffer, position, limit=limit)
         return mapped.read(position, size)
 
-    def scan(self, offset: int, *, end: int, max_bytes: int) -> tuple[list[DispatchRecord], int]:
-        """Decode checked records from ``offset`` up to ``end``; skips end-of-file fillers."""
-        records: list[DispatchRecord] = []
+    def scan(self, offset: int, *, end: int, max_bytes: int) -> tuple[DispatchBatch, int]:
+        """Checked records from ``offset`` up to ``end`` as columns (about ``max_bytes`` of
+        them, at least one); skips end-of-file fillers. Each file's run is validated in bulk
+        (:func:`~kernel.record_run.check_run`, no CRC: the put path computed it and recovery
+        checks it) and gathered into a :class:`~kernel.dispatch_batch.DispatchBatch`.
+
+        :raises CorruptRecord: a record between ``offset`` and ``end`` fails its check.
+        """
+        parts: list[DispatchBatch] = []
         at = offset
-        while at < end and (at - offset < max_bytes or not records):
+        while at < end and (at - offset < max_bytes or not parts):
             mapped = self.files.find(at)
             position = at - mapped.start
             if position + END_FILE_MIN_BLANK_LENGTH > mapped.size:
                 at = mapped.end
                 continue
-            size, magic = record.read_size_magic(mapped.buffer, position)
-            if magic == record.MAGIC_BLANK:
+            if record.read_size_magic(mapped.buffer, position)[1] == record.MAGIC_BLANK:
                 at = mapped.end
                 continue
             limit = min(mapped.size, end - mapped.start)
-            try:
-                size = record.check_record(mapped.buffer, position, limit=limit, check_crc=False)
-            except CorruptRecord as error:
-                raise CorruptRecord(at, error.reason, str(mapped.path)) from None
-            records.append(record.decode_dispatch(mapped.buffer, position))
-            at += size
-        return records, at
+            budget = max(1, max_bytes - (at - offset))
+            run = check_run(
+                mapped.buffer, position, limit, base=mapped.start, check_crc=False, max_bytes=budget
+            )
+            if run.count:
+                parts.append(DispatchBatch.from_run(mapped.buffer, run))
+                at = mapped.start + run.end
+                if run.error is None:
+                    continue
+            if run.error is None:
+                raise CorruptRecord(at, f"only {limit - position} bytes left for a record", str(mapped.path))
+            stopped = run.end
+            if (
+                stopped + END_FILE_MIN_BLANK_LENGTH <= mapped.size
+                and record.read_size_magic(mapped.buffer, stopped)[1] == record.MAGIC_BLANK
+            ):
+                at = mapped.end
+                continue
+            raise CorruptRecord(mapped.start + stopped, run.error.reason, str(mapped.path))
+        return DispatchBatch.concat(parts), at

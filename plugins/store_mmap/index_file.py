@@ -25,9 +25,12 @@ from datetime import datetime
 from pathlib import Path
 
 import attrs
+import numpy as np
 import trio
 
-from kernel.model import SYSFLAG_TRANSACTION_ROLLBACK, DispatchRecord, java_string_hash
+from kernel.dispatch_batch import DispatchBatch, as_batch
+from kernel.java_hash import as_signed, java_hashes, java_string_hash, unsigned_hash
+from kernel.model import SYSFLAG_TRANSACTION_ROLLBACK, DispatchRecord
 from plugins.store_mmap.mapped_file import MappedFile
 
 log = logging.getLogger(__name__)
@@ -37,12 +40,22 @@ HEADER_SIZE = 40
 SLOT = struct.Struct(">i")
 ENTRY = struct.Struct(">iqii")
 ENTRY_SIZE = 20
+ENTRY_DTYPE = np.dtype([("hash", ">i4"), ("offset", ">i8"), ("diff", ">i4"), ("previous", ">i4")])
 _TRANSACTION_TYPE = 0xC
 
 
 def key_hash(key: str) -> int:
+    """RocketMQ's index hash of a key: Java's hash made non-negative (``Math.abs``, whose
+    result for ``Integer.MIN_VALUE`` is negative and is stored as 0)."""
     value = abs(java_string_hash(key))
     return value if value >= 0 and value < 2**31 else 0
+
+
+def key_hashes(hashes: np.ndarray) -> np.ndarray:
+    """:func:`key_hash` for unsigned Java hashes as an array (``int64``)."""
+    signed = as_signed(hashes)
+    magnitude = np.abs(signed)
+    return np.where(magnitude < 2**31, magnitude, 0)
 
 
 def index_keys(record: DispatchRecord) -> list[str]:
@@ -128,6 +141,50 @@ class IndexFile:
         self.end_offset = physical_offset
         self._write_header()
         return True
+
+    def put_many(self, hashed: np.ndarray, offsets: np.ndarray, timestamps: np.ndarray) -> int:
+        """Add keys already hashed by :func:`key_hashes`, in order, as many as fit; returns how
+        many. Each entry links to the previous entry of its slot: within the batch that is the
+        last earlier key with the same slot (found by a stable sort on the slot), otherwise
+        the slot's current entry."""
+        count = min(self.max_entries - self.count, len(hashed))
+        if count <= 0:
+            return 0
+        hashed, offsets, timestamps = hashed[:count], offsets[:count], timestamps[:count]
+        if self.count <= 1:
+            self.begin_timestamp = int(timestamps[0])
+            self.begin_offset = int(offsets[0])
+        slot = hashed % self.slots
+        numbers = np.arange(self.count, self.count + count, dtype=np.int64)
+        order = np.argsort(slot, kind="stable")
+        sorted_slot = slot[order]
+        first_of_slot = np.ones(count, dtype=bool)
+        first_of_slot[1:] = sorted_slot[1:] != sorted_slot[:-1]
+        table = np.ndarray((self.slots,), dtype=">i4", buffer=self._map, offset=HEADER_SIZE)
+        current = table[sorted_slot].astype(np.int64)
+        current[(current <= 0) | (current > self.count)] = 0
+        previous_sorted = np.empty(count, dtype=np.int64)
+        previous_sorted[0] = 0
+        previous_sorted[1:] = numbers[order][:-1]
+        previous_sorted = np.where(first_of_slot, current, previous_sorted)
+        previous = np.empty(count, dtype=np.int64)
+        previous[order] = previous_sorted
+        diff = np.clip((timestamps - self.begin_timestamp) // 1000, 0, 2**31 - 1)
+        at = HEADER_SIZE + self.slots * 4 + self.count * ENTRY_SIZE
+        entries = np.ndarray((count,), dtype=ENTRY_DTYPE, buffer=self._map, offset=at)
+        entries["hash"] = hashed
+        entries["offset"] = offsets
+        entries["diff"] = diff
+        entries["previous"] = previous
+        last_of_slot = np.ones(count, dtype=bool)
+        last_of_slot[:-1] = sorted_slot[:-1] != sorted_slot[1:]
+        table[sorted_slot[last_of_slot]] = numbers[order][last_of_slot]
+        del table, entries
+        self.count += count
+        self.end_timestamp = int(timestamps[-1])
+        self.end_offset = int(offsets[-1])
+        self._write_header()
+        return count
 
     def _write_header(self) -> None:
         HEADER.pack_into(
@@ -250,16 +307,43 @@ class IndexService:
         return self._dispatched
 
     def dispatch(self, records: Sequence[DispatchRecord], end_offset: int) -> None:
-        last = self.files[-1].end_offset if self.files and self.files[-1].count > 1 else -1
-        for record in records:
-            if record.physical_offset <= last:
-                continue
-            if record.sys_flag & _TRANSACTION_TYPE == SYSFLAG_TRANSACTION_ROLLBACK:
-                continue
-            for key in index_keys(record):
-                self._put(key, record.physical_offset, record.store_timestamp)
-            self._newest_timestamp = record.store_timestamp
+        """Index the batch's keys: hashed as arrays (:mod:`kernel.java_hash`), written in bulk
+        (:meth:`IndexFile.put_many`), byte for byte what one :meth:`IndexFile.put` per key in
+        log order writes."""
+        batch = as_batch(records)
+        if len(batch):
+            last = self.files[-1].end_offset if self.files and self.files[-1].count > 1 else -1
+            rows = batch.key_rows
+            keep = (batch.physical_offset[rows] > last) & (
+                batch.sys_flag[rows] & _TRANSACTION_TYPE != SYSFLAG_TRANSACTION_ROLLBACK
+            )
+            if keep.any():
+                self._put_keys(batch, np.flatnonzero(keep))
+            fresh = (batch.physical_offset > last) & (
+                batch.sys_flag & _TRANSACTION_TYPE != SYSFLAG_TRANSACTION_ROLLBACK
+            )
+            if fresh.any():
+                self._newest_timestamp = int(batch.store_timestamp[np.flatnonzero(fresh)[-1]])
         self._dispatched = end_offset
+
+    def _put_keys(self, batch: DispatchBatch, chosen: np.ndarray) -> None:
+        """Index keys ``chosen`` (positions in ``batch.keys``, in order) as ``topic#key``."""
+        rows = batch.key_rows[chosen]
+        topic_of = batch.topic_index[rows]
+        hashes = np.empty(len(chosen), dtype=np.uint32)
+        for topic in np.unique(topic_of).tolist():
+            mine = np.flatnonzero(topic_of == topic)
+            keys = [batch.keys[i] for i in chosen[mine].tolist()]
+            hashes[mine] = java_hashes(keys, prefix=unsigned_hash(f"{batch.topics[topic]}#"))
+        hashed = key_hashes(hashes)
+        offsets = batch.physical_offset[rows]
+        timestamps = batch.store_timestamp[rows]
+        done = 0
+        while done < len(hashed):
+            if not self.files or self.files[-1].full:
+                if not self._new_file():
+                    return
+            done += self.files[-1].put_many(hashed[done:], offsets[done:], timestamps[done:])
 
     def _put(self, key: str, offset: int, timestamp: int) -> None:
         if not self.files or self.files[-1].full:

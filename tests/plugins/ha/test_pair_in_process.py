@@ -53,6 +53,7 @@ async def test_slave_log_is_byte_identical_across_file_rolls(broker_factory, tmp
         assert end > 2 * FILE_SIZE  # several file rolls
         await _wait_until(lambda: slave.store.positions.wrote.value == end)
         await slave.wait_dispatched()
+        await master.wait_dispatched()
         for queue in range(3):
             assert slave.store.max_queue_offset("T", queue) == master.store.max_queue_offset("T", queue)
         refused = await slave.put(MessageBatch([Message("T", b"no")]))
