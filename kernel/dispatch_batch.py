@@ -14,8 +14,6 @@ sees a ``Sequence[DispatchRecord]`` whose records are built only when touched.
 from __future__ import annotations
 
 import mmap
-import operator
-import re
 from collections.abc import Iterator, Sequence
 from typing import overload
 
@@ -23,9 +21,18 @@ import attrs
 import numpy as np
 
 from kernel.java_hash import as_signed, java_hashes
-from kernel.model import PARKING_TOPICS, DispatchRecord, decode_properties, encode_properties
+from kernel.model import (
+    PARKING_TOPICS,
+    SYSFLAG_BORNHOST_V6,
+    SYSFLAG_STOREHOST_V6,
+    DispatchRecord,
+    decode_properties,
+    encode_properties,
+)
+from kernel.property_scan import JoinedProperties, pattern_for
 from kernel.record import HEADER_SIZE
 from kernel.record_run import RecordRun
+from kernel.wire_batch import WireBatch
 
 _FIELDS = np.dtype(
     {
@@ -46,14 +53,7 @@ _FIELDS = np.dtype(
 )
 _HEADER = np.dtype((np.void, HEADER_SIZE))
 
-_WANTED = re.compile(rb"\x02(TAGS|KEYS|UNIQ_KEY|TIMER_OUT_MS)\x01([^\x02]*)")
-"""A wanted property: each pair starts after a ``\\x02`` (regions are joined with one, so the
-first pair of a record does too), and keys and values never contain ``\\x01`` or ``\\x02``."""
-
-
-_START = operator.methodcaller("start")
-_NAME = operator.itemgetter(1)
-_VALUE = operator.itemgetter(2)
+_WANTED = pattern_for(["TAGS", "KEYS", "UNIQ_KEY", "TIMER_OUT_MS"])
 
 
 def _empty() -> np.ndarray:
@@ -81,7 +81,7 @@ class DispatchBatch(Sequence[DispatchRecord]):
     keys: list[bytes]
     """The index keys themselves (UTF-8, without the ``topic#`` prefix)."""
     properties_blob: bytes
-    """Every record's properties, each preceded by ``\\x02``."""
+    """Every record's properties (see :class:`~kernel.property_scan.JoinedProperties`)."""
     properties_start: np.ndarray
     """Where each record's properties begin in :attr:`properties_blob`."""
     properties_end: np.ndarray
@@ -100,6 +100,41 @@ class DispatchBatch(Sequence[DispatchRecord]):
         remap = np.array([distinct.setdefault(run.topics[g], len(distinct)) for g in groups.tolist()])
         topic_index = remap[inverse.ravel()] if len(groups) else _empty()
         return cls.gather(buffer, run.positions, topic_index, list(distinct))
+
+    @classmethod
+    def from_wire(
+        cls,
+        batch: WireBatch,
+        physical_offsets: np.ndarray,
+        sizes: np.ndarray,
+        first_queue_offset: int,
+        store_timestamp: int,
+    ) -> DispatchBatch:
+        """The columns of records just encoded from ``batch``, without reading them back: the
+        put path hands them to the dispatch loop (see ``CommitLog.scan``). The same values
+        :meth:`gather` reads from the stored bytes (a property test holds them equal)."""
+        count = len(batch)
+        joined = batch.joined_properties
+        full = np.full(count, 1, dtype=np.int64)
+        made = cls(
+            [batch.topic],
+            np.zeros(count, dtype=np.int64),
+            full * batch.queue_id,
+            np.arange(first_queue_offset, first_queue_offset + count, dtype=np.int64),
+            physical_offsets.astype(np.int64, copy=False),
+            sizes.astype(np.int64, copy=False),
+            full * (batch.sys_flag & ~(SYSFLAG_BORNHOST_V6 | SYSFLAG_STOREHOST_V6)),
+            full * store_timestamp,
+            np.zeros(count, dtype=np.int64),
+            np.zeros(count, dtype=np.int64),
+            _empty(),
+            [],
+            joined.blob,
+            joined.starts,
+            joined.ends,
+        )
+        made._read_properties()
+        return made
 
     @classmethod
     def gather(
@@ -125,14 +160,7 @@ class DispatchBatch(Sequence[DispatchRecord]):
         topic_bytes = np.array([len(t.encode()) for t in topics], dtype=np.int64)
         props_begin = positions + HEADER_SIZE + body_len + 1 + topic_bytes[topic_index] + 2
         props_end = positions + size
-        getitem = buffer.__getitem__
-        regions = map(getitem, map(slice, props_begin.tolist(), props_end.tolist()))
-        blob = b"\x02" + b"\x02".join(regions)
-        lengths = props_end - props_begin
-        starts = np.empty(count, dtype=np.int64)
-        starts[0] = 1
-        np.cumsum(lengths[:-1] + 1, out=starts[1:])
-        starts[1:] += 1
+        joined = JoinedProperties.join(buffer, props_begin, props_end)
         batch = cls(
             topics,
             topic_index.astype(np.int64, copy=False),
@@ -146,9 +174,9 @@ class DispatchBatch(Sequence[DispatchRecord]):
             np.zeros(count, dtype=np.int64),
             _empty(),
             [],
-            blob,
-            starts,
-            starts + lengths,
+            joined.blob,
+            joined.starts,
+            joined.ends,
         )
         batch._read_properties()
         return batch
@@ -157,13 +185,10 @@ class DispatchBatch(Sequence[DispatchRecord]):
         """Fill :attr:`tags_code` and the index keys from the wanted properties: one regular
         expression over all properties, then columns (no per-record Python except for ``KEYS``,
         which need splitting)."""
-        matches = list(_WANTED.finditer(self.properties_blob))
-        if not matches:
+        joined = JoinedProperties(self.properties_blob, self.properties_start, self.properties_end)
+        record, names, values = joined.find(_WANTED)
+        if not len(record):
             return
-        at = np.fromiter(map(_START, matches), dtype=np.int64, count=len(matches))
-        record = np.searchsorted(self.properties_start, at + 1, side="right") - 1
-        names = np.array(list(map(_NAME, matches)))
-        values = list(map(_VALUE, matches))
         parked = [i for i, topic in enumerate(self.topics) if topic in PARKING_TOPICS]
         in_parking = np.isin(self.topic_index[record], parked) if parked else np.zeros(len(record), bool)
         tags = np.flatnonzero((names == b"TAGS") & ~in_parking)
@@ -273,8 +298,8 @@ class DispatchBatch(Sequence[DispatchRecord]):
         """The (topic, queue id) pairs the batch touches, without building records."""
         if not len(self):
             return set()
-        pairs = np.unique(np.stack([self.topic_index, self.queue_id]), axis=1)
-        return {(self.topics[t], q) for t, q in pairs.T.tolist()}
+        pairs = np.unique(self.topic_index * (1 << 32) + self.queue_id).tolist()
+        return {(self.topics[pair >> 32], pair & 0xFFFFFFFF) for pair in pairs}
 
     def properties(self, row: int) -> dict[str, str]:
         start, end = int(self.properties_start[row]), int(self.properties_end[row])

@@ -8,7 +8,7 @@ Results, reports and statistics are ``attrs.frozen``.
 from __future__ import annotations
 
 import enum
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import attrs
@@ -18,6 +18,7 @@ from kernel.java_hash import java_string_hash
 if TYPE_CHECKING:
     from kernel.context import BrokerContext, BrokerRuntime
     from kernel.protocols import AllocateStrategyFn, FlushPolicy, MessageStore, Replicator, Service
+    from kernel.wire_batch import WireBatch
 
 # Reserved message property keys (RocketMQ's MessageConst).
 PROPERTY_KEYS = "KEYS"
@@ -160,11 +161,36 @@ class MessageBatch:
     message asked not to wait (``WAIT=false``).
     """
 
-    messages: list[Message]
+    _messages: Sequence[Message] = attrs.field(alias="messages")
     producer_group: str = ""
 
     @property
+    def messages(self) -> list[Message]:
+        """The messages as objects, which hooks may rewrite. A batch that arrived encoded
+        (:attr:`encoded`) builds them on first access and keeps them from then on."""
+        if not isinstance(self._messages, list):
+            self._messages = list(self._messages)
+        return self._messages
+
+    @property
+    def encoded(self) -> WireBatch | None:
+        """The batch as the client encoded it (:class:`kernel.wire_batch.WireBatch`), as long
+        as nothing asked for message objects: the put path then works on columns."""
+        return None if isinstance(self._messages, list) else self._messages  # type: ignore[return-value]
+
+    def __len__(self) -> int:
+        return len(self._messages)
+
+    @property
+    def payload(self) -> Sequence[Message]:
+        """What the store appends: the encoded batch while there is one, else the objects."""
+        return self._messages
+
+    @property
     def wait_store_ok(self) -> bool:
+        encoded = self.encoded
+        if encoded is not None:
+            return encoded.wait_store_ok()
         return any(m.wait_store_ok for m in self.messages)
 
 

@@ -18,6 +18,8 @@ from kernel.errors import StoreNotWritable
 from kernel.model import (
     MAX_PROPERTIES_SIZE,
     PARKING_TOPICS,
+    SYSFLAG_TRANSACTION_PREPARED,
+    SYSFLAG_TRANSACTION_ROLLBACK,
     TRANSACTION_HALF_TOPIC,
     AppendResult,
     Durability,
@@ -30,6 +32,7 @@ from kernel.model import (
 )
 from kernel.protocols import FlushPolicy, MessageStore, Replicator
 from kernel.record import MAX_TOPIC_LENGTH
+from kernel.wire_batch import WireBatch
 
 log = logging.getLogger(__name__)
 
@@ -63,8 +66,11 @@ def combine(durability: Durability, replication: Replication) -> tuple[PutStatus
 
 def validate(batch: MessageBatch, max_message_size: int) -> Rejection | None:
     """Broker-wide limits (RocketMQ's ``checkMessage``): body size, topic and properties."""
-    if not batch.messages:
+    if not len(batch):
         return Rejection(PutStatus.MESSAGE_ILLEGAL, "empty batch")
+    encoded = batch.encoded
+    if encoded is not None:
+        return _validate_encoded(encoded, max_message_size)
     for message in batch.messages:
         if len(message.body) > max_message_size:
             return Rejection(
@@ -83,6 +89,23 @@ def validate(batch: MessageBatch, max_message_size: int) -> Rejection | None:
     return None
 
 
+def _validate_encoded(batch: WireBatch, max_message_size: int) -> Rejection | None:
+    """:func:`validate` on columns: one topic for the batch, body sizes as an array, one NUL
+    search over every message's properties (their lengths fit a short by construction)."""
+    largest = batch.largest_body()
+    if largest > max_message_size:
+        return Rejection(
+            PutStatus.MESSAGE_ILLEGAL,
+            f"message body is {largest} bytes; maxMessageSize is {max_message_size}",
+        )
+    topic = batch.topic
+    if not topic or len(topic.encode()) > MAX_TOPIC_LENGTH:
+        return Rejection(PutStatus.MESSAGE_ILLEGAL, f"topic {topic!r} is empty or too long")
+    if "\0" in topic or batch.has_nul_in_properties():
+        return Rejection(PutStatus.MESSAGE_ILLEGAL, "a topic or property contains a NUL character")
+    return None
+
+
 def _unhandled(batch: MessageBatch) -> Rejection | None:
     """A message asking for something no loaded plugin took care of would be delivered at
     once, which is wrong either way, so it is refused instead (one pass over the batch):
@@ -91,6 +114,16 @@ def _unhandled(batch: MessageBatch) -> Rejection | None:
     - a transactional half message no plugin moved to the half topic (it would be visible
       before its producer commits or rolls back).
     """
+    encoded = batch.encoded
+    if encoded is not None and not encoded.needs_attention():
+        prepared = encoded.sys_flag & SYSFLAG_TRANSACTION_ROLLBACK == SYSFLAG_TRANSACTION_PREPARED
+        if prepared and encoded.topic != TRANSACTION_HALF_TOPIC:
+            return Rejection(
+                PutStatus.MESSAGE_ILLEGAL,
+                "transactional (prepared) messages are not supported by this broker: no loaded "
+                "plugin handles half messages",
+            )
+        return None
     for message in batch.messages:
         topic = message.topic
         if topic not in PARKING_TOPICS and message.wants_delay:
@@ -153,10 +186,10 @@ class PutPipeline:
 
     async def _append_and_wait(self, batch: MessageBatch) -> PutResult:
         try:
-            appended = await self.store.append(batch.messages)
+            appended = await self.store.append(batch.payload)
         except StoreNotWritable as error:
             return PutResult(PutStatus.SERVICE_NOT_AVAILABLE, None, str(error))
-        self._messages += len(batch.messages)
+        self._messages += len(batch)
         wait = batch.wait_store_ok
         if self.replicator is None:
             durability = await self.flush.wait_durable(appended, wait=wait)

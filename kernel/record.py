@@ -40,6 +40,7 @@ from kernel.model import (
     encode_properties,
     tags_code,
 )
+from kernel.wire_batch import WireBatch
 
 MAGIC_V1 = -626843481  # 0xDAA320A7
 MAGIC_V2 = -626843477  # 0xDAA320AB
@@ -101,6 +102,8 @@ class RecordEncoder:
         :raises ValueError: topic over 127 bytes, properties over 32767 bytes, or a NUL
             character in either (stored records use NUL-free text to detect torn writes).
         """
+        if isinstance(messages, WireBatch):
+            return self._encode_wire(messages, physical_offset, queue_offsets, store_timestamp)
         parts: list[bytes] = []
         add = parts.append
         offsets: list[int] = []
@@ -173,6 +176,36 @@ class RecordEncoder:
             assigned.append(queue_offset)
             at += size
         return EncodedRun(b"".join(parts), offsets, sizes, assigned, next_offsets)
+
+    def _encode_wire(
+        self,
+        batch: WireBatch,
+        physical_offset: int,
+        queue_offsets: Mapping[tuple[str, int], int],
+        store_timestamp: int,
+    ) -> EncodedRun:
+        """:meth:`encode_run` for a batch kept as the client encoded it (column-wise, see
+        :mod:`kernel.wire_batch`)."""
+        topic = batch.topic
+        prefix = self._topics.get(topic) or self._topic_prefix(topic)
+        if batch.has_nul_in_properties():
+            raise ValueError("a topic or property contains a NUL character")
+        born_ip = self._hosts.get(batch.born_host[0]) or self._host(batch.born_host[0])
+        key = (topic, batch.queue_id)
+        first = queue_offsets.get(key, 0)
+        data, offsets, sizes = batch.encode_records(
+            physical_offset=physical_offset,
+            first_queue_offset=first,
+            store_timestamp=store_timestamp,
+            topic_prefix=prefix,
+            born_ip=born_ip,
+            store_ip=self._store_ip,
+            store_port=self.store_host[1],
+        )
+        count = len(batch)
+        return EncodedRun(
+            data, offsets.tolist(), sizes.tolist(), list(range(first, first + count)), {key: first + count}
+        )
 
     def _topic_prefix(self, topic: str) -> bytes:
         """The topic as stored: its length byte, then its bytes (cached per topic)."""

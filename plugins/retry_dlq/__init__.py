@@ -42,6 +42,9 @@ def trocket_config_sections() -> list[ConfigSection]:
 @hookimpl
 def trocket_before_append(batch: MessageBatch, ctx: BrokerContext) -> Rejection | None:
     """Park every delayed message of the batch; one illegal delay refuses the whole batch."""
+    encoded = batch.encoded
+    if encoded is not None and not encoded.needs_attention():
+        return None  # no message asks for a delay: the batch stays columns
     levels = ctx.broker.message_delay_level
     max_delay = ctx.plugin_config(RetryDlqConfig).timer_max_delay
     now_ms = int(time.time() * 1000)

@@ -12,11 +12,13 @@ the end of everything appended.
 
 from __future__ import annotations
 
+import collections
 import logging
 import time
 from collections.abc import Sequence
 
 import attrs
+import numpy as np
 
 from kernel import record
 from kernel.dispatch_batch import DispatchBatch
@@ -24,12 +26,16 @@ from kernel.errors import CorruptRecord, FlushError, OffsetOutOfRange, ReplicaMi
 from kernel.model import AppendResult, Message, QueueEntry
 from kernel.record_run import check_run
 from kernel.sync import LogPositions
+from kernel.wire_batch import WireBatch
 from plugins.store_mmap.mapped_file import MappedFile
 from plugins.store_mmap.mapped_file_queue import MappedFileQueue
 
 log = logging.getLogger(__name__)
 
 END_FILE_MIN_BLANK_LENGTH = 8
+MAX_HANDED_BATCHES = 4096
+"""Appended batches whose columns wait for the dispatch loop; more means dispatch is far
+behind, and it reads the log instead."""
 
 
 @attrs.define(eq=False)
@@ -50,6 +56,11 @@ class CommitLog:
     """Store time of the newest message covered by the last flush (checkpoint field)."""
     _encoder: record.RecordEncoder = attrs.field(init=False)
     _append_end: int = attrs.field(default=0, init=False)
+    _handed: collections.deque[tuple[int, int, DispatchBatch]] = attrs.field(
+        factory=collections.deque, init=False
+    )
+    """Columns of batches appended from encoded requests, (start, end, columns) in log order,
+    waiting for the dispatch loop (see :meth:`scan`)."""
 
     def __attrs_post_init__(self) -> None:
         self._encoder = record.RecordEncoder(self.store_host)
@@ -66,6 +77,7 @@ class CommitLog:
 
     def reset_end(self, end: int) -> None:
         """Recovery: ``end`` is where the log ends, durably."""
+        self._handed.clear()
         self._append_end = end
         self.positions.wrote.reset(end)
         self.positions.flushed.reset(end)
@@ -106,9 +118,11 @@ class CommitLog:
             raise StoreNotWritable(
                 f"cannot create the next commit-log file ({error}); disk full? nothing was written"
             ) from error
+        handed = False
         try:
             if active.wrote + len(run.data) <= limit:
                 active.write(run.data)  # the common case: the batch fits the active file
+                handed = isinstance(messages, WireBatch)
             else:
                 run, active = self._append_across_files(messages, active, limit, now)
         except OSError as error:
@@ -117,12 +131,24 @@ class CommitLog:
             raise StoreNotWritable(self.read_only_reason) from error
         self.queue_offsets.update(run.next_queue_offsets)
         end = active.start + active.wrote
+        if handed:
+            self._hand_over(messages, run, now)  # type: ignore[arg-type]
         self.last_append_timestamp = now
         if self.stages_writes:
             self._append_end = end
         else:
             self.positions.wrote.advance(end)
         return AppendResult(run.offsets, run.sizes, run.queue_offsets, now, end, self.store_host)
+
+    def _hand_over(self, batch: WireBatch, run: record.EncodedRun, now: int) -> None:
+        """Keep the columns of an encoded batch for the dispatch loop, which then does not read
+        the records back. Bounded: when dispatch falls this far behind it reads the log."""
+        if len(self._handed) >= MAX_HANDED_BATCHES:
+            self._handed.clear()
+        columns = DispatchBatch.from_wire(
+            batch, np.array(run.offsets), np.array(run.sizes), run.queue_offsets[0], now
+        )
+        self._handed.append((run.offsets[0], run.offsets[-1] + run.sizes[-1], columns))
 
     def _append_across_files(
         self, messages: Sequence[Message], active: MappedFile, limit: int, now: int
@@ -381,7 +407,10 @@ class CommitLog:
 
     def scan(self, offset: int, *, end: int, max_bytes: int) -> tuple[DispatchBatch, int]:
         """Checked records from ``offset`` up to ``end`` as columns (about ``max_bytes`` of
-        them, at least one); skips end-of-file fillers. Each file's run is validated in bulk
+        them, at least one); skips end-of-file fillers. Batches this process appended from
+        encoded requests come with their columns (kept at append time, see
+        :meth:`_hand_over`); anything else (a slave's replicated bytes, the log after a
+        restart, object-path appends) is read back: each file's run is validated in bulk
         (:func:`~kernel.record_run.check_run`, no CRC: the put path computed it and recovery
         checks it) and gathered into a :class:`~kernel.dispatch_batch.DispatchBatch`.
 
@@ -389,33 +418,45 @@ class CommitLog:
         """
         parts: list[DispatchBatch] = []
         at = offset
+        handed = self._handed
         while at < end and (at - offset < max_bytes or not parts):
-            mapped = self.files.find(at)
-            position = at - mapped.start
-            if position + END_FILE_MIN_BLANK_LENGTH > mapped.size:
-                at = mapped.end
+            while handed and handed[0][0] < at:
+                handed.popleft()  # dispatched by a scan already (or before a restart point)
+            if handed and handed[0][0] == at and handed[0][1] <= end:
+                _, at, columns = handed.popleft()
+                parts.append(columns)
                 continue
-            if record.read_size_magic(mapped.buffer, position)[1] == record.MAGIC_BLANK:
-                at = mapped.end
-                continue
-            limit = min(mapped.size, end - mapped.start)
-            budget = max(1, max_bytes - (at - offset))
-            run = check_run(
-                mapped.buffer, position, limit, base=mapped.start, check_crc=False, max_bytes=budget
-            )
-            if run.count:
-                parts.append(DispatchBatch.from_run(mapped.buffer, run))
-                at = mapped.start + run.end
-                if run.error is None:
-                    continue
-            if run.error is None:
-                raise CorruptRecord(at, f"only {limit - position} bytes left for a record", str(mapped.path))
-            stopped = run.end
-            if (
-                stopped + END_FILE_MIN_BLANK_LENGTH <= mapped.size
-                and record.read_size_magic(mapped.buffer, stopped)[1] == record.MAGIC_BLANK
-            ):
-                at = mapped.end
-                continue
-            raise CorruptRecord(mapped.start + stopped, run.error.reason, str(mapped.path))
+            stop = handed[0][0] if handed and at < handed[0][0] < end else end
+            at = self._scan_file_run(at, stop, max_bytes - (at - offset), parts)
         return DispatchBatch.concat(parts), at
+
+    def _scan_file_run(self, at: int, end: int, max_bytes: int, parts: list[DispatchBatch]) -> int:
+        """Scan one run of checked records from ``at`` (within its file, not past ``end``, about
+        ``max_bytes``) into ``parts``; returns where it stopped. At an end-of-file filler that
+        is the next file's start.
+
+        :raises CorruptRecord: a record fails its check.
+        """
+        mapped = self.files.find(at)
+        position = at - mapped.start
+        if position + END_FILE_MIN_BLANK_LENGTH > mapped.size:
+            return mapped.end
+        if record.read_size_magic(mapped.buffer, position)[1] == record.MAGIC_BLANK:
+            return mapped.end
+        limit = min(mapped.size, end - mapped.start)
+        run = check_run(
+            mapped.buffer, position, limit, base=mapped.start, check_crc=False, max_bytes=max(1, max_bytes)
+        )
+        if run.count:
+            parts.append(DispatchBatch.from_run(mapped.buffer, run))
+            if run.error is None:
+                return mapped.start + run.end
+        if run.error is None:
+            raise CorruptRecord(at, f"only {limit - position} bytes left for a record", str(mapped.path))
+        stopped = run.end
+        if (
+            stopped + END_FILE_MIN_BLANK_LENGTH <= mapped.size
+            and record.read_size_magic(mapped.buffer, stopped)[1] == record.MAGIC_BLANK
+        ):
+            return mapped.end
+        raise CorruptRecord(mapped.start + stopped, run.error.reason, str(mapped.path))

@@ -8,11 +8,13 @@ marks batches only with ``"1"`` on code 10). Every success code (0, 10, 11, 12) 
 from __future__ import annotations
 
 import random
-import struct
 from typing import TYPE_CHECKING
+
+import numpy as np
 
 from kernel.model import Message, MessageBatch, decode_properties
 from kernel.remoting import Connection, RemotingCommand, RequestCode, ResponseCode, parse_bool
+from kernel.wire_batch import MalformedBatch, WireBatch
 from plugins.remoting.handlers.common import PUT_STATUS_CODES, RequestProblem
 from plugins.remoting.topics import PERM_WRITE, TopicConfig, send_forbidden, topic_problem
 
@@ -35,7 +37,6 @@ V2_FIELDS = {
     "m": "batch",
     "n": "bname",
 }
-_BATCH_ENTRY = struct.Struct(">iiiii")
 
 
 def send_header(request: RemotingCommand) -> dict[str, str]:
@@ -43,31 +44,6 @@ def send_header(request: RemotingCommand) -> dict[str, str]:
     if request.code in (RequestCode.SEND_MESSAGE_V2, RequestCode.SEND_BATCH_MESSAGE):
         return {V2_FIELDS.get(k, k): v for k, v in request.ext.items()}
     return request.ext
-
-
-def decode_batch_body(body: bytes) -> list[tuple[int, bytes, dict[str, str]]]:
-    """(flag, body, properties) of every entry of an encoded batch."""
-    entries = []
-    position = 0
-    try:
-        while position < len(body):
-            total, _magic, _crc, flag, body_length = _BATCH_ENTRY.unpack_from(body, position)
-            start = position + _BATCH_ENTRY.size
-            if total < _BATCH_ENTRY.size + 2 or body_length < 0 or position + total > len(body):
-                raise RequestProblem(
-                    ResponseCode.MESSAGE_ILLEGAL, f"batch entry at byte {position} is malformed"
-                )
-            entry_body = body[start : start + body_length]
-            (props_length,) = struct.unpack_from(">h", body, start + body_length)
-            props_start = start + body_length + 2
-            properties = decode_properties(body[props_start : props_start + props_length])
-            entries.append((flag, entry_body, properties))
-            position += total
-    except struct.error:
-        raise RequestProblem(
-            ResponseCode.MESSAGE_ILLEGAL, f"batch body is truncated at byte {position}"
-        ) from None
-    return entries
 
 
 async def handle_send(
@@ -117,18 +93,26 @@ async def handle_send(
     reconsume = _int(header, "reconsumeTimes", 0)
     is_batch = request.code == RequestCode.SEND_BATCH_MESSAGE or parse_bool(header.get("batch"))
     if is_batch:
-        entries = decode_batch_body(request.body)
-        if not entries:
+        try:
+            encoded = WireBatch.decode(
+                request.body,
+                topic=topic,
+                queue_id=queue_id,
+                sys_flag=sys_flag,
+                born_timestamp=born,
+                born_host=born_host,
+                reconsume_times=reconsume,
+            )
+        except MalformedBatch as error:
+            return request.response(ResponseCode.MESSAGE_ILLEGAL, remark=str(error))
+        if not len(encoded):
             return request.response(ResponseCode.MESSAGE_ILLEGAL, remark="the batch is empty")
-        empty = next((i for i, (_flag, body, _props) in enumerate(entries) if not body), None)
-        if empty is not None:
+        if encoded.smallest_body() == 0:
+            empty = int(np.argmax(encoded.body_len == 0))
             return request.response(
                 ResponseCode.MESSAGE_ILLEGAL, remark=f"the body of batch message {empty} is empty"
             )
-        messages = [
-            Message(topic, body, queue_id, flag, props, sys_flag, born, born_host, reconsume)
-            for flag, body, props in entries
-        ]
+        batch = MessageBatch(encoded, header.get("producerGroup", ""))
     else:
         if not request.body:
             return request.response(ResponseCode.MESSAGE_ILLEGAL, remark="the message body is empty")
@@ -146,7 +130,8 @@ async def handle_send(
                 reconsume,
             )
         ]
-    result = await net.runtime.put(MessageBatch(messages, header.get("producerGroup", "")))
+        batch = MessageBatch(messages, header.get("producerGroup", ""))
+    result = await net.runtime.put(batch)
     code = PUT_STATUS_CODES[result.status]
     if not result.status.stored or result.append is None:
         return request.response(code, remark=result.remark or result.status.value)
