@@ -1,5 +1,9 @@
 """The pull pipeline: consume-queue lookup, tag-hash filter, stored records out of the log.
 
+Entries are selected as columns (:mod:`kernel.queue_entries`); a store offering
+``lookup_columns(topic, queue_id, offset, count) -> QueueEntries`` hands them over without an
+object per entry, and its ``read_records`` receives the chosen :class:`QueueEntries`.
+
 Status and next-offset rules follow RocketMQ's ``DefaultMessageStore.getMessage`` so clients
 correct their offsets the way they do against RocketMQ.
 """
@@ -10,6 +14,7 @@ from collections.abc import Collection
 
 from kernel.model import GetResult, GetStatus
 from kernel.protocols import MessageStore
+from kernel.queue_entries import QueueEntries, select
 
 MAX_SCAN_ENTRIES = 16000
 """Entries inspected per pull at most, so a tag filter matching nothing cannot stall a pull."""
@@ -44,34 +49,31 @@ async def get_messages(
     # Without a tag filter every entry is taken, so reading more than max_count is waste (it
     # was most of a small pull's cost); with one, scan ahead for matches.
     scan = max_count if tags_codes is None else MAX_SCAN_ENTRIES
-    entries = store.lookup(topic, queue_id, offset, min(scan, max_offset - offset))
-    if not entries:
+    count = min(scan, max_offset - offset)
+    lookup_columns = getattr(store, "lookup_columns", None)
+    if lookup_columns is not None:
+        entries = lookup_columns(topic, queue_id, offset, count)
+    else:
+        entries = QueueEntries.of(store.lookup(topic, queue_id, offset, count))
+    if not len(entries):
         return GetResult(GetStatus.OFFSET_FOUND_NULL, [], offset + 1, min_offset, max_offset)
-    log_min = store.watermarks().min_offset
-    chosen = []
-    next_offset = offset
-    total = 0
-    removed = False
-    for entry in entries:
-        if len(chosen) >= max_count or (chosen and total + entry.size > max_bytes):
-            break
-        next_offset = entry.queue_offset + 1
-        if entry.physical_offset < log_min:
-            removed = True
-            continue
-        if tags_codes is not None and entry.tags_code not in tags_codes:
-            continue
-        chosen.append(entry)
-        total += entry.size
-    if not chosen:
-        status = GetStatus.MESSAGE_WAS_REMOVING if removed else GetStatus.NO_MATCHED_MESSAGE
-        return GetResult(status, [], next_offset, min_offset, max_offset)
-    records = await store.read_records(chosen)
+    picked = select(
+        entries,
+        offset,
+        max_count=max_count,
+        max_bytes=max_bytes,
+        log_min=store.watermarks().min_offset,
+        tags_codes=tags_codes,
+    )
+    if not len(picked.chosen):
+        status = GetStatus.MESSAGE_WAS_REMOVING if picked.removed else GetStatus.NO_MATCHED_MESSAGE
+        return GetResult(status, [], picked.next_offset, min_offset, max_offset)
+    records = await store.read_records(picked.chosen)
     return GetResult(
         GetStatus.FOUND,
         records,
-        next_offset,
+        picked.next_offset,
         min_offset,
         max_offset,
-        [e.queue_offset for e in chosen],
+        picked.chosen.queue_offset.tolist(),
     )

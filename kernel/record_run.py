@@ -275,3 +275,29 @@ def _reason(buffer: Buffer, position: int, limit: int, base: int, check_crc: boo
     if fields[6] != base + position:
         return CorruptRecord(position, f"stored log offset {fields[6]} is not its position")
     return CorruptRecord(position, "topic is not UTF-8")
+
+
+def check_at(
+    buffer: Buffer, positions: np.ndarray, sizes: np.ndarray, limit: int, *, base: int
+) -> CorruptRecord | None:
+    """Validate the records a consume queue points at, in bulk: each must lie within ``limit``,
+    have the ``sizes`` the queue says, store its own log offset and pass
+    :func:`~kernel.record.check_header` with its CRC. Returns the first problem (its offset
+    relative to ``buffer``) or ``None``."""
+    if not len(positions):
+        return None
+    outside = (positions < 0) | (sizes < MIN_RECORD_SIZE) | (positions + sizes > limit)
+    if outside.any():
+        at = int(positions[np.argmax(outside)])
+        return CorruptRecord(at, "the consume queue points outside the written log")
+    stored = _values(buffer, np.dtype(">i4"), limit)[positions].astype(np.int64)
+    wrong = stored != sizes
+    if wrong.any():
+        row = int(np.argmax(wrong))
+        return CorruptRecord(
+            int(positions[row]), f"size {int(stored[row])} is not the queue's {int(sizes[row])}"
+        )
+    bad = _Records.gather(buffer, positions, limit, base, True).bad
+    if bad.any():
+        return _reason(buffer, int(positions[np.argmax(bad)]), limit, base, True)
+    return None

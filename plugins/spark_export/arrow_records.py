@@ -9,7 +9,6 @@ tags, keys and unique key are split by Arrow compute kernels instead of per-row 
 from __future__ import annotations
 
 import socket
-import struct
 import zlib
 from collections.abc import Sequence
 
@@ -25,59 +24,17 @@ from kernel.model import (
     SYSFLAG_COMPRESSED,
     SYSFLAG_STOREHOST_V6,
 )
-from kernel.record import HEADER_SIZE, MAGIC_V1, MIN_RECORD_SIZE
+from kernel.record_columns import RecordColumns
 from plugins.spark_export.schema import ARROW_SCHEMA, KEYS_TYPE, TIMESTAMP
 
 UNIQ_KEY = "UNIQ_KEY"
 
-_HEADER_DTYPE = np.dtype(
-    [
-        ("size", ">i4"),
-        ("magic", ">i4"),
-        ("body_crc", ">i4"),
-        ("queue_id", ">i4"),
-        ("flag", ">i4"),
-        ("queue_offset", ">i8"),
-        ("physical_offset", ">i8"),
-        ("sys_flag", ">i4"),
-        ("born_timestamp", ">i8"),
-        ("born_host", ">u8"),
-        ("store_timestamp", ">i8"),
-        ("store_host", ">u8"),
-        ("reconsume_times", ">i4"),
-        ("prepared_offset", ">i8"),
-        ("body_len", ">i4"),
-    ]
-)
-assert _HEADER_DTYPE.itemsize == HEADER_SIZE
-_HEADER_COLUMNS = np.arange(HEADER_SIZE, dtype=np.int64)
 _STORE_HOST_AT = 64
 _PHYSICAL_OFFSET_AT = 28
-_SIZE_MAGIC = struct.Struct(">ii")
 
 
 def empty_batch() -> pa.RecordBatch:
     return pa.RecordBatch.from_pylist([], schema=ARROW_SCHEMA)
-
-
-def record_starts(data: bytes) -> np.ndarray:
-    """Where each record of ``data`` begins, checking sizes and magic on the way.
-
-    :raises CorruptRecord: a record's size or magic is wrong, or it runs past the end.
-    """
-    starts = []
-    append = starts.append
-    unpack = _SIZE_MAGIC.unpack_from
-    at, end = 0, len(data)
-    while at < end:
-        if end - at < MIN_RECORD_SIZE:
-            raise CorruptRecord(at, f"{end - at} trailing bytes are not a record")
-        size, magic = unpack(data, at)
-        if magic != MAGIC_V1 or size < MIN_RECORD_SIZE or at + size > end:
-            raise CorruptRecord(at, f"record of {size} bytes with magic {magic & 0xFFFFFFFF:#010x}")
-        append(at)
-        at += size
-    return np.fromiter(starts, dtype=np.int64, count=len(starts))
 
 
 def to_record_batch(
@@ -98,45 +55,26 @@ def to_record_batch(
     :raises CorruptRecord: a record is damaged (a damaged record is never returned as a row).
     """
     data = bodies[0] if len(bodies) == 1 else b"".join(bodies)
-    starts = record_starts(data)
-    if len(starts) == 0:
+    records = RecordColumns.read(data)
+    if len(records) == 0:
         return empty_batch()
-    raw = np.frombuffer(data, dtype=np.uint8)
-    header_bytes = raw[starts[:, None] + _HEADER_COLUMNS]
-    header = header_bytes.view(_HEADER_DTYPE).reshape(len(starts))
-    queue_offset = header["queue_offset"].astype(np.int64)
+    queue_offset = records.header["queue_offset"].astype(np.int64)
     keep = queue_offset >= start
     if end is not None:
         keep &= queue_offset < end
     if not keep.all():
-        starts, header_bytes, header, queue_offset = (
-            starts[keep],
-            header_bytes[keep],
-            header[keep],
-            queue_offset[keep],
-        )
-        if len(starts) == 0:
+        records, queue_offset = records.select(keep), queue_offset[keep]
+        if len(records) == 0:
             return empty_batch()
-    n = len(starts)
+    n = len(records)
+    header = records.header
+    header_bytes = header.view(np.uint8).reshape(n, -1)
     sys_flag = header["sys_flag"].astype(np.int32)
     if np.any(sys_flag & (SYSFLAG_BORNHOST_V6 | SYSFLAG_STOREHOST_V6)):
-        at = int(starts[np.argmax(sys_flag & (SYSFLAG_BORNHOST_V6 | SYSFLAG_STOREHOST_V6) != 0)])
+        at = int(records.starts[np.argmax(sys_flag & (SYSFLAG_BORNHOST_V6 | SYSFLAG_STOREHOST_V6) != 0)])
         raise CorruptRecord(at, "record with IPv6 hosts: not a RocketMQ 4.x v1 record this reader decodes")
-
-    body_start = starts + HEADER_SIZE
-    body_len = header["body_len"].astype(np.int64)
-    record_end = starts + header["size"].astype(np.int64)
-    if np.any(body_len < 0) or np.any(body_start + body_len + 3 > record_end):
-        raise CorruptRecord(int(starts[0]), "a record's body length runs past the record")
-    topic_len_at = body_start + body_len
-    topic_len = raw[topic_len_at].astype(np.int64)
-    props_len_at = topic_len_at + 1 + topic_len
-    if np.any(props_len_at + 2 > record_end):
-        raise CorruptRecord(int(starts[0]), "a record's topic runs past the record")
-    props_len = (raw[props_len_at].astype(np.int64) << 8) | raw[props_len_at + 1]
-    props_start = props_len_at + 2
-    if np.any(props_start + props_len > record_end):
-        raise CorruptRecord(int(starts[0]), "a record's properties run past the record")
+    body_start, body_len = records.body_start, records.body_len
+    props_start, props_len = records.props_start, records.props_len
 
     view = memoryview(data)
     body = _binary(view, body_start, body_len, sys_flag, topic, queue_offset)

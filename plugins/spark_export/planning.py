@@ -12,7 +12,7 @@ from collections.abc import Mapping
 import trio
 
 from kernel.model import MessageQueue
-from plugins.spark_export.arrow_records import record_starts
+from kernel.record_columns import record_starts
 from plugins.spark_export.catalog import BrokerCatalog, CatalogError, QueueBounds, QueueKey
 from plugins.spark_export.options import EARLIEST, LATEST, OffsetSpec, SourceOptions, SparkOptionError
 from plugins.spark_export.range_reader import DataLossError

@@ -19,6 +19,7 @@ import trio
 
 from kernel.dispatch_batch import DispatchBatch, as_batch
 from kernel.model import DispatchRecord, QueueEntry
+from kernel.queue_entries import QueueEntries
 from plugins.store_mmap.config import CQ_ENTRY_SIZE
 from plugins.store_mmap.mapped_file import PAGE_SIZE
 from plugins.store_mmap.mapped_file_queue import MappedFileQueue
@@ -128,6 +129,37 @@ class ConsumeQueue:
             if last == first:
                 break
         return out
+
+    def lookup_columns(self, queue_offset: int, max_entries: int) -> QueueEntries:
+        """:meth:`lookup` as columns: each file's entries copied out with one ``frombuffer``."""
+        parts: list[np.ndarray] = []
+        firsts: list[int] = []
+        end = min(self.max_queue_offset, queue_offset + max_entries)
+        at = max(queue_offset, self.min_queue_offset)
+        while at < end:
+            byte_offset = at * CQ_ENTRY_SIZE
+            mapped = self.files.find(byte_offset)
+            first = (byte_offset - mapped.start) // CQ_ENTRY_SIZE
+            last = min(mapped.wrote // CQ_ENTRY_SIZE, first + (end - at))
+            if last == first:
+                break
+            view = mapped.read(first * CQ_ENTRY_SIZE, (last - first) * CQ_ENTRY_SIZE)
+            parts.append(np.frombuffer(view, dtype=ENTRY_DTYPE))
+            firsts.append(at)
+            at += last - first
+        if not parts:
+            empty = np.zeros(0, dtype=np.int64)
+            return QueueEntries(empty, empty, empty, empty)
+        entries = parts[0] if len(parts) == 1 else np.concatenate(parts)
+        queue_offsets = np.concatenate(
+            [np.arange(f, f + len(p), dtype=np.int64) for f, p in zip(firsts, parts, strict=True)]
+        )
+        return QueueEntries(
+            queue_offsets,
+            entries["offset"].astype(np.int64),
+            entries["size"].astype(np.int64),
+            entries["tags"].astype(np.int64),
+        )
 
     def flush_blocking(self, least_pages: int = 0) -> None:
         """Flush files with unflushed entries: a full file always, the others once at least
@@ -273,6 +305,12 @@ class ConsumeQueues:
     def lookup(self, topic: str, queue_id: int, queue_offset: int, max_entries: int) -> list[QueueEntry]:
         queue = self.queues.get((topic, queue_id))
         return [] if queue is None else queue.lookup(queue_offset, max_entries)
+
+    def lookup_columns(self, topic: str, queue_id: int, queue_offset: int, max_entries: int) -> QueueEntries:
+        queue = self.queues.get((topic, queue_id))
+        if queue is None:
+            return QueueEntries.of([])
+        return queue.lookup_columns(queue_offset, max_entries)
 
     def min_offset(self, topic: str, queue_id: int) -> int:
         queue = self.queues.get((topic, queue_id))

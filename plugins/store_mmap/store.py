@@ -21,6 +21,7 @@ from kernel.context import BrokerContext
 from kernel.dispatch_batch import DispatchBatch
 from kernel.errors import FlushError, StoreNotWritable
 from kernel.model import AppendResult, Message, QueueEntry, RecoveryReport, Watermarks
+from kernel.queue_entries import QueueEntries
 from kernel.sync import LogPositions
 from plugins.store_mmap.checkpoint import Checkpoint
 from plugins.store_mmap.commit_log import CommitLog
@@ -214,9 +215,13 @@ class MmapStore:
     def max_queue_offset(self, topic: str, queue_id: int) -> int:
         return self.queues.max_offset(topic, queue_id)
 
+    def lookup_columns(self, topic: str, queue_id: int, queue_offset: int, max_entries: int) -> QueueEntries:
+        """:meth:`lookup` as columns (the pull path's form, see :mod:`kernel.queue_entries`)."""
+        return self.queues.lookup_columns(topic, queue_id, queue_offset, max_entries)
+
     async def read_records(self, entries: Sequence[QueueEntry]) -> list[bytes]:
         await trio.lowlevel.checkpoint()
-        return self.commit_log.read_entries(entries)
+        return self.commit_log.read_entries(QueueEntries.of(entries))
 
     async def read_record_at(self, offset: int) -> bytes:
         await trio.lowlevel.checkpoint()

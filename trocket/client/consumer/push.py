@@ -438,7 +438,7 @@ class PushConsumer(ConsumerBase):
         if offset >= 0:
             self._offsets.update(owned.queue, offset, increase_only=True)
         if kept and self._services is not None and not self._closing:  # else: redelivered after restart
-            retried = [attrs.evolve(m, reconsume_times=m.reconsume_times + 1) for m in kept]
+            retried = [m.with_reconsume_times(m.reconsume_times + 1) for m in kept]
             self._services.start_soon(self._consume_later, owned, retried)
 
     async def _consume_later(self, owned: _Owned, batch: list[ReceivedMessage]) -> None:
@@ -467,7 +467,7 @@ class PushConsumer(ConsumerBase):
                 if pq.dropped or self._closing:
                     return
                 batch = [
-                    attrs.evolve(m, reconsume_times=attempts.get(m.queue_offset, m.reconsume_times))
+                    m.with_reconsume_times(attempts.get(m.queue_offset, m.reconsume_times))
                     for m in pq.take_in_order(max(1, self.consume_message_batch_max_size))
                 ]
                 context = ConsumeContext(owned.queue)

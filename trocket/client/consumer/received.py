@@ -1,9 +1,12 @@
-"""A consumed message as listeners see it (RocketMQ's ``MessageExt``), decoded straight from a
-pull answer's stored records.
+"""A consumed message as listeners see it (RocketMQ's ``MessageExt``), read from the columns of
+a pull answer.
 
 Decoding is the consumer's hot path (a backlog drains at hundreds of thousands of messages a
-second), so a record is unpacked with one ``struct`` call and the ids and host strings that
-few listeners read are computed when first asked for.
+second). A pull answer is decoded once, in bulk, by :class:`kernel.record_columns.RecordColumns`
+(the decoder the Spark reader uses too); a :class:`ReceivedMessage` is then a row number into
+those columns, and each field is read from them when asked for: the properties text is split
+into a dict on first use, ids and host strings likewise. A listener that only reads bodies
+pays for bodies only.
 """
 
 from __future__ import annotations
@@ -11,41 +14,178 @@ from __future__ import annotations
 import socket
 import struct
 import zlib
+from typing import Any
 
-import attrs
+import numpy as np
 
-from kernel.errors import CorruptRecord
-from kernel.model import PROPERTY_RETRY_TOPIC, SYSFLAG_COMPRESSED, MessagePropertiesView, MessageQueue
-from kernel.record import HEADER, HEADER_SIZE, MAGIC_V1
+from kernel.model import (
+    PROPERTY_RETRY_TOPIC,
+    SYSFLAG_COMPRESSED,
+    MessagePropertiesView,
+    MessageQueue,
+    decode_properties,
+)
+from kernel.record_columns import RecordColumns
 from trocket.client.errors import ClientError
 
 RETRY_PREFIX = "%RETRY%"
-_PROPS_LEN = struct.Struct(">h")
 
 
-@attrs.frozen
+class _Pulled:
+    """One pull answer's columns, shared by its messages; plain-int lists made on first use."""
+
+    __slots__ = ("records", "queue", "topics", "inflated", "_lists")
+
+    def __init__(self, records: RecordColumns, queue: MessageQueue) -> None:
+        self.records = records
+        self.queue = queue
+        self._lists: dict[str, list[Any]] = {}
+        data = records.data
+        topic_start, topic_len = records.topic_start.tolist(), records.topic_len.tolist()
+        names: dict[bytes, str] = {}
+        self.topics: list[str] = []
+        for start, length in zip(topic_start, topic_len, strict=True):
+            raw = data[start : start + length]
+            name = names.get(raw)
+            if name is None:
+                name = names[raw] = raw.decode("utf-8", "replace")
+            self.topics.append(name)
+        self.inflated: dict[int, bytes] = {}
+        compressed = np.flatnonzero(records.header["sys_flag"].astype(np.int64) & SYSFLAG_COMPRESSED)
+        for row in compressed.tolist():
+            start, length = int(records.body_start[row]), int(records.body_len[row])
+            try:
+                self.inflated[row] = zlib.decompress(data[start : start + length])
+            except zlib.error as error:
+                offset = int(records.header["queue_offset"][row])
+                raise ClientError(
+                    f"message at {queue.topic}:{queue.broker_name}:{queue.queue_id} offset {offset} "
+                    f"is flagged compressed but does not inflate: {error}"
+                ) from None
+
+    def column(self, name: str) -> list[Any]:
+        values = self._lists.get(name)
+        if values is None:
+            source = getattr(self.records, name) if name in _POSITIONS else self.records.header[name]
+            values = self._lists[name] = source.tolist()
+        return values
+
+
+_POSITIONS = frozenset({"body_start", "body_len", "props_start", "props_len"})
+
+
 class ReceivedMessage(MessagePropertiesView):
     """One message pulled from a broker, body inflated, topic as the producer sent it.
 
     ``queue`` and ``queue_offset`` say where it was pulled from: for a retried message that is
     the group's ``%RETRY%`` queue while ``topic`` is the original one (as RocketMQ resets it).
+    Equal when pulled from the same place with the same content.
     """
 
-    topic: str
-    body: bytes
-    properties: dict[str, str]
-    queue: MessageQueue
-    queue_offset: int
-    commit_log_offset: int
-    reconsume_times: int
-    born_timestamp: int
-    store_timestamp: int
-    born_address: tuple[bytes, int]
-    store_address: tuple[bytes, int]
-    """IPv4 bytes and port, as stored (see ``born_host`` / ``store_host``)."""
-    flag: int = 0
-    sys_flag: int = 0
-    stored_size: int = 0
+    __slots__ = ("_pulled", "_row", "_properties", "_reconsume_times")
+
+    def __init__(self, pulled: _Pulled, row: int) -> None:
+        self._pulled = pulled
+        self._row = row
+        self._properties: dict[str, str] | None = None
+        self._reconsume_times: int | None = None
+
+    def with_reconsume_times(self, times: int) -> ReceivedMessage:
+        """A copy that reports ``times`` reconsumes (a push consumer counting local retries)."""
+        copy = ReceivedMessage(self._pulled, self._row)
+        copy._properties = self._properties
+        copy._reconsume_times = times
+        return copy
+
+    def _field(self, name: str) -> Any:
+        return self._pulled.column(name)[self._row]
+
+    @property
+    def properties(self) -> dict[str, str]:  # type: ignore[override]
+        if self._properties is None:
+            start, length = self._field("props_start"), self._field("props_len")
+            data = self._pulled.records.data
+            self._properties = decode_properties(data[start : start + length]) if length > 0 else {}
+        return self._properties
+
+    @property
+    def topic(self) -> str:
+        topic = self._pulled.topics[self._row]
+        if topic.startswith(RETRY_PREFIX):
+            return self.properties.get(PROPERTY_RETRY_TOPIC, topic)
+        return topic
+
+    @property
+    def body(self) -> bytes:
+        inflated = self._pulled.inflated.get(self._row)
+        if inflated is not None:
+            return inflated
+        start = self._field("body_start")
+        return self._pulled.records.data[start : start + self._field("body_len")]
+
+    @property
+    def queue(self) -> MessageQueue:
+        return self._pulled.queue
+
+    @property
+    def queue_offset(self) -> int:
+        return int(self._field("queue_offset"))
+
+    @property
+    def commit_log_offset(self) -> int:
+        return int(self._field("physical_offset"))
+
+    @property
+    def reconsume_times(self) -> int:
+        if self._reconsume_times is not None:
+            return self._reconsume_times
+        return int(self._field("reconsume_times"))
+
+    @property
+    def born_timestamp(self) -> int:
+        return int(self._field("born_timestamp"))
+
+    @property
+    def store_timestamp(self) -> int:
+        return int(self._field("store_timestamp"))
+
+    @property
+    def born_address(self) -> tuple[bytes, int]:
+        return _address(self._field("born_host"))
+
+    @property
+    def store_address(self) -> tuple[bytes, int]:
+        """IPv4 bytes and port, as stored (see ``born_host`` / ``store_host``)."""
+        return _address(self._field("store_host"))
+
+    @property
+    def flag(self) -> int:
+        return int(self._field("flag"))
+
+    @property
+    def sys_flag(self) -> int:
+        return int(self._field("sys_flag"))
+
+    @property
+    def stored_size(self) -> int:
+        return int(self._field("size"))
+
+    def _identity(self) -> tuple[Any, ...]:
+        return (self.queue, self.queue_offset, self.commit_log_offset, self.topic, self.body, self.properties)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, ReceivedMessage):
+            return NotImplemented
+        return self._identity() == other._identity()
+
+    def __hash__(self) -> int:
+        return hash((self.queue, self.queue_offset, self.commit_log_offset))
+
+    def __repr__(self) -> str:
+        return (
+            f"ReceivedMessage(topic={self.topic!r}, queue={self.queue!r}, queue_offset={self.queue_offset}, "
+            f"body={self.body[:64]!r}, properties={self.properties!r})"
+        )
 
     @property
     def msg_id(self) -> str:
@@ -68,60 +208,18 @@ class ReceivedMessage(MessagePropertiesView):
 
 
 def decode_pulled(data: bytes, queue: MessageQueue) -> list[ReceivedMessage]:
-    """The records of a PULL_MESSAGE answer as received messages.
+    """The records of a PULL_MESSAGE answer as received messages (decoded in bulk; each
+    message reads its fields from the shared columns when asked).
 
-    :raises CorruptRecord: a record's magic or size is wrong (the broker sent damage).
+    :raises CorruptRecord: a record's magic, size or lengths are wrong (the broker sent damage).
     :raises ClientError: a body flagged compressed does not inflate.
     """
-    out = []
-    at, end = 0, len(data)
-    view = memoryview(data)
-    while at < end:
-        (size, magic, _crc, _queue_id, flag, queue_offset, physical_offset, sys_flag, born_ts, born_ip,
-         born_port, store_ts, store_ip, store_port, reconsume, _prepared,
-         body_len) = HEADER.unpack_from(data, at)  # fmt: skip
-        if magic != MAGIC_V1 or size < HEADER_SIZE or at + size > end:
-            raise CorruptRecord(at, f"record of {size} bytes with magic {magic & 0xFFFFFFFF:#010x}")
-        cursor = at + HEADER_SIZE
-        body = data[cursor : cursor + body_len]
-        cursor += body_len
-        topic_len = data[cursor]
-        topic = data[cursor + 1 : cursor + 1 + topic_len].decode()
-        cursor += 1 + topic_len
-        (props_len,) = _PROPS_LEN.unpack_from(data, cursor)
-        properties: dict[str, str] = {}
-        if props_len > 0:
-            for part in str(view[cursor + 2 : cursor + 2 + props_len], "utf-8", "replace").split("\x02"):
-                key, sep, value = part.partition("\x01")
-                if sep:
-                    properties[key] = value
-        if sys_flag & SYSFLAG_COMPRESSED:
-            try:
-                body = zlib.decompress(body)
-            except zlib.error as error:
-                raise ClientError(
-                    f"message at {queue.topic}:{queue.broker_name}:{queue.queue_id} offset {queue_offset} "
-                    f"is flagged compressed but does not inflate: {error}"
-                ) from None
-        if topic.startswith(RETRY_PREFIX):
-            topic = properties.get(PROPERTY_RETRY_TOPIC, topic)
-        out.append(
-            ReceivedMessage(
-                topic,
-                body,
-                properties,
-                queue,
-                queue_offset,
-                physical_offset,
-                reconsume,
-                born_ts,
-                store_ts,
-                (born_ip, born_port),
-                (store_ip, store_port),
-                flag,
-                sys_flag,
-                size,
-            )  # fmt: skip
-        )
-        at += size
-    return out
+    records = RecordColumns.read(data)
+    if not len(records):
+        return []
+    pulled = _Pulled(records, queue)
+    return [ReceivedMessage(pulled, row) for row in range(len(records))]
+
+
+def _address(packed: int) -> tuple[bytes, int]:
+    return (packed >> 32).to_bytes(4, "big"), packed & 0xFFFFFFFF
