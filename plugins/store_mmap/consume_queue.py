@@ -114,21 +114,7 @@ class ConsumeQueue:
             at += len(chunk)
 
     def lookup(self, queue_offset: int, max_entries: int) -> list[QueueEntry]:
-        out: list[QueueEntry] = []
-        end = min(self.max_queue_offset, queue_offset + max_entries)
-        at = max(queue_offset, self.min_queue_offset)
-        while at < end:
-            byte_offset = at * CQ_ENTRY_SIZE
-            mapped = self.files.find(byte_offset)
-            first = (byte_offset - mapped.start) // CQ_ENTRY_SIZE
-            last = min(mapped.wrote // CQ_ENTRY_SIZE, first + (end - at))
-            view = mapped.read(first * CQ_ENTRY_SIZE, (last - first) * CQ_ENTRY_SIZE)
-            for i, (offset, size, tags) in enumerate(ENTRY.iter_unpack(view)):
-                out.append(QueueEntry(at + i, offset, size, tags))
-            at += last - first
-            if last == first:
-                break
-        return out
+        return list(self.lookup_columns(queue_offset, max_entries))
 
     def lookup_columns(self, queue_offset: int, max_entries: int) -> QueueEntries:
         """:meth:`lookup` as columns: each file's entries copied out with one ``frombuffer``."""
