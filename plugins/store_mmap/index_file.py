@@ -58,15 +58,6 @@ def key_hashes(hashes: np.ndarray) -> np.ndarray:
     return np.where(magnitude < 2**31, magnitude, 0)
 
 
-def index_keys(record: DispatchRecord) -> list[str]:
-    keys = []
-    if record.unique_key:
-        keys.append(f"{record.topic}#{record.unique_key}")
-    for token in record.keys.split():
-        keys.append(f"{record.topic}#{token}")
-    return keys
-
-
 @attrs.define(eq=False)
 class IndexFile:
     path: Path
@@ -344,12 +335,6 @@ class IndexService:
                 if not self._new_file():
                     return
             done += self.files[-1].put_many(hashed[done:], offsets[done:], timestamps[done:])
-
-    def _put(self, key: str, offset: int, timestamp: int) -> None:
-        if not self.files or self.files[-1].full:
-            if not self._new_file():
-                return
-        self.files[-1].put(key, offset, timestamp)
 
     def _new_file(self) -> bool:
         """Start a new index file; on an allocation failure (disk full) indexing pauses, the
