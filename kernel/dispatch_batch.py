@@ -30,28 +30,9 @@ from kernel.model import (
     encode_properties,
 )
 from kernel.property_scan import JoinedProperties, pattern_for
-from kernel.record import HEADER_SIZE
+from kernel.record_layout import HEADER_SIZE, header_rows
 from kernel.record_run import RecordRun
 from kernel.wire_batch import WireBatch
-
-_FIELDS = np.dtype(
-    {
-        "names": [
-            "size",
-            "queue_id",
-            "queue_offset",
-            "physical_offset",
-            "sys_flag",
-            "store_timestamp",
-            "prepared_offset",
-            "body_len",
-        ],
-        "formats": [">i4", ">i4", ">i8", ">i8", ">i4", ">i8", ">i8", ">i4"],
-        "offsets": [0, 12, 20, 28, 36, 56, 76, 84],
-        "itemsize": HEADER_SIZE,
-    }
-)
-_HEADER = np.dtype((np.void, HEADER_SIZE))
 
 _WANTED = pattern_for(["TAGS", "KEYS", "UNIQ_KEY", "TIMER_OUT_MS"])
 
@@ -149,12 +130,7 @@ class DispatchBatch(Sequence[DispatchRecord]):
         count = len(positions)
         if not count:
             return cls.empty()
-        shape = (len(buffer) - HEADER_SIZE + 1,)
-        headers = np.ndarray(shape=shape, dtype=_HEADER, buffer=buffer, strides=(1,))
-        try:
-            header = headers[positions].view(_FIELDS)
-        finally:
-            del headers  # release the export so a mapped file can be closed
+        header = header_rows(buffer, positions)
         size = header["size"].astype(np.int64)
         body_len = header["body_len"].astype(np.int64)
         topic_bytes = np.array([len(t.encode()) for t in topics], dtype=np.int64)

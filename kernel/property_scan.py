@@ -59,9 +59,6 @@ class JoinedProperties:
         starts[1:] += 1
         return cls(blob, starts, starts + lengths)
 
-    def region(self, row: int) -> bytes:
-        return self.blob[int(self.starts[row]) : int(self.ends[row])]
-
     def find(self, pattern: re.Pattern[bytes]) -> tuple[np.ndarray, np.ndarray, list[bytes]]:
         """Every pair ``pattern`` matches: the message it belongs to, its name and its value."""
         matches = list(pattern.finditer(self.blob))

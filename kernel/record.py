@@ -22,6 +22,7 @@ import zlib
 from collections.abc import Mapping, Sequence
 
 import attrs
+import numpy as np
 
 from kernel.errors import CorruptRecord
 from kernel.model import (
@@ -40,16 +41,11 @@ from kernel.model import (
     encode_properties,
     tags_code,
 )
+from kernel.record_layout import HEADER, HEADER_SIZE, MAGIC_BLANK, MAGIC_V1, MAGIC_V2, MIN_RECORD_SIZE
 from kernel.wire_batch import WireBatch
 
-MAGIC_V1 = -626843481  # 0xDAA320A7
-MAGIC_V2 = -626843477  # 0xDAA320AB
-MAGIC_BLANK = -875286124  # 0xCBD43194
+__all__ = ["HEADER", "HEADER_SIZE", "MAGIC_BLANK", "MAGIC_V1", "MAGIC_V2", "MIN_RECORD_SIZE"]
 
-HEADER = struct.Struct(">iiiiiqqiq4siq4siiqi")
-"""Everything up to and including bodyLen: 88 bytes."""
-HEADER_SIZE = HEADER.size
-MIN_RECORD_SIZE = HEADER_SIZE + 1 + 2
 BLANK = struct.Struct(">ii")
 _SIZE_MAGIC = struct.Struct(">ii")
 SIZE_MAGIC = _SIZE_MAGIC
@@ -204,7 +200,12 @@ class RecordEncoder:
         )
         count = len(batch)
         return EncodedRun(
-            data, offsets.tolist(), sizes.tolist(), list(range(first, first + count)), {key: first + count}
+            data,
+            offsets.tolist(),
+            sizes.tolist(),
+            list(range(first, first + count)),
+            {key: first + count},
+            (offsets, sizes),
         )
 
     def _topic_prefix(self, topic: str) -> bytes:
@@ -236,6 +237,9 @@ class EncodedRun:
     queue_offsets: list[int]
     next_queue_offsets: dict[tuple[str, int], int]
     """The queue offset after the run, per (topic, queue id) it touched."""
+    arrays: tuple[np.ndarray, np.ndarray] | None = attrs.field(default=None, eq=False)
+    """``offsets`` and ``sizes`` as the arrays they were computed as, when the run was encoded
+    column-wise (so a caller that wants arrays does not convert the lists back)."""
 
 
 def encode_record(

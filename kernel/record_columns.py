@@ -15,29 +15,10 @@ import attrs
 import numpy as np
 
 from kernel.errors import CorruptRecord
-from kernel.record import HEADER_SIZE, MAGIC_V1, MIN_RECORD_SIZE
+from kernel.record_layout import HEADER_DTYPE, HEADER_SIZE, MAGIC_V1, MIN_RECORD_SIZE, header_rows
 
-HEADER_DTYPE = np.dtype(
-    [
-        ("size", ">i4"),
-        ("magic", ">i4"),
-        ("body_crc", ">i4"),
-        ("queue_id", ">i4"),
-        ("flag", ">i4"),
-        ("queue_offset", ">i8"),
-        ("physical_offset", ">i8"),
-        ("sys_flag", ">i4"),
-        ("born_timestamp", ">i8"),
-        ("born_host", ">u8"),
-        ("store_timestamp", ">i8"),
-        ("store_host", ">u8"),
-        ("reconsume_times", ">i4"),
-        ("prepared_offset", ">i8"),
-        ("body_len", ">i4"),
-    ]
-)
-"""The 88-byte v1 header as a numpy row (hosts as 8 bytes: IPv4 then port)."""
-assert HEADER_DTYPE.itemsize == HEADER_SIZE
+__all__ = ["HEADER_DTYPE", "RecordColumns", "record_starts"]
+
 _SIZE_MAGIC = struct.Struct(">ii")
 
 
@@ -87,10 +68,7 @@ class RecordColumns:
         if not count:
             empty = np.zeros(0, dtype=np.int64)
             return cls(data, empty, np.zeros(0, dtype=HEADER_DTYPE), *([empty] * 6))
-        shape = (len(data) - HEADER_SIZE + 1,)
-        headers = np.ndarray(shape=shape, dtype=np.dtype((np.void, HEADER_SIZE)), buffer=data, strides=(1,))
-        header = headers[starts].view(HEADER_DTYPE)
-        del headers
+        header = header_rows(data, starts)
         raw = np.frombuffer(data, dtype=np.uint8)
         body_start = starts + HEADER_SIZE
         body_len = header["body_len"].astype(np.int64)

@@ -20,7 +20,8 @@ import attrs
 import numpy as np
 
 from kernel.errors import CorruptRecord
-from kernel.record import HEADER_SIZE, MAGIC_V1, MIN_RECORD_SIZE, check_header
+from kernel.record import check_header
+from kernel.record_layout import HEADER_DTYPE, HEADER_SIZE, MAGIC_V1, MIN_RECORD_SIZE
 
 _SIZE = struct.Struct(">i")
 
@@ -28,15 +29,6 @@ _I64 = np.dtype(">i8")
 _I16 = np.dtype(">i2")
 _U8 = np.dtype(np.uint8)
 _HEADER = np.dtype((np.void, HEADER_SIZE))
-_HEADER_FIELDS = np.dtype(
-    {
-        "names": ["size", "magic", "crc", "queue_id", "queue_offset", "physical_offset", "body_len"],
-        "formats": [">i4", ">i4", ">i4", ">i4", ">i8", ">i8", ">i4"],
-        "offsets": [0, 4, 8, 12, 20, 28, 84],
-        "itemsize": HEADER_SIZE,
-    }
-)
-"""The fields of :data:`kernel.record.HEADER` a scan needs, at their offsets."""
 
 Buffer = bytes | bytearray | mmap.mmap
 """Buffers with ``find`` and slicing to bytes (a memoryview slices to views, which cannot be
@@ -162,10 +154,10 @@ class _Records:
         headers, i64, i16, u8 = (_values(buffer, d, limit) for d in (_HEADER, _I64, _I16, _U8))
         try:
             # One gather copies every header (88 bytes each); fields are then read from the copy.
-            header = headers[at].view(_HEADER_FIELDS)
+            header = headers[at].view(HEADER_DTYPE)
             end = at + header["size"].astype(np.int64)
             magic = header["magic"]
-            stored_crc = header["crc"].astype(np.int64)
+            stored_crc = header["body_crc"].astype(np.int64)
             queue_id = header["queue_id"].astype(np.int64)
             queue_offset = header["queue_offset"].astype(np.int64)
             physical = header["physical_offset"].astype(np.int64)

@@ -41,6 +41,7 @@ from kernel.model import (
     decode_properties,
 )
 from kernel.property_scan import JoinedProperties, pattern_for
+from kernel.record_layout import HEADER_DTYPE, HEADER_SIZE, MAGIC_V1
 
 ENTRY_HEADER = 20
 """totalSize, magic, bodyCRC, flag, bodyLen: the fixed part of a batch entry."""
@@ -53,53 +54,8 @@ _ENTRY = np.dtype(
         "itemsize": ENTRY_HEADER,
     }
 )
-_RECORD_HEADER = np.dtype(
-    {
-        "names": [
-            "size",
-            "magic",
-            "crc",
-            "queue_id",
-            "flag",
-            "queue_offset",
-            "physical_offset",
-            "sys_flag",
-            "born_timestamp",
-            "born_ip",
-            "born_port",
-            "store_timestamp",
-            "store_ip",
-            "store_port",
-            "reconsume_times",
-            "prepared_offset",
-            "body_len",
-        ],
-        "formats": [
-            ">i4",
-            ">i4",
-            ">i4",
-            ">i4",
-            ">i4",
-            ">i8",
-            ">i8",
-            ">i4",
-            ">i8",
-            ">u4",
-            ">i4",
-            ">i8",
-            ">u4",
-            ">i4",
-            ">i4",
-            ">i8",
-            ">i4",
-        ],  # fmt: skip
-        "offsets": [0, 4, 8, 12, 16, 20, 28, 36, 40, 48, 52, 56, 64, 68, 72, 76, 84],
-        "itemsize": 88,
-    }
-)
-""":data:`kernel.record.HEADER` as a numpy row: one record header per element."""
-MAGIC_V1 = -626843481
 _SHARED = struct.Struct(">4xi4xi4x8x8xiq4siq4sii8x4x")
+assert _SHARED.size == HEADER_SIZE
 """An 88-byte record header with only the fields a batch shares filled (magic, queue id,
 sysFlag, born time and host, store time and host, reconsume times; zeros elsewhere)."""
 _HOST_MASK = ~(SYSFLAG_BORNHOST_V6 | SYSFLAG_STOREHOST_V6)
@@ -137,6 +93,7 @@ class WireBatch:
     born_host: tuple[str, int] = ("127.0.0.1", 0)
     reconsume_times: int = 0
     _joined: JoinedProperties | None = attrs.field(default=None, init=False)
+    _attention: bool | None = attrs.field(default=None, init=False)
 
     @classmethod
     def decode(
@@ -204,8 +161,10 @@ class WireBatch:
 
     def needs_attention(self) -> bool:
         """Whether a message asks for a delay or a transaction (the put path then handles the
-        batch as message objects)."""
-        return self.joined_properties.contains(_ATTENTION)
+        batch as message objects). Asked by the kernel and by delay plugins; searched once."""
+        if self._attention is None:
+            self._attention = self.joined_properties.contains(_ATTENTION)
+        return self._attention
 
     def wait_store_ok(self) -> bool:
         """False only if every message says ``WAIT=false`` (see :class:`MessageBatch`)."""
@@ -241,7 +200,7 @@ class WireBatch:
         offsets from ``first_queue_offset``; returns (bytes, record offsets, record sizes).
         ``topic_prefix`` is the stored topic (length byte, then UTF-8)."""
         count = len(self)
-        sizes = 88 + self.body_len + len(topic_prefix) + 2 + self.props_len
+        sizes = HEADER_SIZE + self.body_len + len(topic_prefix) + 2 + self.props_len
         offsets = np.empty(count, dtype=np.int64)
         offsets[0] = physical_offset
         np.cumsum(sizes[:-1], out=offsets[1:])
@@ -264,16 +223,20 @@ class WireBatch:
             store_port,
             self.reconsume_times,
         )
-        header = np.frombuffer(template * count, dtype=_RECORD_HEADER).copy()
+        header = np.frombuffer(template * count, dtype=HEADER_DTYPE).copy()
         header["size"] = sizes
-        header["crc"] = np.fromiter(map(zlib.crc32, bodies), dtype=np.int64, count=count) & 0x7FFFFFFF
+        header["body_crc"] = np.fromiter(map(zlib.crc32, bodies), dtype=np.int64, count=count) & 0x7FFFFFFF
         header["flag"] = self.flag
         header["queue_offset"] = np.arange(first_queue_offset, first_queue_offset + count, dtype=np.int64)
         header["physical_offset"] = offsets
         header["body_len"] = self.body_len
         headers = memoryview(header.tobytes())
         parts: list[object] = [topic_prefix] * (4 * count)
-        header_slices = map(slice, range(0, 88 * count, 88), range(88, 88 * count + 1, 88))
+        header_slices = map(
+            slice,
+            range(0, HEADER_SIZE * count, HEADER_SIZE),
+            range(HEADER_SIZE, HEADER_SIZE * count + 1, HEADER_SIZE),
+        )
         parts[0::4] = map(headers.__getitem__, header_slices)
         parts[1::4] = bodies
         # The 2-byte properties length and the properties follow the body in the request.

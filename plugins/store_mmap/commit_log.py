@@ -125,7 +125,7 @@ class CommitLog:
         try:
             if active.wrote + len(run.data) <= limit:
                 active.write(run.data)  # the common case: the batch fits the active file
-                handed = isinstance(messages, WireBatch)
+                handed = run.arrays is not None  # encoded column-wise: a WireBatch
             else:
                 run, active = self._append_across_files(messages, active, limit, now)
         except OSError as error:
@@ -148,9 +148,9 @@ class CommitLog:
         the records back. Bounded: when dispatch falls this far behind it reads the log."""
         if len(self._handed) >= MAX_HANDED_BATCHES:
             self._handed.clear()
-        columns = DispatchBatch.from_wire(
-            batch, np.array(run.offsets), np.array(run.sizes), run.queue_offsets[0], now
-        )
+        assert run.arrays is not None
+        offsets, sizes = run.arrays
+        columns = DispatchBatch.from_wire(batch, offsets, sizes, run.queue_offsets[0], now)
         self._handed.append((run.offsets[0], run.offsets[-1] + run.sizes[-1], columns))
 
     def _append_across_files(
