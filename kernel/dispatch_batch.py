@@ -20,7 +20,7 @@ from typing import overload
 import attrs
 import numpy as np
 
-from kernel.java_hash import as_signed, java_hashes
+from kernel import batch_codec
 from kernel.model import (
     PARKING_TOPICS,
     SYSFLAG_BORNHOST_V6,
@@ -29,12 +29,10 @@ from kernel.model import (
     decode_properties,
     encode_properties,
 )
-from kernel.property_scan import JoinedProperties, pattern_for
+from kernel.property_scan import JoinedProperties
 from kernel.record_layout import HEADER_SIZE, header_rows
 from kernel.record_run import RecordRun
 from kernel.wire_batch import WireBatch
-
-_WANTED = pattern_for(["TAGS", "KEYS", "UNIQ_KEY", "TIMER_OUT_MS"])
 
 
 def _empty() -> np.ndarray:
@@ -62,7 +60,8 @@ class DispatchBatch(Sequence[DispatchRecord]):
     keys: list[bytes]
     """The index keys themselves (UTF-8, without the ``topic#`` prefix)."""
     properties_blob: bytes
-    """Every record's properties (see :class:`~kernel.property_scan.JoinedProperties`)."""
+    """A buffer holding every record's properties (the request body of a batch put, or the
+    regions joined when read from the log)."""
     properties_start: np.ndarray
     """Where each record's properties begin in :attr:`properties_blob`."""
     properties_end: np.ndarray
@@ -95,7 +94,6 @@ class DispatchBatch(Sequence[DispatchRecord]):
         put path hands them to the dispatch loop (see ``CommitLog.scan``). The same values
         :meth:`gather` reads from the stored bytes (a property test holds them equal)."""
         count = len(batch)
-        joined = batch.joined_properties
         full = np.full(count, 1, dtype=np.int64)
         made = cls(
             [batch.topic],
@@ -110,9 +108,9 @@ class DispatchBatch(Sequence[DispatchRecord]):
             np.zeros(count, dtype=np.int64),
             _empty(),
             [],
-            joined.blob,
-            joined.starts,
-            joined.ends,
+            batch.data,
+            batch.props_at,
+            batch.props_end,
         )
         made._read_properties()
         return made
@@ -158,43 +156,13 @@ class DispatchBatch(Sequence[DispatchRecord]):
         return batch
 
     def _read_properties(self) -> None:
-        """Fill :attr:`tags_code` and the index keys from the wanted properties: one regular
-        expression over all properties, then columns (no per-record Python except for ``KEYS``,
-        which need splitting)."""
-        joined = JoinedProperties(self.properties_blob, self.properties_start, self.properties_end)
-        record, names, values = joined.find(_WANTED)
-        if not len(record):
-            return
-        parked = [i for i, topic in enumerate(self.topics) if topic in PARKING_TOPICS]
-        in_parking = np.isin(self.topic_index[record], parked) if parked else np.zeros(len(record), bool)
-        tags = np.flatnonzero((names == b"TAGS") & ~in_parking)
-        if len(tags):
-            self.tags_code[record[tags]] = as_signed(java_hashes([values[i] for i in tags.tolist()]))
-        if parked:
-            for i in np.flatnonzero((names == b"TIMER_OUT_MS") & in_parking).tolist():
-                try:
-                    self.tags_code[record[i]] = int(values[i])
-                except ValueError:
-                    self.tags_code[record[i]] = 0
-        unique = np.flatnonzero(names == b"UNIQ_KEY")
-        sizes = np.fromiter(map(len, values), dtype=np.int64, count=len(values))
-        unique = unique[sizes[unique] > 0]
-        keys = np.flatnonzero(names == b"KEYS")
-        if not len(keys):
-            self.key_rows = record[unique]
-            self.keys = [values[i] for i in unique.tolist()]
-            return
-        key_rows = record[unique].tolist()
-        order = [0] * len(key_rows)
-        found = [values[i] for i in unique.tolist()]
-        for i in keys.tolist():
-            for token in values[i].decode("utf-8", "replace").split():
-                key_rows.append(int(record[i]))
-                order.append(1)
-                found.append(token.encode())
-        by_record = np.lexsort((np.array(order), np.array(key_rows)))
-        self.key_rows = np.array(key_rows, dtype=np.int64)[by_record]
-        self.keys = [found[i] for i in by_record.tolist()]
+        """Fill :attr:`tags_code` and the index keys from the records' properties, all records
+        at once (:func:`kernel.batch_codec.dispatch_properties`)."""
+        parked_topics = [i for i, topic in enumerate(self.topics) if topic in PARKING_TOPICS]
+        parked = np.isin(self.topic_index, parked_topics) if parked_topics else None
+        self.tags_code, self.key_rows, self.keys = batch_codec.dispatch_properties(
+            self.properties_blob, self.properties_start, self.properties_end, parked
+        )
 
     # --- slicing and joining ----------------------------------------------------------------
 

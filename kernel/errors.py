@@ -169,3 +169,7 @@ class RemotingTimeoutError(RemotingError):
 
 class RemotingClosedError(RemotingError):
     """The connection closed while a request waited for its response."""
+
+
+class MalformedBatch(ValueError):
+    """A ``SEND_BATCH_MESSAGE`` body whose entries do not add up; the message says where."""

@@ -67,13 +67,19 @@ def java_hashes(keys: Sequence[bytes], *, prefix: int = 0) -> np.ndarray:
         out[rows] = hashed
         if not ascii_rows.all():
             for row in rows[~ascii_rows].tolist():
-                text = keys[row].decode("utf-8", "replace")
-                value = java_string_hash(text) & _MASK
-                if prefix:
-                    units = len(text.encode("utf-16-le")) // 2
-                    value = (prefix * pow(31, units, 1 << 32) + value) & _MASK
-                out[row] = value
+                out[row] = hash_after(prefix, keys[row])
     return out
+
+
+def hash_after(prefix: int, key: bytes) -> int:
+    """The unsigned Java hash of ``p + key`` (``key`` UTF-8, decoded as Java would read it with
+    replacement characters), where ``prefix`` is the unsigned hash of ``p``."""
+    text = key.decode("utf-8", "replace")
+    value = java_string_hash(text) & _MASK
+    if prefix:
+        units = len(text.encode("utf-16-le")) // 2
+        value = (prefix * pow(31, units, 1 << 32) + value) & _MASK
+    return value
 
 
 def unsigned_hash(text: str) -> int:

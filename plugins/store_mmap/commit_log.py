@@ -37,8 +37,10 @@ END_FILE_MIN_BLANK_LENGTH = 8
 SMALL_RUN_BYTES = 4096
 """Below this many log bytes a scan decodes record by record (see ``_scan_small``)."""
 MAX_HANDED_BATCHES = 4096
-"""Appended batches whose columns wait for the dispatch loop; more means dispatch is far
-behind, and it reads the log instead."""
+MAX_HANDED_BYTES = 64 << 20
+"""Appended batches whose columns wait for the dispatch loop (each holds its request body,
+where the properties are), at most this many and spanning at most this much of the log; more
+means dispatch is far behind, and it reads the log instead."""
 
 
 @attrs.define(eq=False)
@@ -146,12 +148,14 @@ class CommitLog:
     def _hand_over(self, batch: WireBatch, run: record.EncodedRun, now: int) -> None:
         """Keep the columns of an encoded batch for the dispatch loop, which then does not read
         the records back. Bounded: when dispatch falls this far behind it reads the log."""
-        if len(self._handed) >= MAX_HANDED_BATCHES:
-            self._handed.clear()
+        handed = self._handed
+        end = run.offsets[-1] + run.sizes[-1]
+        if handed and (len(handed) >= MAX_HANDED_BATCHES or end - handed[0][0] > MAX_HANDED_BYTES):
+            handed.clear()
         assert run.arrays is not None
         offsets, sizes = run.arrays
         columns = DispatchBatch.from_wire(batch, offsets, sizes, run.queue_offsets[0], now)
-        self._handed.append((run.offsets[0], run.offsets[-1] + run.sizes[-1], columns))
+        handed.append((run.offsets[0], end, columns))
 
     def _append_across_files(
         self, messages: Sequence[Message], active: MappedFile, limit: int, now: int

@@ -1,0 +1,336 @@
+# cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True, initializedcheck=False
+"""The batch codec's loops in C (see ``kernel/batch_codec/__init__.py`` for why and when).
+
+Each function here has a pure-Python twin in ``pure.py`` with the same signature and the same
+answers (a property test holds them together). Inputs are buffers and ``int64`` arrays, outputs
+are one ``bytes`` object or arrays: no Python object per message is made in these loops.
+"""
+
+from libc.stdint cimport int64_t, uint8_t, uint32_t, uint64_t
+from libc.string cimport memcpy
+
+from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize
+from cpython.list cimport PyList_Append
+
+import numpy as np
+
+from kernel.errors import MalformedBatch
+
+
+cdef extern from "zlib.h" nogil:
+    unsigned long crc32(unsigned long crc, const unsigned char *buf, unsigned int len)
+
+
+cdef enum:
+    ENTRY_HEADER = 20   # totalSize magic bodyCRC flag bodyLen
+    HEADER_SIZE = 88    # the v1 record header up to and including bodyLen
+
+
+cdef inline int64_t read_i32(const uint8_t *p) noexcept nogil:
+    cdef uint32_t v = (<uint32_t>p[0] << 24) | (<uint32_t>p[1] << 16) | (<uint32_t>p[2] << 8) | p[3]
+    return <int64_t>(<int>v)
+
+
+cdef inline void write_i32(uint8_t *p, int64_t value) noexcept nogil:
+    cdef uint32_t v = <uint32_t>value
+    p[0] = (v >> 24) & 0xFF
+    p[1] = (v >> 16) & 0xFF
+    p[2] = (v >> 8) & 0xFF
+    p[3] = v & 0xFF
+
+
+cdef inline void write_i64(uint8_t *p, int64_t value) noexcept nogil:
+    cdef uint64_t v = <uint64_t>value
+    cdef int shift
+    for shift in range(8):
+        p[shift] = (v >> (56 - 8 * shift)) & 0xFF
+
+
+def entry_columns(const uint8_t[::1] data):
+    """(body_at, body_len, props_at, props_len, flag) of a SEND_BATCH_MESSAGE body.
+
+    :raises MalformedBatch: as ``pure.entry_columns`` does, for the same entry.
+    """
+    cdef Py_ssize_t end = data.shape[0]
+    cdef Py_ssize_t at = 0, count = 0, i
+    cdef int64_t total
+    cdef const uint8_t *p = &data[0] if end else NULL
+    while at < end:
+        if end - at < ENTRY_HEADER + 2:
+            raise MalformedBatch(f"batch body is truncated at byte {at}")
+        total = read_i32(p + at)
+        if total < ENTRY_HEADER + 2 or at + total > end:
+            raise MalformedBatch(f"batch entry at byte {at} is malformed")
+        at += total
+        count += 1
+    body_at_a = np.empty(count, dtype=np.int64)
+    body_len_a = np.empty(count, dtype=np.int64)
+    props_at_a = np.empty(count, dtype=np.int64)
+    props_len_a = np.empty(count, dtype=np.int64)
+    flag_a = np.empty(count, dtype=np.int64)
+    cdef int64_t[::1] body_at = body_at_a, body_len = body_len_a
+    cdef int64_t[::1] props_at = props_at_a, props_len = props_len_a, flag = flag_a
+    cdef int64_t length, length_at, entry_end
+    cdef Py_ssize_t bad = -1
+    at = 0
+    for i in range(count):
+        total = read_i32(p + at)
+        length = read_i32(p + at + 16)
+        flag[i] = read_i32(p + at + 12)
+        body_at[i] = at + ENTRY_HEADER
+        body_len[i] = length
+        if bad < 0 and (length < 0 or at + ENTRY_HEADER + length + 2 > at + total):
+            bad = at
+        at += total
+    if bad >= 0:
+        raise MalformedBatch(f"batch entry at byte {bad} is malformed")
+    at = 0
+    for i in range(count):
+        total = read_i32(p + at)
+        length_at = body_at[i] + body_len[i]
+        length = (<int64_t>p[length_at] << 8) | p[length_at + 1]
+        if length >= 0x8000:
+            length -= 0x10000
+        props_at[i] = length_at + 2
+        props_len[i] = length
+        if bad < 0 and (length < 0 or length_at + 2 + length > at + total):
+            bad = at
+        at += total
+    if bad >= 0:
+        raise MalformedBatch(f"batch entry at byte {bad} is malformed")
+    return body_at_a, body_len_a, props_at_a, props_len_a, flag_a
+
+
+def encode_records(
+    const uint8_t[::1] data,
+    const int64_t[::1] body_at,
+    const int64_t[::1] body_len,
+    const int64_t[::1] props_at,
+    const int64_t[::1] props_len,
+    const int64_t[::1] flag,
+    bytes template,
+    bytes topic_prefix,
+    int64_t physical_offset,
+    int64_t first_queue_offset,
+):
+    """Commit-log records of a batch: (bytes, record offsets, record sizes).
+
+    ``template`` is an 88-byte header with the fields the batch shares; each record gets its
+    own size, body CRC, flag, queue offset, physical offset and body length written over it.
+    """
+    cdef Py_ssize_t count = body_at.shape[0], i
+    cdef Py_ssize_t prefix_len = len(topic_prefix)
+    offsets_a = np.empty(count, dtype=np.int64)
+    sizes_a = np.empty(count, dtype=np.int64)
+    cdef int64_t[::1] offsets = offsets_a, sizes = sizes_a
+    cdef int64_t total = 0, size
+    for i in range(count):
+        size = HEADER_SIZE + body_len[i] + prefix_len + 2 + props_len[i]
+        sizes[i] = size
+        offsets[i] = physical_offset + total
+        total += size
+    out = PyBytes_FromStringAndSize(NULL, total)
+    cdef uint8_t *w = <uint8_t *>PyBytes_AS_STRING(out)
+    cdef const uint8_t *src = &data[0] if data.shape[0] else NULL
+    cdef const uint8_t *shared = <const uint8_t *>PyBytes_AS_STRING(template)
+    cdef const uint8_t *prefix = <const uint8_t *>PyBytes_AS_STRING(topic_prefix)
+    cdef int64_t length, tail
+    with nogil:
+        for i in range(count):
+            length = body_len[i]
+            memcpy(w, shared, HEADER_SIZE)
+            write_i32(w, sizes[i])
+            write_i32(w + 8, crc32(0, src + body_at[i], <unsigned int>length) & 0x7FFFFFFF)
+            write_i32(w + 16, flag[i])
+            write_i64(w + 20, first_queue_offset + i)
+            write_i64(w + 28, offsets[i])
+            write_i32(w + 84, length)
+            w += HEADER_SIZE
+            memcpy(w, src + body_at[i], length)
+            w += length
+            memcpy(w, prefix, prefix_len)
+            w += prefix_len
+            # the 2-byte properties length and the properties, as the client wrote them
+            tail = props_len[i] + 2
+            memcpy(w, src + props_at[i] - 2, tail)
+            w += tail
+    return out, offsets_a, sizes_a
+
+
+def find_pairs(const uint8_t[::1] buffer, const int64_t[::1] begin, const int64_t[::1] end, tuple names):
+    """Every ``name\\x01value`` pair of ``names`` in the property regions ``buffer[begin[i]:
+    end[i]]``: (region row, index into ``names``, value start, value end), in buffer order."""
+    cdef Py_ssize_t count = begin.shape[0], n_names = len(names), i, k, found = 0, capacity
+    cdef const uint8_t *p = &buffer[0] if buffer.shape[0] else NULL
+    cdef int64_t at, stop, value_end
+    cdef const uint8_t *name
+    cdef Py_ssize_t name_len
+    name_ptrs = [bytes(x) for x in names]
+    cdef list keep = name_ptrs
+    capacity = 16 if count * n_names < 16 else count * n_names
+    rows_a = np.empty(capacity, dtype=np.int64)
+    which_a = np.empty(capacity, dtype=np.int64)
+    start_a = np.empty(capacity, dtype=np.int64)
+    stop_a = np.empty(capacity, dtype=np.int64)
+    cdef int64_t[::1] rows = rows_a, which = which_a, vstart = start_a, vend = stop_a
+    for i in range(count):
+        at = begin[i]
+        stop = end[i]
+        while at < stop:
+            # ``at`` begins a pair: the region's start or just after a \x02
+            for k in range(n_names):
+                key = <bytes>keep[k]
+                name = <const uint8_t *>PyBytes_AS_STRING(key)
+                name_len = len(key)
+                if at + name_len < stop and p[at + name_len] == 1 and _same(p + at, name, name_len):
+                    value_end = at + name_len + 1
+                    while value_end < stop and p[value_end] != 2:
+                        value_end += 1
+                    if found == capacity:
+                        capacity *= 2
+                        rows_a = np.resize(rows_a, capacity)
+                        which_a = np.resize(which_a, capacity)
+                        start_a = np.resize(start_a, capacity)
+                        stop_a = np.resize(stop_a, capacity)
+                        rows = rows_a
+                        which = which_a
+                        vstart = start_a
+                        vend = stop_a
+                    rows[found] = i
+                    which[found] = k
+                    vstart[found] = at + name_len + 1
+                    vend[found] = value_end
+                    found += 1
+                    at = value_end
+                    break
+            while at < stop and p[at] != 2:
+                at += 1
+            at += 1
+    return rows_a[:found].copy(), which_a[:found].copy(), start_a[:found].copy(), stop_a[:found].copy()
+
+
+cdef inline bint _same(const uint8_t *a, const uint8_t *b, Py_ssize_t length) noexcept nogil:
+    cdef Py_ssize_t i
+    for i in range(length):
+        if a[i] != b[i]:
+            return False
+    return True
+
+
+def contains_byte(const uint8_t[::1] buffer, const int64_t[::1] begin, const int64_t[::1] end, int value):
+    """Whether byte ``value`` occurs in any region ``buffer[begin[i]:end[i]]``."""
+    cdef Py_ssize_t i
+    cdef int64_t at
+    cdef const uint8_t *p = &buffer[0] if buffer.shape[0] else NULL
+    cdef uint8_t wanted = value
+    cdef bint seen = False
+    with nogil:
+        for i in range(begin.shape[0]):
+            for at in range(begin[i], end[i]):
+                if p[at] == wanted:
+                    seen = True
+                    break
+            if seen:
+                break
+    return seen
+
+
+def java_hashes_at(const uint8_t[::1] buffer, const int64_t[::1] start, const int64_t[::1] end, uint32_t prefix):
+    """Java hashes (``uint32``) of the strings ``buffer[start[i]:end[i]]``, each after the
+    string whose unsigned hash is ``prefix``; and the rows that are not ASCII, whose hash the
+    caller computes by the scalar definition (UTF-8 to UTF-16 belongs to Python's codec)."""
+    cdef Py_ssize_t count = start.shape[0], i, others = 0
+    cdef const uint8_t *p = &buffer[0] if buffer.shape[0] else NULL
+    hashes_a = np.empty(count, dtype=np.uint32)
+    other_a = np.empty(count, dtype=np.int64)
+    cdef uint32_t[::1] hashes = hashes_a
+    cdef int64_t[::1] other = other_a
+    cdef uint32_t h
+    cdef int64_t at
+    cdef bint ascii
+    with nogil:
+        for i in range(count):
+            h = prefix
+            ascii = True
+            for at in range(start[i], end[i]):
+                if p[at] >= 0x80:
+                    ascii = False
+                    break
+                h = h * 31 + p[at]
+            hashes[i] = h
+            if not ascii:
+                other[others] = i
+                others += 1
+    return hashes_a, other_a[:others].copy()
+
+
+cdef inline bint _is_space(uint8_t c) noexcept nogil:
+    # str.split()'s ASCII whitespace (the \x1c-\x1f separators included)
+    return c == 32 or 9 <= c <= 13 or 28 <= c <= 31
+
+
+cdef inline bint _named(const uint8_t *p, int64_t at, int64_t key_end, const char *name, int length) noexcept nogil:
+    cdef int i
+    if key_end - at != length:
+        return False
+    for i in range(length):
+        if p[at + i] != <uint8_t>name[i]:
+            return False
+    return True
+
+
+def dispatch_properties(const uint8_t[::1] buffer, const int64_t[::1] begin, const int64_t[::1] end):
+    """(tags_code, key_rows, keys) of records whose properties are ``buffer[begin[i]:end[i]]``,
+    as ``pure.dispatch_properties`` computes them for records outside the parking topics; or
+    ``None`` when a ``TAGS`` or ``KEYS`` value is not ASCII (the caller then takes the pure
+    path, whose UTF-8 and UTF-16 rules are Python's own)."""
+    cdef Py_ssize_t count = begin.shape[0], i
+    cdef const uint8_t *p = &buffer[0] if buffer.shape[0] else NULL
+    tags_a = np.zeros(count, dtype=np.int64)
+    cdef int64_t[::1] tags = tags_a
+    cdef list key_rows = []
+    cdef list keys = []
+    cdef int64_t at, stop, key_end, pair_end, v, token
+    cdef uint32_t h
+    cdef int round_
+    for i in range(count):
+        stop = end[i]
+        # round 0: TAGS and UNIQ_KEY; round 1: KEYS tokens (a record's unique key comes first)
+        for round_ in range(2):
+            at = begin[i]
+            while at < stop:
+                pair_end = at
+                while pair_end < stop and p[pair_end] != 2:
+                    pair_end += 1
+                key_end = at
+                while key_end < pair_end and p[key_end] != 1:
+                    key_end += 1
+                if key_end < pair_end:
+                    if round_ == 0 and _named(p, at, key_end, b"TAGS", 4):
+                        h = 0
+                        for v in range(key_end + 1, pair_end):
+                            if p[v] >= 0x80:
+                                return None
+                            h = h * 31 + p[v]
+                        tags[i] = <int64_t>(<int>h)
+                    elif round_ == 0 and _named(p, at, key_end, b"UNIQ_KEY", 8):
+                        if pair_end > key_end + 1:
+                            key_rows.append(i)
+                            keys.append(PyBytes_FromStringAndSize(<const char *>p + key_end + 1, pair_end - key_end - 1))
+                    elif round_ == 1 and _named(p, at, key_end, b"KEYS", 4):
+                        v = key_end + 1
+                        while v < pair_end:
+                            if p[v] >= 0x80:
+                                return None
+                            if _is_space(p[v]):
+                                v += 1
+                                continue
+                            token = v
+                            while v < pair_end and not _is_space(p[v]):
+                                if p[v] >= 0x80:
+                                    return None
+                                v += 1
+                            key_rows.append(i)
+                            keys.append(PyBytes_FromStringAndSize(<const char *>p + token, v - token))
+                at = pair_end + 1
+    return tags_a, np.array(key_rows, dtype=np.int64), keys

@@ -1,0 +1,218 @@
+"""The batch codec in numpy and the standard library: the reference for the compiled twin.
+
+Every function takes buffers and ``int64`` arrays and returns arrays (or one ``bytes``), never a
+Python object per message it does not have to make. Where a per-message step remains (the size
+chain of a batch body, ``zlib.crc32`` per body, slices to join) it is a C-level ``map`` or one
+``bytes.join``. These are the definitions the compiled functions are held to.
+"""
+
+from __future__ import annotations
+
+import re
+import struct
+import zlib
+from functools import lru_cache
+
+import numpy as np
+
+from kernel.errors import MalformedBatch
+from kernel.java_hash import as_signed, java_hashes
+from kernel.property_scan import Buffer, JoinedProperties, pattern_for
+from kernel.record_layout import HEADER_DTYPE, HEADER_SIZE
+
+ENTRY_HEADER = 20
+"""totalSize, magic, bodyCRC, flag, bodyLen: the fixed part of a batch entry."""
+_TOTAL = struct.Struct(">i")
+_ENTRY = np.dtype(
+    {
+        "names": ["total", "flag", "body_len"],
+        "formats": [">i4", ">i4", ">i4"],
+        "offsets": [0, 12, 16],
+        "itemsize": ENTRY_HEADER,
+    }
+)
+
+
+def entry_columns(data: bytes) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(body_at, body_len, props_at, props_len, flag) of a ``SEND_BATCH_MESSAGE`` body, each an
+    ``int64`` array; ``props_at`` is where the properties text begins (after its length).
+
+    :raises MalformedBatch: an entry's sizes run past the body or each other.
+    """
+    positions = _entry_positions(data)
+    at = np.fromiter(positions, dtype=np.int64, count=len(positions))
+    if not len(at):
+        empty = np.zeros(0, dtype=np.int64)
+        return empty, empty, empty, empty, empty
+    view = np.ndarray((len(data) - ENTRY_HEADER + 1,), dtype=_ENTRY, buffer=data, strides=(1,))
+    entry = view[at]
+    del view
+    total = entry["total"].astype(np.int64)
+    body_len = entry["body_len"].astype(np.int64)
+    body_at = at + ENTRY_HEADER
+    length_at = body_at + body_len
+    bad = (body_len < 0) | (length_at + 2 > at + total)
+    if bad.any():
+        raise MalformedBatch(f"batch entry at byte {int(at[np.argmax(bad)])} is malformed")
+    raw = np.frombuffer(data, dtype=np.uint8)
+    props_len = (raw[length_at].astype(np.int64) << 8) | raw[length_at + 1]
+    props_len = np.where(props_len >= 0x8000, props_len - 0x10000, props_len)
+    props_at = length_at + 2
+    bad = (props_len < 0) | (props_at + props_len > at + total)
+    if bad.any():
+        raise MalformedBatch(f"batch entry at byte {int(at[np.argmax(bad)])} is malformed")
+    return body_at, body_len, props_at, props_len, entry["flag"].astype(np.int64)
+
+
+def _entry_positions(data: bytes) -> list[int]:
+    """Entry starts along the size chain (the one per-message Python loop of a batch).
+
+    :raises MalformedBatch: a size too small for an entry or running past the body.
+    """
+    unpack = _TOTAL.unpack_from
+    positions: list[int] = []
+    append = positions.append
+    at, end = 0, len(data)
+    minimum = ENTRY_HEADER + 2
+    while at < end:
+        if end - at < ENTRY_HEADER + 2:
+            raise MalformedBatch(f"batch body is truncated at byte {at}")
+        total = unpack(data, at)[0]
+        if total < minimum or at + total > end:
+            raise MalformedBatch(f"batch entry at byte {at} is malformed")
+        append(at)
+        at += total
+    return positions
+
+
+def encode_records(
+    data: bytes,
+    body_at: np.ndarray,
+    body_len: np.ndarray,
+    props_at: np.ndarray,
+    props_len: np.ndarray,
+    flag: np.ndarray,
+    template: bytes,
+    topic_prefix: bytes,
+    physical_offset: int,
+    first_queue_offset: int,
+) -> tuple[bytes, np.ndarray, np.ndarray]:
+    """Commit-log records of a batch as one buffer: (bytes, record offsets, record sizes).
+
+    ``template`` is an 88-byte header holding the fields every record of the batch shares; it
+    is repeated, the six fields that differ are written column by column into a big-endian
+    structured array, and headers, bodies, topic and properties are joined once."""
+    count = len(body_at)
+    sizes = HEADER_SIZE + body_len + len(topic_prefix) + 2 + props_len
+    offsets = np.empty(count, dtype=np.int64)
+    if not count:
+        return b"", offsets, sizes
+    offsets[0] = physical_offset
+    np.cumsum(sizes[:-1], out=offsets[1:])
+    offsets[1:] += physical_offset
+    view = memoryview(data)
+    getitem = view.__getitem__
+    body_end = body_at + body_len
+    bodies = list(map(getitem, map(slice, body_at.tolist(), body_end.tolist())))
+    header = np.frombuffer(template * count, dtype=HEADER_DTYPE).copy()
+    header["size"] = sizes
+    header["body_crc"] = np.fromiter(map(zlib.crc32, bodies), dtype=np.int64, count=count) & 0x7FFFFFFF
+    header["flag"] = flag
+    header["queue_offset"] = np.arange(first_queue_offset, first_queue_offset + count, dtype=np.int64)
+    header["physical_offset"] = offsets
+    header["body_len"] = body_len
+    headers = memoryview(header.tobytes())
+    parts: list[object] = [topic_prefix] * (4 * count)
+    header_slices = map(
+        slice,
+        range(0, HEADER_SIZE * count, HEADER_SIZE),
+        range(HEADER_SIZE, HEADER_SIZE * count + 1, HEADER_SIZE),
+    )
+    parts[0::4] = map(headers.__getitem__, header_slices)
+    parts[1::4] = bodies
+    # The 2-byte properties length and the properties follow the body in the request.
+    parts[3::4] = map(getitem, map(slice, body_end.tolist(), (props_at + props_len).tolist()))
+    return b"".join(parts), offsets, sizes  # type: ignore[arg-type]
+
+
+@lru_cache(maxsize=64)
+def _pattern(names: tuple[bytes, ...]) -> re.Pattern[bytes]:
+    return pattern_for([name.decode() for name in names])
+
+
+def find_pairs(
+    buffer: Buffer, begin: np.ndarray, end: np.ndarray, names: tuple[bytes, ...]
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Every ``name\\x01value`` pair of ``names`` in the property regions
+    ``buffer[begin[i]:end[i]]``: (region row, index into ``names``, value start, value end),
+    positions in ``buffer``, in buffer order (see :mod:`kernel.property_scan`)."""
+    joined = JoinedProperties.join(buffer, begin, end)
+    matches = list(_pattern(names).finditer(joined.blob))
+    if not matches:
+        empty = np.zeros(0, dtype=np.int64)
+        return empty, empty, empty, empty
+    index = {name: i for i, name in enumerate(names)}
+    spans = np.array([(m.start(2), m.end(2)) for m in matches], dtype=np.int64).reshape(-1, 2)
+    rows = np.searchsorted(joined.starts, spans[:, 0], side="right") - 1
+    shift = begin[rows] - joined.starts[rows]
+    which = np.fromiter((index[m.group(1)] for m in matches), dtype=np.int64, count=len(matches))
+    return rows, which, spans[:, 0] + shift, spans[:, 1] + shift
+
+
+def contains_byte(buffer: Buffer, begin: np.ndarray, end: np.ndarray, value: int) -> bool:
+    """Whether byte ``value`` occurs in any region ``buffer[begin[i]:end[i]]``."""
+    regions = map(buffer.__getitem__, map(slice, begin.tolist(), end.tolist()))
+    return any(value in region for region in regions)
+
+
+def java_hashes_at(
+    buffer: Buffer, start: np.ndarray, end: np.ndarray, prefix: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """Java hashes (``uint32``) of the UTF-8 strings ``buffer[start[i]:end[i]]``, each after the
+    string whose unsigned hash is ``prefix``; and the rows left for the scalar definition (none
+    here: :func:`~kernel.java_hash.java_hashes` handles every string)."""
+    getitem = buffer.__getitem__
+    keys = list(map(getitem, map(slice, start.tolist(), end.tolist())))
+    return java_hashes(keys, prefix=prefix), np.zeros(0, dtype=np.int64)
+
+
+_WANTED = (b"TAGS", b"KEYS", b"UNIQ_KEY", b"TIMER_OUT_MS")
+_TAGS, _KEYS, _UNIQ_KEY, _TIMER_OUT_MS = range(len(_WANTED))
+
+
+def dispatch_properties(
+    buffer: Buffer, begin: np.ndarray, end: np.ndarray, parked: np.ndarray | None = None
+) -> tuple[np.ndarray, np.ndarray, list[bytes]]:
+    """What the views need from the properties ``buffer[begin[i]:end[i]]`` of records:
+
+    - ``tags_code`` (``int64``): the Java hash of ``TAGS`` (0 without tags); for records whose
+      ``parked`` flag is set (a parking topic of delayed messages) ``TIMER_OUT_MS`` instead;
+    - ``key_rows`` and ``keys``: the index keys in record order, per record its ``UNIQ_KEY``
+      first, then its ``KEYS`` split on whitespace (UTF-8, without the ``topic#`` prefix).
+    """
+    count = len(begin)
+    tags_code = np.zeros(count, dtype=np.int64)
+    record, which, start, stop = find_pairs(buffer, begin, end, _WANTED)
+    if not len(record):
+        return tags_code, np.zeros(0, dtype=np.int64), []
+    in_parking = parked[record] if parked is not None else np.zeros(len(record), bool)
+    tags = np.flatnonzero((which == _TAGS) & ~in_parking)
+    if len(tags):
+        tags_code[record[tags]] = as_signed(java_hashes_at(buffer, start[tags], stop[tags], 0)[0])
+    for i in np.flatnonzero((which == _TIMER_OUT_MS) & in_parking).tolist():
+        try:
+            tags_code[record[i]] = int(buffer[start[i] : stop[i]])
+        except ValueError:
+            tags_code[record[i]] = 0
+    getitem = buffer.__getitem__
+    unique = np.flatnonzero((which == _UNIQ_KEY) & (stop > start))
+    key_rows = record[unique].tolist()
+    order = [0] * len(key_rows)
+    found = [bytes(key) for key in map(getitem, map(slice, start[unique].tolist(), stop[unique].tolist()))]
+    for i in np.flatnonzero(which == _KEYS).tolist():
+        for token in bytes(buffer[start[i] : stop[i]]).decode("utf-8", "replace").split():
+            key_rows.append(int(record[i]))
+            order.append(1)
+            found.append(token.encode())
+    by_record = np.lexsort((np.array(order, dtype=np.int64), np.array(key_rows, dtype=np.int64)))
+    return tags_code, np.array(key_rows, dtype=np.int64)[by_record], [found[i] for i in by_record.tolist()]

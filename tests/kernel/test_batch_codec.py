@@ -1,0 +1,145 @@
+"""The compiled batch codec gives the answers of the pure one, on any input.
+
+``kernel.batch_codec.pure`` is the definition (itself held to the message-by-message codecs by
+``test_wire_batch.py`` and ``test_bulk_dispatch.py``); ``kernel.batch_codec._compiled`` is the
+Cython twin the broker uses when it was built. Generated batches include malformed bodies and
+properties with the separators in odd places, non-ASCII tags and keys, and whitespace of every
+kind in ``KEYS``.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+import zlib
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from kernel import batch_codec
+from kernel.batch_codec import pure
+from kernel.errors import MalformedBatch
+from kernel.model import encode_properties
+
+compiled = pytest.importorskip("kernel.batch_codec._compiled", reason="the compiled codec was not built")
+
+_NAMES = ["TAGS", "KEYS", "UNIQ_KEY", "TIMER_OUT_MS", "WAIT", "DELAY", "X"]
+_CHARACTERS = ["a", "b", "1", " ", "\t", "\x1c", "\x1f", "\x0b", "\x85", "é", "中", "\x01", "\x00"]
+_VALUE = st.text(alphabet=st.sampled_from(_CHARACTERS), max_size=10)
+_PROPS = st.dictionaries(st.sampled_from(_NAMES), _VALUE, max_size=5)
+_ENTRY = st.tuples(st.binary(max_size=200), _PROPS, st.integers(-(2**31), 2**31 - 1))
+
+
+def batch_body(entries: list[tuple[bytes, dict[str, str], int]]) -> bytes:
+    out = bytearray()
+    for body, props, flag in entries:
+        encoded = encode_properties(props)
+        out += struct.pack(
+            ">iiiii", 22 + len(body) + len(encoded), 0, zlib.crc32(body) & 0x7FFFFFFF, flag, len(body)
+        )
+        out += body + struct.pack(">h", len(encoded)) + encoded
+    return bytes(out)
+
+
+def outcome(function, *args):
+    try:
+        return "ok", function(*args)
+    except MalformedBatch as error:
+        return "error", str(error)
+
+
+def same(a, b) -> None:
+    if isinstance(a, np.ndarray):
+        assert isinstance(b, np.ndarray) and a.dtype == b.dtype and a.tolist() == b.tolist()
+    elif isinstance(a, (tuple, list)):
+        assert type(a) is type(b) and len(a) == len(b)
+        for x, y in zip(a, b, strict=True):
+            same(x, y)
+    else:
+        assert a == b
+
+
+@pytest.mark.skipif(os.environ.get("CI") != "true", reason="CI checks that the install built the codec")
+def test_ci_install_builds_the_compiled_codec():
+    assert batch_codec.ACCELERATED
+
+
+@given(st.lists(_ENTRY, max_size=30), st.data())
+@settings(max_examples=300, deadline=None)
+def test_entry_columns_and_records_agree(entries, data):
+    body = batch_body(entries)
+    if data.draw(st.booleans()):  # damage it: cut, or overwrite a few bytes
+        if body and data.draw(st.booleans()):
+            body = body[: data.draw(st.integers(0, len(body) - 1))]
+        else:
+            mutable = bytearray(body)
+            for _ in range(data.draw(st.integers(1, 4))):
+                if mutable:
+                    mutable[data.draw(st.integers(0, len(mutable) - 1))] = data.draw(st.integers(0, 255))
+            body = bytes(mutable)
+    expected = outcome(pure.entry_columns, body)
+    got = outcome(compiled.entry_columns, body)
+    same(got, expected)
+    if expected[0] != "ok":
+        return
+    template = bytes(range(88))
+    prefix = b"\x05Topic"
+    physical, queue = data.draw(st.integers(0, 2**50)), data.draw(st.integers(0, 2**40))
+    same(
+        compiled.encode_records(body, *expected[1], template, prefix, physical, queue),
+        pure.encode_records(body, *expected[1], template, prefix, physical, queue),
+    )
+
+
+@st.composite
+def regions(draw):
+    """A buffer of property text with separators anywhere, and regions cut out of it."""
+    text = draw(st.lists(st.sampled_from(["TAGS", "KEYS", "UNIQ_KEY", "\x01", "\x02", "a b", "é", "\t"])))
+    buffer = "".join(text).encode()
+    cuts = sorted(draw(st.lists(st.integers(0, len(buffer)), max_size=8)))
+    begin = np.array(cuts[0::2][: len(cuts) // 2], dtype=np.int64)
+    end = np.array(cuts[1::2], dtype=np.int64)
+    return buffer, begin, end
+
+
+@given(regions(), st.lists(st.sampled_from([b"TAGS", b"KEYS", b"UNIQ_KEY", b"A"]), min_size=1, unique=True))
+@settings(max_examples=300, deadline=None)
+def test_pair_search_agrees(found, names):
+    buffer, begin, end = found
+    names = tuple(names)
+    same(compiled.find_pairs(buffer, begin, end, names), pure.find_pairs(buffer, begin, end, names))
+    assert compiled.contains_byte(buffer, begin, end, 2) == pure.contains_byte(buffer, begin, end, 2)
+    assert compiled.contains_byte(buffer, begin, end, 1) == pure.contains_byte(buffer, begin, end, 1)
+
+
+@given(regions(), st.integers(0, 2**32 - 1))
+@settings(max_examples=200, deadline=None)
+def test_hashes_agree(found, prefix):
+    buffer, begin, end = found
+    hashes, others = compiled.java_hashes_at(buffer, begin, end, prefix)
+    for row in others.tolist():
+        from kernel.java_hash import hash_after
+
+        hashes[row] = hash_after(prefix, buffer[begin[row] : end[row]])
+    same(hashes, pure.java_hashes_at(buffer, begin, end, prefix)[0])
+
+
+@given(st.lists(_PROPS, max_size=20))
+@settings(max_examples=300, deadline=None)
+def test_dispatch_properties_agree(records):
+    blob = b"".join(b"\x02" + encode_properties(props) for props in records)
+    starts, ends, at = [], [], 0
+    for props in records:
+        at += 1
+        starts.append(at)
+        at += len(encode_properties(props))
+        ends.append(at)
+    begin, end = np.array(starts, dtype=np.int64), np.array(ends, dtype=np.int64)
+    expected = pure.dispatch_properties(blob, begin, end)
+    got = compiled.dispatch_properties(blob, begin, end)
+    if got is None:  # a tag or key that is not ASCII: the pure path answers
+        assert any(not (p.get("TAGS", "") + p.get("KEYS", "")).isascii() for p in records)
+        got = batch_codec.dispatch_properties(blob, begin, end)
+    same(got, expected)
