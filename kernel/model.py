@@ -283,9 +283,9 @@ class AppendResult:
     @property
     def msg_ids(self) -> list[str]:
         """RocketMQ offset message ids (store host + physical offset), computed on demand."""
-        from kernel.record import offset_msg_id  # here: kernel.record imports this module
+        from kernel.record import offset_msg_ids  # here: kernel.record imports this module
 
-        return [offset_msg_id(self.store_host, offset) for offset in self.physical_offsets]
+        return offset_msg_ids(self.store_host, self.physical_offsets)
 
     @property
     def first_offset(self) -> int:

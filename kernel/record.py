@@ -447,6 +447,15 @@ def offset_msg_id(store_host: tuple[str, int], physical_offset: int) -> str:
     return (host_bytes(store_host[0]) + struct.pack(">iq", store_host[1], physical_offset)).hex().upper()
 
 
+def offset_msg_ids(store_host: tuple[str, int], physical_offsets: Sequence[int]) -> list[str]:
+    """:func:`offset_msg_id` of many offsets of one store host (a batch's answer): the host part
+    encoded once, each offset formatted as 16 hex digits."""
+    if not physical_offsets:
+        return []
+    template = offset_msg_id(store_host, 0)[:16] + "{:016X}"
+    return list(map(template.format, physical_offsets))
+
+
 def parse_offset_msg_id(msg_id: str) -> tuple[tuple[str, int], int]:
     """Inverse of :func:`offset_msg_id`.
 

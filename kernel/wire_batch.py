@@ -150,10 +150,10 @@ class WireBatch:
         return self._nul
 
     def largest_body(self) -> int:
-        return int(self.body_len.max(initial=0))
+        return max(self.body_len.tolist(), default=0)
 
     def smallest_body(self) -> int:
-        return int(self.body_len.min()) if len(self.body_len) else 0
+        return min(self.body_len.tolist(), default=0)
 
     # --- encoding ---------------------------------------------------------------------------
 

@@ -44,6 +44,7 @@ ACCELERATED: bool = _compiled is not None
 _impl = _compiled if _compiled is not None else pure
 
 entry_columns = _impl.entry_columns
+encode_entries = _impl.encode_entries
 encode_records = _impl.encode_records
 find_pairs = _impl.find_pairs
 contains_byte = _impl.contains_byte
@@ -77,6 +78,7 @@ __all__ = [
     "Pairs",
     "contains_byte",
     "dispatch_properties",
+    "encode_entries",
     "encode_records",
     "entry_columns",
     "find_pairs",

@@ -158,21 +158,16 @@ def encode_records(
 
 
 def find_pairs(const uint8_t[::1] buffer, const int64_t[::1] begin, const int64_t[::1] end, tuple names):
-    """Every ``name\\x01value`` pair of ``names`` in the property regions ``buffer[begin[i]:
+    """Every ``name\x01value`` pair of ``names`` in the property regions ``buffer[begin[i]:
     end[i]]``: (region row, index into ``names``, value start, value end), in buffer order."""
-    cdef Py_ssize_t count = begin.shape[0], n_names = len(names), i, k, found = 0, capacity
+    cdef Py_ssize_t count = begin.shape[0], n_names = len(names), i, k, found = 0, capacity = 0
     cdef const uint8_t *p = &buffer[0] if buffer.shape[0] else NULL
     cdef int64_t at, stop, value_end
     cdef const uint8_t *name
     cdef Py_ssize_t name_len
-    name_ptrs = [bytes(x) for x in names]
-    cdef list keep = name_ptrs
-    capacity = 16 if count * n_names < 16 else count * n_names
-    rows_a = np.empty(capacity, dtype=np.int64)
-    which_a = np.empty(capacity, dtype=np.int64)
-    start_a = np.empty(capacity, dtype=np.int64)
-    stop_a = np.empty(capacity, dtype=np.int64)
-    cdef int64_t[::1] rows = rows_a, which = which_a, vstart = start_a, vend = stop_a
+    cdef list keep = [bytes(x) for x in names]
+    table = None  # allocated at the first match: the usual search (delay markers) finds none
+    cdef int64_t[:, ::1] out
     for i in range(count):
         at = begin[i]
         stop = end[i]
@@ -187,26 +182,28 @@ def find_pairs(const uint8_t[::1] buffer, const int64_t[::1] begin, const int64_
                     while value_end < stop and p[value_end] != 2:
                         value_end += 1
                     if found == capacity:
-                        capacity *= 2
-                        rows_a = np.resize(rows_a, capacity)
-                        which_a = np.resize(which_a, capacity)
-                        start_a = np.resize(start_a, capacity)
-                        stop_a = np.resize(stop_a, capacity)
-                        rows = rows_a
-                        which = which_a
-                        vstart = start_a
-                        vend = stop_a
-                    rows[found] = i
-                    which[found] = k
-                    vstart[found] = at + name_len + 1
-                    vend[found] = value_end
+                        capacity = 16 if capacity < 8 else capacity * 2
+                        grown = np.empty((4, capacity), dtype=np.int64)
+                        if table is not None:
+                            grown[:, :found] = table[:, :found]
+                        table = grown
+                        out = table
+                    out[0, found] = i
+                    out[1, found] = k
+                    out[2, found] = at + name_len + 1
+                    out[3, found] = value_end
                     found += 1
                     at = value_end
                     break
             while at < stop and p[at] != 2:
                 at += 1
             at += 1
-    return rows_a[:found].copy(), which_a[:found].copy(), start_a[:found].copy(), stop_a[:found].copy()
+    if table is None:
+        table = _EMPTY_PAIRS
+    return table[0, :found], table[1, :found], table[2, :found], table[3, :found]
+
+
+_EMPTY_PAIRS = np.zeros((4, 0), dtype=np.int64)
 
 
 cdef inline bint _same(const uint8_t *a, const uint8_t *b, Py_ssize_t length) noexcept nogil:
@@ -334,3 +331,42 @@ def dispatch_properties(const uint8_t[::1] buffer, const int64_t[::1] begin, con
                             keys.append(PyBytes_FromStringAndSize(<const char *>p + token, v - token))
                 at = pair_end + 1
     return tags_a, np.array(key_rows, dtype=np.int64), keys
+
+
+def encode_entries(list bodies, list properties, const int64_t[::1] flag):
+    """A ``SEND_BATCH_MESSAGE`` body from the messages' bodies, encoded properties and flags
+    (the client's side of :func:`entry_columns`).
+
+    :raises ValueError: a message's properties do not fit the 2-byte length.
+    """
+    cdef Py_ssize_t count = len(bodies), i, total = 0, body_len, props_len
+    if len(properties) != count or flag.shape[0] != count:
+        raise ValueError("bodies, properties and flags differ in length")
+    for i in range(count):
+        props_len = len(<bytes?>properties[i])
+        if props_len > 32767:
+            raise ValueError(f"the properties of message {i} are {props_len} bytes; the limit is 32767")
+        total += ENTRY_HEADER + len(<bytes?>bodies[i]) + 2 + props_len
+    out = PyBytes_FromStringAndSize(NULL, total)
+    cdef uint8_t *w = <uint8_t *>PyBytes_AS_STRING(out)
+    cdef const uint8_t *body
+    cdef bytes item
+    for i in range(count):
+        item = <bytes?>bodies[i]
+        body = <const uint8_t *>PyBytes_AS_STRING(item)
+        body_len = len(item)
+        props_len = len(<bytes?>properties[i])
+        write_i32(w, ENTRY_HEADER + body_len + 2 + props_len)
+        write_i32(w + 4, 0)
+        write_i32(w + 8, crc32(0, body, <unsigned int>body_len) & 0x7FFFFFFF)
+        write_i32(w + 12, flag[i])
+        write_i32(w + 16, body_len)
+        w += ENTRY_HEADER
+        memcpy(w, body, body_len)
+        w += body_len
+        w[0] = (props_len >> 8) & 0xFF
+        w[1] = props_len & 0xFF
+        w += 2
+        memcpy(w, PyBytes_AS_STRING(<bytes?>properties[i]), props_len)
+        w += props_len
+    return out

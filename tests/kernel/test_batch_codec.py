@@ -143,3 +143,20 @@ def test_dispatch_properties_agree(records):
         assert any(not (p.get("TAGS", "") + p.get("KEYS", "")).isascii() for p in records)
         got = batch_codec.dispatch_properties(blob, begin, end)
     same(got, expected)
+
+
+@given(st.lists(_ENTRY, max_size=20))
+@settings(max_examples=200, deadline=None)
+def test_entry_encoders_agree(entries):
+    bodies = [body for body, _, _ in entries]
+    properties = [encode_properties(props) for _, props, _ in entries]
+    flags = np.array([flag for _, _, flag in entries], dtype=np.int64)
+    encoded = compiled.encode_entries(bodies, properties, flags)
+    assert encoded == pure.encode_entries(bodies, properties, flags) == batch_body(entries)
+    assert pure.entry_columns(encoded)[1].tolist() == [len(b) for b in bodies]
+
+
+def test_entry_encoders_refuse_properties_longer_than_a_short():
+    for codec in (compiled, pure):
+        with pytest.raises(ValueError, match="properties of message 1 are 40000 bytes"):
+            codec.encode_entries([b"a", b"b"], [b"", b"x" * 40000], np.zeros(2, dtype=np.int64))

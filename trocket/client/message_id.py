@@ -40,14 +40,22 @@ class MessageIdGenerator:
         self._next_month = self._month_start + 32 * 86_400_000
 
     def next_id(self) -> str:
+        return self.next_ids(1)[0]
+
+    def next_ids(self, count: int) -> list[str]:
+        """``count`` consecutive ids: the clock read and the counter reserved once, each id
+        then only its counter formatted (a batch's ids cost a format each)."""
         now_ms = int(time.time() * 1000)
         with self._lock:
             if now_ms >= self._next_month:
                 self._month_start = _month_start_ms(now_ms / 1000)
                 self._next_month = self._month_start + 32 * 86_400_000
-            count = next(self._counter) & 0xFFFF
+            first = next(self._counter)
+            if count > 1:
+                self._counter = itertools.count(first + count)
             elapsed = (now_ms - self._month_start) & 0xFFFFFFFF
-        return (self._prefix + struct.pack(">IH", elapsed, count)).hex().upper()
+        head = (self._prefix + struct.pack(">I", elapsed)).hex().upper()
+        return [f"{head}{number & 0xFFFF:04X}" for number in range(first, first + count)]
 
 
 _GENERATOR = MessageIdGenerator()
@@ -55,3 +63,7 @@ _GENERATOR = MessageIdGenerator()
 
 def new_message_id() -> str:
     return _GENERATOR.next_id()
+
+
+def new_message_ids(count: int) -> list[str]:
+    return _GENERATOR.next_ids(count)

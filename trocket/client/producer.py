@@ -34,7 +34,7 @@ from kernel.model import (
     encode_properties,
 )
 from kernel.remoting import RemotingClient, RemotingCommand, RequestCode, ResponseCode
-from trocket.client.batch import encode_batch
+from trocket.client.batch import encode_messages
 from trocket.client.errors import ClientError, InvalidMessage, SendError
 from trocket.client.fault import LatencyFaultTolerance
 from trocket.client.message import Message, SendResult, SendStatus
@@ -164,16 +164,21 @@ class Producer:
             raise InvalidMessage(f"a batch must have one topic, got {sorted(topics)}")
         if any(m.delay_level > 0 for m in messages):
             raise InvalidMessage("batched messages cannot have a delay level")
-        ids, entries = [], []
-        for message in messages:
-            self._check(message)
-            properties = _identified(message)
-            ids.append(properties[PROPERTY_UNIQ_KEY])
-            entries.append((message.flag, message.body, properties))
-        body = encode_batch(entries)
+        (topic,) = topics
+        self._check(messages[0])
+        lengths = [len(m.body) for m in messages]
+        if min(lengths) == 0:
+            raise InvalidMessage(f"the body of batch message {lengths.index(0)} is empty")
+        if max(lengths) > self.max_message_size:
+            raise InvalidMessage(
+                f"a message body is {max(lengths)} bytes; the limit is {self.max_message_size}"
+            )
+        try:
+            body, ids = encode_messages(messages)
+        except ValueError as error:
+            raise InvalidMessage(str(error)) from None
         if len(body) > self.max_message_size:
             raise InvalidMessage(f"the batch is {len(body)} bytes; the limit is {self.max_message_size}")
-        (topic,) = topics
         request = self._request(topic, 0, 0, {}, body, code=RequestCode.SEND_BATCH_MESSAGE)
         return await self._send(topic, request, ",".join(ids), queue, None, None, timeout)
 
