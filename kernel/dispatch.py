@@ -109,6 +109,9 @@ class DispatchService:
                 end = limit.value
                 if offset >= end:
                     await limit.wait_reached(offset + 1)
+                    # Woken by a put after idling: let the put's handler answer its client
+                    # first (its response is ready or nearly), then dispatch.
+                    await trio.lowlevel.checkpoint()
                     continue
                 if end - offset < GATHER_BYTES:
                     resume = last_batch + GATHER_INTERVAL

@@ -32,6 +32,9 @@ log = logging.getLogger(__name__)
 
 RECEIVE_CHUNK = 256 * 1024
 OUTBOX_HIGH_WATER = 64 * 1024 * 1024
+DIRECT_SEND_LIMIT = 60.0
+"""Longest a task may spend writing a frame itself (see ``Connection._send``) when the
+connection has no frame timeout."""
 """Handlers wait before queueing more once this many response bytes are unsent (a peer that
 does not read cannot make the broker buffer without bound)."""
 
@@ -107,6 +110,8 @@ class Connection:
     _outbox_bytes: int = attrs.field(default=0, init=False)
     _wakeup: trio.Event = attrs.field(factory=trio.Event, init=False)
     _drained: trio.Event = attrs.field(factory=trio.Event, init=False)
+    _writing: bool = attrs.field(default=False, init=False)
+    """A ``send_all`` is in progress (the write loop's or a handler's, see :meth:`_respond`)."""
     _pending: dict[int, _Pending] = attrs.field(factory=dict, init=False)
     _opaque: itertools.count[int] = attrs.field(factory=itertools.count, init=False)
     _closed: trio.Event = attrs.field(factory=trio.Event, init=False)
@@ -217,7 +222,10 @@ class Connection:
                         pending.done.set()
                     continue
                 token = object()
-                await limiter.acquire_on_behalf_of(token)
+                try:
+                    limiter.acquire_on_behalf_of_nowait(token)  # no yield: the usual case
+                except trio.WouldBlock:
+                    await limiter.acquire_on_behalf_of(token)
                 nursery.start_soon(self._serve_request, command, limiter, token)
 
     async def _serve_request(
@@ -233,12 +241,37 @@ class Connection:
                 response = await self.router.handle(self, request)
             self.requests_handled += 1
             if response is not None and not request.is_oneway:
-                await self._wait_writable()
-                self._enqueue(response.encode())
+                await self._send(response.encode())
         finally:
             self._in_flight -= 1
             self._last_activity = trio.current_time()
             limiter.release_on_behalf_of(token)
+
+    async def _send(self, data: bytes) -> None:
+        """Send one frame. When nothing else is being written (an idle connection: one request
+        in flight) the calling task writes it itself, which saves the round trip a wake-up of
+        the write loop and a task switch on each side; otherwise it joins the outbox, which the
+        write loop sends coalesced. The direct write is shielded from the caller's cancellation
+        (a frame cut short would corrupt the stream) and bounded by the frame timeout instead:
+        a peer that does not read for that long loses the connection."""
+        if self._writing or self._outbox or self.closed:
+            await self._wait_writable()
+            self._enqueue(data)
+            return
+        self._writing = True
+        try:
+            limit = min(self.limits.frame_timeout, DIRECT_SEND_LIMIT)
+            with trio.CancelScope(shield=True, deadline=trio.current_time() + limit) as scope:
+                await self.stream.send_all(data)
+            if scope.cancelled_caught:
+                self.close(f"a frame could not be sent within {limit:g}s (the peer does not read)")
+        except (trio.BrokenResourceError, trio.ClosedResourceError, trio.BusyResourceError, OSError) as error:
+            self.close(f"send failed: {error}")
+        finally:
+            self._writing = False
+            if self._outbox:
+                self._wakeup.set()
+        self._last_activity = trio.current_time()
 
     async def _wait_writable(self) -> None:
         while self._outbox_bytes > OUTBOX_HIGH_WATER and not self.closed:
@@ -253,18 +286,22 @@ class Connection:
 
     async def _write_loop(self) -> None:
         while True:
-            if not self._outbox:
+            if not self._outbox or self._writing:
                 self._wakeup = trio.Event()
                 await self._wakeup.wait()
+                continue
             chunks, self._outbox = self._outbox, []
             self._outbox_bytes = 0
             self._drained.set()
             self._drained = trio.Event()
+            self._writing = True
             try:
                 await self.stream.send_all(chunks[0] if len(chunks) == 1 else b"".join(chunks))
             except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as error:
                 self.close(f"send failed: {error}")
                 return
+            finally:
+                self._writing = False
             self._last_activity = trio.current_time()
 
     # --- requests from this end -------------------------------------------------------------
@@ -282,8 +319,7 @@ class Connection:
         pending = _Pending()
         self._pending[command.opaque] = pending
         try:
-            await self._wait_writable()
-            self._enqueue(command.encode())
+            await self._send(command.encode())
             with trio.move_on_after(timeout):
                 await pending.done.wait()
         finally:

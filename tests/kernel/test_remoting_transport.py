@@ -188,3 +188,26 @@ def test_garbage_from_one_peer_never_disturbs_another(garbage):
             nursery.cancel_scope.cancel()
 
     trio.run(main)
+
+
+async def test_callers_cancelled_while_sending_large_frames_never_corrupt_the_stream(nursery):
+    """An idle connection's caller writes its frame itself (no write-loop hop); a caller
+    cancelled mid-write must not leave half a frame for the next request to follow."""
+    server = await start_server(nursery)
+    body = b"z" * (4 << 20)  # larger than the socket buffers: the write takes several turns
+    async with RemotingClient.open() as client:
+        for _ in range(5):
+            with trio.move_on_after(0):
+                await client.invoke(server.address, RemotingCommand.request(ECHO, {"big": "1"}, body))
+            with trio.move_on_after(0.0005):
+                await client.invoke(server.address, RemotingCommand.request(ECHO, {"big": "1"}, body))
+        answers = []
+
+        async def call(i: int) -> None:
+            response = await client.invoke(server.address, RemotingCommand.request(ECHO, {"i": i}, b"x" * i))
+            answers.append((int(response.ext["i"]), len(response.body)))
+
+        async with trio.open_nursery() as calls:
+            for i in range(50):
+                calls.start_soon(call, i)
+        assert sorted(answers) == [(i, i) for i in range(50)]
