@@ -290,6 +290,13 @@ class DispatchBatch(Sequence[DispatchRecord]):
         return map(self.record, range(len(self)))
 
 
+def queue_keys(records: Sequence[DispatchRecord]) -> set[tuple[str, int]]:
+    """The (topic, queue id) pairs ``records`` touch (columns or a plain sequence)."""
+    if isinstance(records, DispatchBatch):
+        return records.queue_keys()
+    return {(r.topic, r.queue_id) for r in records}
+
+
 def as_batch(records: Sequence[DispatchRecord]) -> DispatchBatch:
     """``records`` as columns: a :class:`DispatchBatch` as it is, any other sequence of
     :class:`DispatchRecord` (a plugin's store, a test) converted once."""

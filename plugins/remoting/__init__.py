@@ -12,7 +12,7 @@ from collections.abc import Sequence
 
 from kernel import ConfigSection, DispatchRecord, Phase, ServiceSpec, hookimpl
 from kernel.context import BrokerContext, BrokerRuntime
-from kernel.dispatch_batch import as_batch
+from kernel.dispatch_batch import queue_keys
 from plugins.remoting.config import RemotingConfig
 from plugins.remoting.service import NETWORK, BrokerNetwork
 
@@ -39,7 +39,7 @@ def trocket_records_dispatched(records: Sequence[DispatchRecord], ctx: BrokerCon
     network = ctx.stash.get(NETWORK, None)
     if network is None:
         return
-    queues = as_batch(records).queue_keys()
+    queues = queue_keys(records)
     if network.waiters.waiting_queues():
         network.waiters.notify(queues)
     if network.is_slave:

@@ -23,7 +23,7 @@ import numpy as np
 from kernel import record
 from kernel.dispatch_batch import DispatchBatch, as_batch
 from kernel.errors import CorruptRecord, FlushError, OffsetOutOfRange, ReplicaMismatch, StoreNotWritable
-from kernel.model import AppendResult, Message
+from kernel.model import AppendResult, DispatchRecord, Message
 from kernel.queue_entries import QueueEntries
 from kernel.record_run import check_at, check_run
 from kernel.sync import LogPositions
@@ -421,9 +421,10 @@ class CommitLog:
         size = record.check_record(mapped.buffer, position, limit=limit)
         return mapped.read(position, size)
 
-    def scan(self, offset: int, *, end: int, max_bytes: int) -> tuple[DispatchBatch, int]:
+    def scan(self, offset: int, *, end: int, max_bytes: int) -> tuple[Sequence[DispatchRecord], int]:
         """Checked records from ``offset`` up to ``end`` as columns (about ``max_bytes`` of
-        them, at least one); skips end-of-file fillers. Batches this process appended from
+        them, at least one; a few records of an idle broker come as a list of records instead);
+        skips end-of-file fillers. Batches this process appended from
         encoded requests come with their columns (kept at append time, see
         :meth:`_hand_over`); anything else (a slave's replicated bytes, the log after a
         restart, object-path appends) is read back: each file's run is validated in bulk
@@ -432,7 +433,7 @@ class CommitLog:
 
         :raises CorruptRecord: a record between ``offset`` and ``end`` fails its check.
         """
-        parts: list[DispatchBatch] = []
+        parts: list[Sequence[DispatchRecord]] = []
         at = offset
         handed = self._handed
         while at < end and (at - offset < max_bytes or not parts):
@@ -444,11 +445,15 @@ class CommitLog:
                 continue
             stop = handed[0][0] if handed and at < handed[0][0] < end else end
             at = self._scan_file_run(at, stop, max_bytes - (at - offset), parts)
-        return DispatchBatch.concat(parts), at
+        if len(parts) == 1 and isinstance(parts[0], list):
+            return parts[0], at  # a few records: views take them one by one, no columns
+        return DispatchBatch.concat([as_batch(part) for part in parts]), at
 
-    def _scan_small(self, mapped: MappedFile, position: int, limit: int, parts: list[DispatchBatch]) -> int:
-        """A few records (an idle broker's lone put): checked and decoded one by one, which
-        costs less than the fixed set-up of the bulk path."""
+    def _scan_small(
+        self, mapped: MappedFile, position: int, limit: int, parts: list[Sequence[DispatchRecord]]
+    ) -> int:
+        """A few records (an idle broker's lone put): checked and decoded one by one into a
+        list, which costs less than the fixed set-up of the bulk path."""
         records = []
         buffer = mapped.buffer
         while position + END_FILE_MIN_BLANK_LENGTH <= limit:
@@ -461,10 +466,10 @@ class CommitLog:
                 raise CorruptRecord(mapped.start + position, error.reason, str(mapped.path)) from None
             records.append(record.decode_dispatch(buffer, position))
             position += size
-        parts.append(as_batch(records))
+        parts.append(records)
         return mapped.start + position
 
-    def _scan_file_run(self, at: int, end: int, max_bytes: int, parts: list[DispatchBatch]) -> int:
+    def _scan_file_run(self, at: int, end: int, max_bytes: int, parts: list[Sequence[DispatchRecord]]) -> int:
         """Scan one run of checked records from ``at`` (within its file, not past ``end``, about
         ``max_bytes``) into ``parts``; returns where it stopped. At an end-of-file filler that
         is the next file's start.

@@ -30,6 +30,9 @@ ENTRY = struct.Struct(">qiq")
 ENTRY_DTYPE = np.dtype([("offset", ">i8"), ("size", ">i4"), ("tags", ">i8")])
 """An entry as a numpy row (the same 20 bytes as :data:`ENTRY`)."""
 BLANK_ENTRY = ENTRY.pack(0, 0x7FFFFFFF, 0)
+SMALL_DISPATCH = 8
+"""Up to this many records a dispatch batch that is not columns (an idle broker's lone put)
+is appended entry by entry rather than through numpy set-up."""
 
 
 @attrs.define(eq=False)
@@ -215,6 +218,14 @@ class ConsumeQueues:
     def dispatch(self, records: Sequence[DispatchRecord], end_offset: int) -> None:
         """Append the batch's entries, queue by queue, each queue's entries packed column-wise
         into one buffer (20-byte big-endian rows) and written at once."""
+        if not isinstance(records, DispatchBatch) and len(records) <= SMALL_DISPATCH:
+            for r in records:  # an idle broker's lone put: no columns to set up
+                self._append_entries(
+                    r.topic, r.queue_id, r.queue_offset, ENTRY.pack(r.physical_offset, r.size, r.tags_code), 1
+                )
+                self._newest_timestamp = r.store_timestamp
+            self._dispatched = end_offset
+            return
         batch = as_batch(records)
         if len(batch):
             # Stable sort by (topic, queue id): each queue's records stay in log order.
@@ -231,32 +242,37 @@ class ConsumeQueues:
         """Append the records ``rows`` of ``batch`` (one queue, in log order) to their queue."""
         first = int(rows[0])
         topic, queue_id = batch.topics[int(batch.topic_index[first])], int(batch.queue_id[first])
+        entries = np.empty(len(rows), dtype=ENTRY_DTYPE)
+        entries["offset"] = batch.physical_offset[rows]
+        entries["size"] = batch.size[rows]
+        entries["tags"] = batch.tags_code[rows]
+        self._append_entries(topic, queue_id, int(batch.queue_offset[first]), entries.tobytes(), len(rows))
+
+    def _append_entries(self, topic: str, queue_id: int, first: int, entries: bytes, count: int) -> None:
+        """Append ``count`` encoded entries of one queue whose first has queue offset
+        ``first``; entries the queue already has (a replay after a restart) are skipped."""
         queue = self.queue(topic, queue_id, create=True)
         assert queue is not None
         expected = queue.max_queue_offset
-        offsets = batch.queue_offset[rows]
-        fresh = rows[offsets >= expected]
-        if not len(fresh):
+        if first + count <= expected:
             return
-        start = int(batch.queue_offset[fresh[0]])
-        if start != expected:
+        if first < expected:
+            entries = entries[(expected - first) * CQ_ENTRY_SIZE :]
+            first = expected
+        if first != expected:
             if queue.max_queue_offset == queue.min_queue_offset:
                 # The queue's first entries are in log files already deleted (retention).
-                self._start_at(queue, start)
+                self._start_at(queue, first)
             else:
                 log.error(
                     "consume queue %s/%d expects offset %d but the log has %d; skipping the gap",
                     topic,
                     queue_id,
                     expected,
-                    start,
+                    first,
                 )
                 return
-        entries = np.empty(len(fresh), dtype=ENTRY_DTYPE)
-        entries["offset"] = batch.physical_offset[fresh]
-        entries["size"] = batch.size[fresh]
-        entries["tags"] = batch.tags_code[fresh]
-        queue.append(entries.tobytes(), start)
+        queue.append(entries, first)
 
     def _start_at(self, queue: ConsumeQueue, queue_offset: int) -> None:
         """Begin an empty queue at ``queue_offset``: the file holding it is created and the

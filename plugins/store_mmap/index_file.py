@@ -308,6 +308,10 @@ class IndexService:
         """Index the batch's keys: hashed as arrays (:mod:`kernel.java_hash`), written in bulk
         (:meth:`IndexFile.put_many`), byte for byte what one :meth:`IndexFile.put` per key in
         log order writes."""
+        if not isinstance(records, DispatchBatch) and len(records) <= SMALL_PUT_KEYS:
+            self._dispatch_each(records)
+            self._dispatched = end_offset
+            return
         batch = as_batch(records)
         if len(batch):
             last = self.files[-1].end_offset if self.files and self.files[-1].count > 1 else -1
@@ -323,6 +327,22 @@ class IndexService:
             if fresh.any():
                 self._newest_timestamp = int(batch.store_timestamp[np.flatnonzero(fresh)[-1]])
         self._dispatched = end_offset
+
+    def _dispatch_each(self, records: Sequence[DispatchRecord]) -> None:
+        """A few records (an idle broker's lone put), each key added by :meth:`IndexFile.put`,
+        the definition the bulk path is held to."""
+        last = self.files[-1].end_offset if self.files and self.files[-1].count > 1 else -1
+        for r in records:
+            if r.sys_flag & _TRANSACTION_TYPE == SYSFLAG_TRANSACTION_ROLLBACK:
+                continue
+            if r.physical_offset <= last:
+                continue  # indexed before a restart
+            keys = [r.unique_key] if r.unique_key else []
+            for key in [*keys, *r.keys.split()]:
+                if (not self.files or self.files[-1].full) and not self._new_file():
+                    return
+                self.files[-1].put(f"{r.topic}#{key}", r.physical_offset, r.store_timestamp)
+            self._newest_timestamp = r.store_timestamp
 
     def _put_keys(self, batch: DispatchBatch, chosen: np.ndarray) -> None:
         """Index keys ``chosen`` (positions in ``batch.keys``, in order) as ``topic#key``: hashed

@@ -18,9 +18,8 @@ import trio
 
 from kernel import record
 from kernel.context import BrokerContext
-from kernel.dispatch_batch import DispatchBatch
 from kernel.errors import FlushError, StoreNotWritable
-from kernel.model import AppendResult, Message, QueueEntry, RecoveryReport, Watermarks
+from kernel.model import AppendResult, DispatchRecord, Message, QueueEntry, RecoveryReport, Watermarks
 from kernel.queue_entries import QueueEntries
 from kernel.sync import LogPositions
 from plugins.store_mmap.checkpoint import Checkpoint
@@ -227,7 +226,9 @@ class MmapStore:
         await trio.lowlevel.checkpoint()
         return self.commit_log.read_at(offset)
 
-    async def read_log(self, offset: int, *, end: int, max_bytes: int) -> tuple[DispatchBatch, int]:
+    async def read_log(
+        self, offset: int, *, end: int, max_bytes: int
+    ) -> tuple[Sequence[DispatchRecord], int]:
         await trio.lowlevel.checkpoint()
         return self.commit_log.scan(offset, end=end, max_bytes=max_bytes)
 

@@ -12,6 +12,7 @@ import random
 import shutil
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -20,6 +21,7 @@ from kernel.dispatch_batch import DispatchBatch, as_batch
 from kernel.java_hash import as_signed, java_hashes, java_string_hash, unsigned_hash
 from kernel.model import SCHEDULE_TOPIC
 from kernel.record_run import check_run
+from kernel.testing import dispatch_all
 from kernel.wire_batch import WireBatch
 from plugins.store_mmap.index_file import IndexFile, key_hash, key_hashes
 from tests.kernel.test_wire_batch import batch_body
@@ -140,14 +142,18 @@ def _view_files(root) -> tuple[dict[str, bytes], list[bytes]]:
     return queues, index
 
 
-async def test_views_built_from_handed_columns_equal_views_rebuilt_from_the_log(tmp_path):
+@pytest.mark.parametrize("dispatch_each_put", [False, True])
+async def test_views_built_from_handed_columns_equal_views_rebuilt_from_the_log(tmp_path, dispatch_each_put):
     """Encoded batches hand their columns to dispatch, object batches are read back, and file
     ends leave fillers between them; a store rebuilt from the same log by scanning alone
-    writes the same consume-queue and index bytes."""
+    writes the same consume-queue and index bytes. Dispatched after each put, the object
+    batches take the record-by-record path of an idle broker (a few records, no columns)."""
     rng = random.Random(7)
     live = tmp_path / "live"
     async with opened(live) as (store, _):
         for i in range(60):
+            if dispatch_each_put:
+                await dispatch_all(store)
             if i % 3 == 2:
                 await store.append(messages("TopicA", i % 4, 3, start=i * 3, size=rng.randint(10, 300)))
                 continue
