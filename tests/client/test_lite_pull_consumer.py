@@ -78,3 +78,20 @@ async def test_auto_commit_writes_offsets_at_shutdown(broker):
         queues = [q for q in consumer.assignment if q.topic == "LiteAuto"]
     async with LitePullConsumer("CG_auto", broker.namesrv) as again:
         assert sum([await again.committed(q) for q in queues]) == 20
+
+
+async def test_overlapping_subscriptions_never_deliver_a_message_twice(broker):
+    """Subscribing to topics one after the other on a started consumer rebalances once per
+    subscription, concurrently; each queue must still be pulled by one loop only."""
+    topics = [f"LiteOverlap{i}" for i in range(4)]
+    sent = []
+    for topic in topics:
+        sent += await produce(broker.namesrv, topic, 8, prefix=topic)
+    async with LitePullConsumer(
+        "CG_overlap", broker.namesrv, consume_from_where=ConsumeFromWhere.FIRST_OFFSET
+    ) as consumer:
+        for topic in topics:
+            consumer.subscribe(topic)
+        got = await poll_all(consumer, len(sent))
+        got += await consumer.poll(timeout=1.0)
+    assert sorted(got) == sorted(sent)

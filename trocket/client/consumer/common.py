@@ -51,6 +51,9 @@ class ConsumerBase:
     _stack: AsyncExitStack | None = attrs.field(default=None, init=False)
     _rebalancer: Rebalancer | None = attrs.field(default=None, init=False)
     _retry_soon: bool = attrs.field(default=False, init=False)
+    _rebalancing: trio.Lock = attrs.field(factory=trio.Lock, init=False)
+    """One rebalance at a time: the one at start and the loop's (woken by a membership change)
+    can overlap, and two overlapping ones would each take the same queue and pull it twice."""
 
     def _check_startable(self) -> tuple[AllocateStrategyFn, tuple[str, ...]]:
         """:raises ClientError: already started, a bad strategy or no NameServer address."""
@@ -89,6 +92,10 @@ class ConsumerBase:
         """Take and give up queues as the current assignment says (each consumer's own)."""
         raise NotImplementedError
 
+    async def _rebalance_once(self) -> None:
+        async with self._rebalancing:
+            await self._rebalance()
+
     async def _announce(self, topics: Iterable[str]) -> None:
         """Learn the topics' brokers, tell them who we are, then take our share at once."""
         assert self._session is not None
@@ -98,7 +105,7 @@ class ConsumerBase:
             except ClientError as error:
                 log.warning("group %s: %s (will retry)", self.group, error)
         await self._session.heartbeat()
-        await self._rebalance()
+        await self._rebalance_once()
 
     async def _heartbeat_loop(self) -> None:
         assert self._session is not None
@@ -114,4 +121,4 @@ class ConsumerBase:
             with trio.move_on_after(RETRY_SOON if self._retry_soon else self.rebalance_interval):
                 await self._session.rebalance_wanted.wait()
             self._session.rebalance_wanted = trio.Event()
-            await self._rebalance()
+            await self._rebalance_once()

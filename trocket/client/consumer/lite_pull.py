@@ -75,6 +75,10 @@ class LitePullConsumer(ConsumerBase):
         factory=collections.deque, init=False
     )
     _buffered_total: int = attrs.field(default=0, init=False)
+    _applying: trio.Lock = attrs.field(factory=trio.Lock, init=False)
+    """Assignments are applied one at a time: the start-up subscription, the rebalance loop and
+    ``assign`` can overlap, and two overlapping applies would each start a pull loop for the same
+    queue from its committed offset, delivering its messages twice."""
     _arrived: trio.Event = attrs.field(factory=trio.Event, init=False)
     _nursery: trio.Nursery | None = attrs.field(default=None, init=False)
 
@@ -253,6 +257,10 @@ class LitePullConsumer(ConsumerBase):
         await self._apply(await self._rebalancer.assignment())
 
     async def _apply(self, assignment: Mapping[str, set[MessageQueue] | None]) -> None:
+        async with self._applying:
+            await self._apply_now(assignment)
+
+    async def _apply_now(self, assignment: Mapping[str, set[MessageQueue] | None]) -> None:
         session = self._started()
         assert self._offsets is not None and self._nursery is not None
         for topic, mine in assignment.items():
