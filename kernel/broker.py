@@ -277,6 +277,15 @@ class Broker:
             )
         return await self._put.put(batch)
 
+    async def put_group(self, batches: Sequence[MessageBatch]) -> list[PutResult]:
+        """:meth:`put` for batches that arrived together, appended with one store call where
+        they can be (see ``PutPipeline.put_group``); one result per batch, in order."""
+        if self._put is None:
+            raise RuntimeError("the broker is not running")
+        if self.role is BrokerRole.SLAVE:
+            return [await self.put(batch) for batch in batches]
+        return await self._put.put_group(batches)
+
     async def get_messages(
         self,
         topic: str,

@@ -109,6 +109,9 @@ class BrokerRuntime(Protocol):
 
     async def put(self, batch: MessageBatch) -> PutResult: ...
 
+    async def put_group(self, batches: Sequence[MessageBatch]) -> list[PutResult]:
+        """Batches that arrived together, appended at once where possible; one result each."""
+
     def statistics(self) -> Any:
         """A snapshot of the broker's pipelines (see :class:`kernel.broker.BrokerStatistics`)."""
 

@@ -295,6 +295,18 @@ class AppendResult:
     def wrote_bytes(self) -> int:
         return sum(self.sizes)
 
+    def part(self, start: int, stop: int) -> AppendResult:
+        """Where messages ``start:stop`` of the appended run landed (a group of batches
+        appended at once is answered batch by batch)."""
+        return AppendResult(
+            self.physical_offsets[start:stop],
+            self.sizes[start:stop],
+            self.queue_offsets[start:stop],
+            self.store_timestamp,
+            self.physical_offsets[stop - 1] + self.sizes[stop - 1],
+            self.store_host,
+        )
+
 
 @attrs.frozen
 class PutResult:

@@ -8,6 +8,7 @@ standalone broker) the flush wait is awaited directly, saving a nursery per put.
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from typing import Any
 
 import attrs
@@ -47,6 +48,9 @@ class PutStatistics:
     """Messages appended to the log."""
     by_status: dict[str, int]
     """Batches per final :class:`PutStatus` name."""
+    appends: int = 0
+    """Store appends: fewer than batches when batches arriving together were appended at once
+    (:meth:`PutPipeline.put_group`)."""
 
 
 def combine(durability: Durability, replication: Replication) -> tuple[PutStatus, str]:
@@ -159,6 +163,7 @@ class PutPipeline:
     _batches: int = attrs.field(default=0, init=False)
     _messages: int = attrs.field(default=0, init=False)
     _by_status: dict[str, int] = attrs.field(factory=dict, init=False)
+    _appends: int = attrs.field(default=0, init=False)
     _before_append: Any = attrs.field(init=False)
     _after_put: Any = attrs.field(init=False)
 
@@ -169,26 +174,72 @@ class PutPipeline:
     async def put(self, batch: MessageBatch) -> PutResult:
         """Put one batch; the result's status says how durable it is. Never raises for an
         expected outcome (rejection, disk full, timeouts)."""
+        rejection = self._check(batch)
+        if rejection is not None:
+            result = PutResult(rejection.status, None, rejection.remark)
+        else:
+            result = await self._append_and_wait(batch)
+        return self._done(batch, result)
+
+    async def put_group(self, batches: Sequence[MessageBatch]) -> list[PutResult]:
+        """Put batches that arrived together (several single sends read from one connection
+        at once): each is checked and answered on its own, as :meth:`put` would, but the
+        accepted ones are appended with one store call, so their records are encoded and
+        written as one run and the views dispatch them as one batch."""
+        results: list[PutResult | None] = [None] * len(batches)
+        group: list[int] = []
+        for i, batch in enumerate(batches):
+            rejection = self._check(batch)
+            if rejection is not None:
+                results[i] = PutResult(rejection.status, None, rejection.remark)
+            elif isinstance(batch.payload, WireBatch):
+                results[i] = await self._append_and_wait(batch)  # a batch already: stored as one
+            else:
+                group.append(i)
+        if len(group) == 1:
+            results[group[0]] = await self._append_and_wait(batches[group[0]])
+        elif group:
+            messages = [m for i in group for m in batches[i].payload]
+            self._appends += 1
+            try:
+                appended = await self.store.append(messages)
+            except StoreNotWritable:
+                # Nothing was written; each batch tries alone and gets its own answer.
+                for i in group:
+                    results[i] = await self._append_and_wait(batches[i])
+            else:
+                start = 0
+                for i in group:
+                    stop = start + len(batches[i])
+                    results[i] = await self._wait(batches[i], appended.part(start, stop))
+                    start = stop
+        return [self._done(batch, result) for batch, result in zip(batches, results, strict=True)]  # type: ignore[arg-type]
+
+    def _check(self, batch: MessageBatch) -> Rejection | None:
         self._batches += 1
         rejection = validate(batch, self.ctx.broker.max_message_size)
         if rejection is None and self._before_append is not None:
             rejection = self._before_append(batch=batch, ctx=self.ctx)
         if rejection is None:
             rejection = _unhandled(batch)
-        if rejection is not None:
-            result = PutResult(rejection.status, None, rejection.remark)
-        else:
-            result = await self._append_and_wait(batch)
+        return rejection
+
+    def _done(self, batch: MessageBatch, result: PutResult) -> PutResult:
         self._by_status[result.status.value] = self._by_status.get(result.status.value, 0) + 1
         if self._after_put is not None:
             self._after_put(batch=batch, result=result, ctx=self.ctx)
         return result
 
     async def _append_and_wait(self, batch: MessageBatch) -> PutResult:
+        self._appends += 1
         try:
             appended = await self.store.append(batch.payload)
         except StoreNotWritable as error:
             return PutResult(PutStatus.SERVICE_NOT_AVAILABLE, None, str(error))
+        return await self._wait(batch, appended)
+
+    async def _wait(self, batch: MessageBatch, appended: AppendResult) -> PutResult:
+        """The flush (and replica) wait of an appended batch, and its status."""
         self._messages += len(batch)
         wait = batch.wait_store_ok
         if self.replicator is None:
@@ -216,4 +267,4 @@ class PutPipeline:
         return outcome["durability"], outcome["replication"]  # type: ignore[return-value]
 
     def statistics(self) -> PutStatistics:
-        return PutStatistics(self._batches, self._messages, dict(self._by_status))
+        return PutStatistics(self._batches, self._messages, dict(self._by_status), self._appends)

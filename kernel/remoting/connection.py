@@ -12,7 +12,7 @@ from __future__ import annotations
 import itertools
 import logging
 import math
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 import attrs
@@ -39,6 +39,9 @@ connection has no frame timeout."""
 does not read cannot make the broker buffer without bound)."""
 
 Handler = Callable[["Connection", RemotingCommand], Awaitable[RemotingCommand | None]]
+GroupHandler = Callable[
+    ["Connection", Sequence[RemotingCommand]], Awaitable[Sequence[RemotingCommand | None]]
+]
 
 
 @attrs.frozen
@@ -65,11 +68,41 @@ class Router:
 
     handlers: dict[int, Handler] = attrs.field(factory=dict)
     name: str = "remoting"
+    group_handlers: dict[int, GroupHandler] = attrs.field(factory=dict)
+    """Handlers for several requests at once: consecutive requests read from one connection
+    in one receive whose codes share a group handler are given to it together (a client with
+    many sends in flight), one response each, in order. A lone request still goes to its
+    ordinary handler."""
 
     def register(self, code: int, handler: Handler) -> None:
         if code in self.handlers:
             raise ValueError(f"{self.name}: a handler for {code_name(code)} is already registered")
         self.handlers[code] = handler
+
+    def register_group(self, code: int, handler: GroupHandler) -> None:
+        """Register ``handler`` for requests of ``code`` arriving together (``code`` also needs
+        an ordinary handler for requests arriving alone)."""
+        if code in self.group_handlers:
+            raise ValueError(f"{self.name}: a group handler for {code_name(code)} is already registered")
+        self.group_handlers[code] = handler
+
+    async def handle_group(
+        self, connection: Connection, requests: Sequence[RemotingCommand]
+    ) -> list[RemotingCommand | None]:
+        handler = self.group_handlers[requests[0].code]
+        try:
+            responses = await handler(connection, requests)
+        except trio.Cancelled:
+            raise
+        except Exception as error:  # one bad group must not take the connection down
+            log.exception(
+                "%s: a group of %d requests from %s failed", self.name, len(requests), connection.peer
+            )
+            remark = f"{type(error).__name__}: {error}"
+            return [request.response(ResponseCode.SYSTEM_ERROR, remark=remark) for request in requests]
+        if len(responses) != len(requests):
+            raise AssertionError(f"{self.name}: a group handler answered {len(responses)} of {len(requests)}")
+        return list(responses)
 
     async def handle(self, connection: Connection, request: RemotingCommand) -> RemotingCommand | None:
         handler = self.handlers.get(request.code)
@@ -214,19 +247,65 @@ class Connection:
                 frame_started = None
             elif commands or frame_started is None:
                 frame_started = now  # the bytes left over begin the next frame
+            requests = []
             for command in commands:
                 if command.is_response:
                     pending = self._pending.pop(command.opaque, None)
                     if pending is not None:
                         pending.response = command
                         pending.done.set()
-                    continue
-                token = object()
-                try:
-                    limiter.acquire_on_behalf_of_nowait(token)  # no yield: the usual case
-                except trio.WouldBlock:
-                    await limiter.acquire_on_behalf_of(token)
-                nursery.start_soon(self._serve_request, command, limiter, token)
+                else:
+                    requests.append(command)
+            for run in self._runs(requests):
+                tokens = []
+                for _ in run:
+                    token = object()
+                    try:
+                        limiter.acquire_on_behalf_of_nowait(token)  # no yield: the usual case
+                    except trio.WouldBlock:
+                        await limiter.acquire_on_behalf_of(token)
+                    tokens.append(token)
+                if len(run) == 1:
+                    nursery.start_soon(self._serve_request, run[0], limiter, tokens[0])
+                else:
+                    nursery.start_soon(self._serve_group, run, limiter, tokens)
+
+    def _runs(self, requests: list[RemotingCommand]) -> list[list[RemotingCommand]]:
+        """``requests`` in order, consecutive ones sharing a group handler kept together."""
+        groups = self.router.group_handlers if self.router is not None else {}
+        if len(requests) < 2 or not groups:
+            return [[request] for request in requests]
+        runs: list[list[RemotingCommand]] = []
+        previous = None
+        for request in requests:
+            handler = groups.get(request.code)
+            if handler is not None and handler is previous:
+                runs[-1].append(request)
+            else:
+                runs.append([request])
+            previous = handler
+        return runs
+
+    async def _serve_group(
+        self, requests: list[RemotingCommand], limiter: trio.CapacityLimiter, tokens: list[object]
+    ) -> None:
+        self._in_flight += len(requests)
+        try:
+            assert self.router is not None
+            responses = await self.router.handle_group(self, requests)
+            self.requests_handled += len(requests)
+            frames = [
+                response.encode()
+                for request, response in zip(requests, responses, strict=True)
+                if response is not None and not request.is_oneway
+            ]
+            if frames:
+                await self._send(b"".join(frames))
+        finally:
+            self._in_flight -= len(requests)
+            self._last_activity = trio.current_time()
+            for token in tokens:
+                limiter.release_on_behalf_of(token)
 
     async def _serve_request(
         self, request: RemotingCommand, limiter: trio.CapacityLimiter, token: object

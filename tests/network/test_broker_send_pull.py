@@ -175,3 +175,47 @@ async def test_pulls_commit_offsets_when_asked(cluster_factory):
         await cluster.call_raw(send_request("CO", b"x"))
         await cluster.call_raw(pull_request("CO", 0, 0, group="G1", sys_flag=5, commit_offset=7))
         assert cluster.network.offsets.query("G1", "CO", 0) == 7
+
+
+async def test_sends_arriving_together_are_answered_one_by_one_and_stored_in_order(cluster_factory):
+    """Several sends in one write (a client with many in flight) are handled as a group and
+    appended with one store call; each still gets its own answer, a refused one refuses only
+    itself, and the accepted ones are stored in request order."""
+    from kernel.remoting.command import FrameDecoder
+
+    async with cluster_factory(store="mmap") as cluster:
+        await cluster.call_raw(send_request("TG", b"warm-up", queue_id=0))
+        before = cluster.broker.statistics().put
+        requests = [
+            send_request("TG", b"g0", queue_id=0),
+            send_request("TG", b"g1", queue_id=0, code=RequestCode.SEND_MESSAGE_V2),
+            send_request("TG", b"", queue_id=0),  # an empty body: MESSAGE_ILLEGAL
+            send_request("TG", b"g2", queue_id=0, tags="x"),
+            send_request("TG", b"g3", queue_id=0, code=RequestCode.SEND_MESSAGE_V2),
+        ]
+        for opaque, request in enumerate(requests, start=1000):
+            request.opaque = opaque
+        host, _, port = cluster.broker_addr.rpartition(":")
+        async with await trio.open_tcp_stream(host, int(port)) as stream:
+            await stream.send_all(b"".join(r.encode() for r in requests))
+            decoder, answers = FrameDecoder(1 << 20), {}
+            with trio.fail_after(10):
+                while len(answers) < len(requests):
+                    for response in decoder.feed(await stream.receive_some(65536)):
+                        answers[response.opaque] = response
+        codes = [answers[r.opaque].code for r in requests]
+        assert codes == [0, 0, ResponseCode.MESSAGE_ILLEGAL, 0, 0]
+        offsets = [int(answers[r.opaque].ext["queueOffset"]) for r in requests if answers[r.opaque].code == 0]
+        assert offsets == [1, 2, 3, 4]
+        after = cluster.broker.statistics().put
+        assert after.batches - before.batches == 4  # the empty body is refused by the handler
+        assert after.appends - before.appends == 1, "the accepted sends were appended together"
+        await cluster.broker.wait_dispatched()
+        pulled = await cluster.call_raw(pull_request("TG", 0, 0))
+        assert [m.body for m in record.decode_records(pulled.body)] == [
+            b"warm-up",
+            b"g0",
+            b"g1",
+            b"g2",
+            b"g3",
+        ]

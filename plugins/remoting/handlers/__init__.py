@@ -50,9 +50,19 @@ HANDLERS: dict[int, NetHandler] = {
 }
 
 
+GROUPED = (RequestCode.SEND_MESSAGE, RequestCode.SEND_MESSAGE_V2)
+"""Codes whose requests, read from one connection at once, are handled together
+(:func:`send.handle_send_group`: one store append for all of them). Batch sends are not: each
+is a batch already, and answering a group of them only when the last is stored would stall a
+pipelining producer (measured: 20 % less throughput)."""
+
+
 def register_all(router: Router, net: BrokerNetwork) -> None:
     for code, handler in HANDLERS.items():
         router.register(code, functools.partial(_answer_problems, handler, net))
+    sends = functools.partial(send.handle_send_group, net)
+    for code in GROUPED:
+        router.register_group(code, sends)
 
 
 async def _answer_problems(

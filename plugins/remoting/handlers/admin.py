@@ -150,6 +150,7 @@ async def runtime_info(
         "dispatchBehindBytes": getattr(stats.dispatch, "behind_bytes", 0),
         "putMessageTimesTotal": getattr(stats.put, "messages", 0),
         "putBatchesTotal": getattr(stats.put, "batches", 0),
+        "putAppendsTotal": getattr(stats.put, "appends", 0),
         "putStatus": json.dumps(getattr(stats.put, "by_status", {})),
         "flushPolicy": getattr(stats.flush, "name", "") or runtime.ctx.broker.flush or "",
         "brokerPermission": net.config.broker_permission,

@@ -7,12 +7,15 @@ marks batches only with ``"1"`` on code 10). Every success code (0, 10, 11, 12) 
 
 from __future__ import annotations
 
+import logging
 import random
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 import numpy as np
+import trio
 
-from kernel.model import Message, MessageBatch, decode_properties
+from kernel.model import Message, MessageBatch, PutResult, decode_properties
 from kernel.remoting import Connection, RemotingCommand, RequestCode, ResponseCode, parse_bool
 from kernel.wire_batch import MalformedBatch, WireBatch
 from plugins.remoting.handlers.common import PUT_STATUS_CODES, RequestProblem
@@ -20,6 +23,8 @@ from plugins.remoting.topics import PERM_WRITE, TopicConfig, send_forbidden, top
 
 if TYPE_CHECKING:
     from plugins.remoting.service import BrokerNetwork
+
+log = logging.getLogger(__name__)
 
 V2_FIELDS = {
     "a": "producerGroup",
@@ -49,6 +54,50 @@ def send_header(request: RemotingCommand) -> dict[str, str]:
 async def handle_send(
     net: BrokerNetwork, connection: Connection, request: RemotingCommand
 ) -> RemotingCommand:
+    prepared = await _prepare(net, connection, request)
+    if isinstance(prepared, RemotingCommand):
+        return prepared
+    batch, queue_id = prepared
+    return _answer(request, queue_id, await net.runtime.put(batch))
+
+
+async def handle_send_group(
+    net: BrokerNetwork, connection: Connection, requests: Sequence[RemotingCommand]
+) -> list[RemotingCommand]:
+    """Sends read from one connection at once (a client with many in flight): each is checked
+    and answered on its own, and the broker appends the accepted ones with one store call
+    (``Broker.put_group``)."""
+    answers: list[RemotingCommand | None] = []
+    batches: list[MessageBatch] = []
+    queue_ids: list[int] = []
+    for request in requests:
+        try:
+            prepared = await _prepare(net, connection, request)
+        except RequestProblem as problem:
+            prepared = problem.response_to(request)
+        except trio.Cancelled:
+            raise
+        except Exception as error:  # as the router answers a lone request: its neighbours live on
+            log.exception("send from %s failed", connection.peer)
+            prepared = request.response(ResponseCode.SYSTEM_ERROR, remark=f"{type(error).__name__}: {error}")
+        if isinstance(prepared, RemotingCommand):
+            answers.append(prepared)
+            continue
+        answers.append(None)
+        batches.append(prepared[0])
+        queue_ids.append(prepared[1])
+    results = iter(await net.runtime.put_group(batches) if batches else [])
+    ids = iter(queue_ids)
+    return [
+        answer if answer is not None else _answer(request, next(ids), next(results))
+        for request, answer in zip(requests, answers, strict=True)
+    ]
+
+
+async def _prepare(
+    net: BrokerNetwork, connection: Connection, request: RemotingCommand
+) -> tuple[MessageBatch, int] | RemotingCommand:
+    """The request as a batch and its queue id, or the answer refusing it."""
     header = send_header(request)
     if net.is_slave:
         # The kernel refuses a slave's puts too; refusing here first keeps a send from
@@ -131,7 +180,10 @@ async def handle_send(
             )
         ]
         batch = MessageBatch(messages, header.get("producerGroup", ""))
-    result = await net.runtime.put(batch)
+    return batch, queue_id
+
+
+def _answer(request: RemotingCommand, queue_id: int, result: PutResult) -> RemotingCommand:
     code = PUT_STATUS_CODES[result.status]
     if not result.status.stored or result.append is None:
         return request.response(code, remark=result.remark or result.status.value)
