@@ -13,12 +13,11 @@ from __future__ import annotations
 
 import mmap
 import struct
-import zlib
-from itertools import repeat
 
 import attrs
 import numpy as np
 
+from kernel import batch_codec
 from kernel.errors import CorruptRecord
 from kernel.record import check_header
 from kernel.record_layout import HEADER_DTYPE, HEADER_SIZE, MAGIC_V1, MIN_RECORD_SIZE
@@ -78,15 +77,14 @@ def check_run(
     offset (``base + position``) and have a UTF-8 topic, as recovery requires.
     """
     stop = min(limit - 8 + 1, start + max_bytes)
-    positions, walked_to = _follow_sizes(buffer, start, stop)
+    at, walked_to = batch_codec.size_chain(buffer, start, stop, MIN_RECORD_SIZE)
     if walked_to > limit:  # the last size runs past the file: that record is the invalid one
-        walked_to = positions.pop()
-    at = np.fromiter(positions, dtype=np.int64, count=len(positions))
+        walked_to, at = int(at[-1]), at[:-1]
     records = _Records.gather(buffer, at, limit, base, check_crc)
     bad = records.bad
-    count = int(np.argmax(bad)) if bad.any() else len(positions)
-    if count < len(positions):
-        end = positions[count]
+    count = int(np.argmax(bad)) if bad.any() else len(at)
+    if count < len(at):
+        end = int(at[count])
         error: CorruptRecord | None = _reason(buffer, end, limit, base, check_crc)
     else:
         end = walked_to
@@ -100,25 +98,6 @@ def check_run(
         records.representative[:count],
         records.names,
     )
-
-
-def _follow_sizes(buffer: Buffer, start: int, stop: int) -> tuple[list[int], int]:
-    """Record starts along the size chain from ``start`` while they begin before ``stop``; also
-    returns where the chain led. Stops at a size too small to be a record (zeros, damage); a
-    size running past the file is left to the caller. This is the scan's only per-record
-    Python loop, so it does nothing else."""
-    unpack = _SIZE.unpack_from
-    positions: list[int] = []
-    append = positions.append
-    at = start
-    minimum = MIN_RECORD_SIZE
-    while at < stop:
-        size = unpack(buffer, at)[0]
-        if size < minimum:
-            break
-        append(at)
-        at += size
-    return positions, at
 
 
 def _values(buffer: Buffer, dtype: np.dtype, limit: int) -> np.ndarray:
@@ -195,14 +174,8 @@ class _Records:
             if not valid:
                 bad |= representative == index
         if check_crc and count:
-            getitem = buffer.__getitem__
-            bodies = map(getitem, map(slice, body_at.tolist(), topic_at.tolist()))
-            crcs = np.fromiter(map(zlib.crc32, bodies), dtype=np.int64, count=count) & 0x7FFFFFFF
-            nul_at = np.fromiter(
-                map(buffer.find, repeat(b"\0"), (props_at + 2).tolist(), end.tolist()),
-                dtype=np.int64,
-                count=count,
-            )
+            crcs = batch_codec.region_crcs(buffer, body_at, topic_at)
+            nul_at = batch_codec.find_byte(buffer, props_at + 2, end, 0)
             bad |= (crcs != stored_crc) | (nul_at >= 0)
         return cls(bad, queue_id, queue_offset, names, representative)
 

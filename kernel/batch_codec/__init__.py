@@ -47,6 +47,9 @@ entry_columns = _impl.entry_columns
 encode_entries = _impl.encode_entries
 encode_records = _impl.encode_records
 find_pairs = _impl.find_pairs
+size_chain = _impl.size_chain
+region_crcs = _impl.region_crcs
+find_byte = _impl.find_byte
 contains_byte = _impl.contains_byte
 
 
@@ -81,7 +84,10 @@ __all__ = [
     "encode_entries",
     "encode_records",
     "entry_columns",
+    "find_byte",
     "find_pairs",
     "java_hashes_at",
     "pure",
+    "region_crcs",
+    "size_chain",
 ]

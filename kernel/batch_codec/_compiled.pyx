@@ -7,7 +7,7 @@ are one ``bytes`` object or arrays: no Python object per message is made in thes
 """
 
 from libc.stdint cimport int64_t, uint8_t, uint32_t, uint64_t
-from libc.string cimport memcpy
+from libc.string cimport memchr, memcpy
 
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize
 from cpython.list cimport PyList_Append
@@ -370,3 +370,56 @@ def encode_entries(list bodies, list properties, const int64_t[::1] flag):
         memcpy(w, PyBytes_AS_STRING(<bytes?>properties[i]), props_len)
         w += props_len
     return out
+
+
+def size_chain(const uint8_t[::1] buffer, Py_ssize_t start, Py_ssize_t stop, int64_t minimum):
+    """Record starts along the size chain from ``start`` while they begin before ``stop``,
+    stopping at a size below ``minimum``; and where the chain led."""
+    cdef Py_ssize_t at = start, count = 0, end = buffer.shape[0]
+    cdef int64_t size
+    cdef const uint8_t *p = &buffer[0] if end else NULL
+    if minimum < 4:
+        raise ValueError(f"a record size below 4 bytes cannot advance the chain: {minimum}")
+    while at < stop and at + 4 <= end:
+        size = read_i32(p + at)
+        if size < minimum:
+            break
+        count += 1
+        at += size
+    positions_a = np.empty(count, dtype=np.int64)
+    cdef int64_t[::1] positions = positions_a
+    cdef Py_ssize_t i
+    at = start
+    for i in range(count):
+        positions[i] = at
+        at += read_i32(p + at)
+    return positions_a, at
+
+
+def region_crcs(const uint8_t[::1] buffer, const int64_t[::1] begin, const int64_t[::1] end):
+    """``zlib.crc32(buffer[begin[i]:end[i]]) & 0x7FFFFFFF`` per region (RocketMQ's body CRC)."""
+    cdef Py_ssize_t count = begin.shape[0], i
+    cdef const uint8_t *p = &buffer[0] if buffer.shape[0] else NULL
+    out_a = np.empty(count, dtype=np.int64)
+    cdef int64_t[::1] out = out_a
+    with nogil:
+        for i in range(count):
+            out[i] = crc32(0, p + begin[i], <unsigned int>(end[i] - begin[i])) & 0x7FFFFFFF
+    return out_a
+
+
+def find_byte(const uint8_t[::1] buffer, const int64_t[::1] begin, const int64_t[::1] end, int value):
+    """Per region, where byte ``value`` first occurs in ``buffer[begin[i]:end[i]]``, or -1."""
+    cdef Py_ssize_t count = begin.shape[0], i
+    cdef const uint8_t *p = &buffer[0] if buffer.shape[0] else NULL
+    cdef const uint8_t *hit
+    out_a = np.empty(count, dtype=np.int64)
+    cdef int64_t[::1] out = out_a
+    with nogil:
+        for i in range(count):
+            out[i] = -1
+            if end[i] > begin[i]:
+                hit = <const uint8_t *>memchr(p + begin[i], value, end[i] - begin[i])
+                if hit != NULL:
+                    out[i] = hit - p
+    return out_a

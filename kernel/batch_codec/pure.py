@@ -12,6 +12,7 @@ import re
 import struct
 import zlib
 from functools import lru_cache
+from itertools import repeat
 
 import numpy as np
 
@@ -239,3 +240,38 @@ def dispatch_properties(
             found.append(token.encode())
     by_record = np.lexsort((np.array(order, dtype=np.int64), np.array(key_rows, dtype=np.int64)))
     return tags_code, np.array(key_rows, dtype=np.int64)[by_record], [found[i] for i in by_record.tolist()]
+
+
+_SIZE = struct.Struct(">i")
+
+
+def size_chain(buffer: Buffer, start: int, stop: int, minimum: int) -> tuple[np.ndarray, int]:
+    """Record starts along the size chain from ``start`` while they begin before ``stop``,
+    stopping at a size below ``minimum`` (zeros, damage); and where the chain led. A size
+    running past the buffer is left to the caller."""
+    if minimum < 4:
+        raise ValueError(f"a record size below 4 bytes cannot advance the chain: {minimum}")
+    unpack = _SIZE.unpack_from
+    positions: list[int] = []
+    append = positions.append
+    at, end = start, len(buffer)
+    while at < stop and at + 4 <= end:
+        size = unpack(buffer, at)[0]
+        if size < minimum:
+            break
+        append(at)
+        at += size
+    return np.array(positions, dtype=np.int64), at
+
+
+def region_crcs(buffer: Buffer, begin: np.ndarray, end: np.ndarray) -> np.ndarray:
+    """``zlib.crc32(buffer[begin[i]:end[i]]) & 0x7FFFFFFF`` per region (RocketMQ's body CRC)."""
+    regions = map(buffer.__getitem__, map(slice, begin.tolist(), end.tolist()))
+    return np.fromiter(map(zlib.crc32, regions), dtype=np.int64, count=len(begin)) & 0x7FFFFFFF
+
+
+def find_byte(buffer: Buffer, begin: np.ndarray, end: np.ndarray, value: int) -> np.ndarray:
+    """Per region, where byte ``value`` first occurs in ``buffer[begin[i]:end[i]]``, or -1."""
+    find = buffer.find if hasattr(buffer, "find") else bytes(buffer).find
+    found = map(find, repeat(bytes((value,))), begin.tolist(), end.tolist())
+    return np.fromiter(found, dtype=np.int64, count=len(begin))

@@ -160,3 +160,19 @@ def test_entry_encoders_refuse_properties_longer_than_a_short():
     for codec in (compiled, pure):
         with pytest.raises(ValueError, match="properties of message 1 are 40000 bytes"):
             codec.encode_entries([b"a", b"b"], [b"", b"x" * 40000], np.zeros(2, dtype=np.int64))
+
+
+@given(st.lists(st.integers(0, 120), max_size=40), st.binary(max_size=64), st.integers(4, 30), st.data())
+@settings(max_examples=300, deadline=None)
+def test_record_scan_loops_agree(sizes, noise, minimum, data):
+    """The recovery scan's loops: the size chain (with sizes too small, zero or running past
+    the buffer), body CRCs and the NUL search over regions."""
+    buffer = b"".join(struct.pack(">i", size) + bytes(max(0, size - 4)) for size in sizes) + noise
+    start = data.draw(st.integers(0, len(buffer)))
+    stop = data.draw(st.integers(0, len(buffer) + 8))
+    same(compiled.size_chain(buffer, start, stop, minimum), pure.size_chain(buffer, start, stop, minimum))
+    found = regions()
+    raw, begin, end = data.draw(found)
+    same(compiled.region_crcs(raw, begin, end), pure.region_crcs(raw, begin, end))
+    for value in (0, 1, 2, ord("a")):
+        same(compiled.find_byte(raw, begin, end, value), pure.find_byte(raw, begin, end, value))
