@@ -8,12 +8,15 @@ regular expression finds every wanted pair. A pair always starts right after a `
 keys and values never contain ``\\x01`` or ``\\x02``, so a match can only be a whole pair: bytes
 of a body are never searched (they are not in the joined buffer) and a value that looks like
 ``KEYS\\x01...`` is not a pair because it is not preceded by ``\\x02``.
+
+This is the numpy definition behind :func:`kernel.batch_codec.pure.find_pairs` (the compiled
+twin walks the regions in place, without joining them); the dispatch reader also keeps the
+joined buffer as the records' properties.
 """
 
 from __future__ import annotations
 
 import mmap
-import operator
 import re
 from collections.abc import Iterable
 
@@ -21,10 +24,6 @@ import attrs
 import numpy as np
 
 Buffer = bytes | bytearray | memoryview | mmap.mmap
-
-_START = operator.methodcaller("start")
-_NAME = operator.itemgetter(1)
-_VALUE = operator.itemgetter(2)
 
 
 def pattern_for(names: Iterable[str]) -> re.Pattern[bytes]:
@@ -58,16 +57,3 @@ class JoinedProperties:
         np.cumsum(lengths[:-1] + 1, out=starts[1:])
         starts[1:] += 1
         return cls(blob, starts, starts + lengths)
-
-    def find(self, pattern: re.Pattern[bytes]) -> tuple[np.ndarray, np.ndarray, list[bytes]]:
-        """Every pair ``pattern`` matches: the message it belongs to, its name and its value."""
-        matches = list(pattern.finditer(self.blob))
-        if not matches:
-            return np.zeros(0, dtype=np.int64), np.zeros(0, dtype="S1"), []
-        at = np.fromiter(map(_START, matches), dtype=np.int64, count=len(matches))
-        rows = np.searchsorted(self.starts, at + 1, side="right") - 1
-        return rows, np.array(list(map(_NAME, matches))), list(map(_VALUE, matches))
-
-    def contains(self, pattern: re.Pattern[bytes]) -> bool:
-        """Whether any message has a pair ``pattern`` matches."""
-        return pattern.search(self.blob) is not None
