@@ -84,6 +84,7 @@ class WireBatch:
     reconsume_times: int = 0
     _attention: bool | None = attrs.field(default=None, init=False)
     _nul: bool | None = attrs.field(default=None, init=False)
+    _props_end: np.ndarray | None = attrs.field(default=None, init=False)
 
     @classmethod
     def decode(
@@ -121,7 +122,11 @@ class WireBatch:
 
     @property
     def props_end(self) -> np.ndarray:
-        return self.props_at + self.props_len
+        """Where each message's properties end (asked by every property search and by the
+        dispatch columns: computed once)."""
+        if self._props_end is None:
+            self._props_end = self.props_at + self.props_len
+        return self._props_end
 
     def find_properties(self, names: tuple[bytes, ...]) -> batch_codec.Pairs:
         """:func:`kernel.batch_codec.find_pairs` over the properties of this batch."""
