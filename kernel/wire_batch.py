@@ -151,7 +151,7 @@ class WireBatch:
 
     def has_nul_in_properties(self) -> bool:
         if self._nul is None:
-            self._nul = batch_codec.contains_byte(self.data, self.props_at, self.props_end, 0)
+            self._nul = bool((batch_codec.find_byte(self.data, self.props_at, self.props_end, 0) >= 0).any())
         return self._nul
 
     def largest_body(self) -> int:

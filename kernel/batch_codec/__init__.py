@@ -50,7 +50,6 @@ find_pairs = _impl.find_pairs
 size_chain = _impl.size_chain
 region_crcs = _impl.region_crcs
 find_byte = _impl.find_byte
-contains_byte = _impl.contains_byte
 
 
 def dispatch_properties(
@@ -79,7 +78,6 @@ def java_hashes_at(buffer: Buffer, start: np.ndarray, end: np.ndarray, prefix: i
 __all__ = [
     "ACCELERATED",
     "Pairs",
-    "contains_byte",
     "dispatch_properties",
     "encode_entries",
     "encode_records",

@@ -214,24 +214,6 @@ cdef inline bint _same(const uint8_t *a, const uint8_t *b, Py_ssize_t length) no
     return True
 
 
-def contains_byte(const uint8_t[::1] buffer, const int64_t[::1] begin, const int64_t[::1] end, int value):
-    """Whether byte ``value`` occurs in any region ``buffer[begin[i]:end[i]]``."""
-    cdef Py_ssize_t i
-    cdef int64_t at
-    cdef const uint8_t *p = &buffer[0] if buffer.shape[0] else NULL
-    cdef uint8_t wanted = value
-    cdef bint seen = False
-    with nogil:
-        for i in range(begin.shape[0]):
-            for at in range(begin[i], end[i]):
-                if p[at] == wanted:
-                    seen = True
-                    break
-            if seen:
-                break
-    return seen
-
-
 def java_hashes_at(const uint8_t[::1] buffer, const int64_t[::1] start, const int64_t[::1] end, uint32_t prefix):
     """Java hashes (``uint32``) of the strings ``buffer[start[i]:end[i]]``, each after the
     string whose unsigned hash is ``prefix``; and the rows that are not ASCII, whose hash the

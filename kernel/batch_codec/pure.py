@@ -183,12 +183,6 @@ def find_pairs(
     return rows, which, spans[:, 0] + shift, spans[:, 1] + shift
 
 
-def contains_byte(buffer: Buffer, begin: np.ndarray, end: np.ndarray, value: int) -> bool:
-    """Whether byte ``value`` occurs in any region ``buffer[begin[i]:end[i]]``."""
-    regions = map(buffer.__getitem__, map(slice, begin.tolist(), end.tolist()))
-    return any(value in region for region in regions)
-
-
 def java_hashes_at(
     buffer: Buffer, start: np.ndarray, end: np.ndarray, prefix: int
 ) -> tuple[np.ndarray, np.ndarray]:

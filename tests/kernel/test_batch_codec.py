@@ -110,8 +110,8 @@ def test_pair_search_agrees(found, names):
     buffer, begin, end = found
     names = tuple(names)
     same(compiled.find_pairs(buffer, begin, end, names), pure.find_pairs(buffer, begin, end, names))
-    assert compiled.contains_byte(buffer, begin, end, 2) == pure.contains_byte(buffer, begin, end, 2)
-    assert compiled.contains_byte(buffer, begin, end, 1) == pure.contains_byte(buffer, begin, end, 1)
+    same(compiled.find_byte(buffer, begin, end, 2), pure.find_byte(buffer, begin, end, 2))
+    same(compiled.find_byte(buffer, begin, end, 1), pure.find_byte(buffer, begin, end, 1))
 
 
 @given(regions(), st.integers(0, 2**32 - 1))
