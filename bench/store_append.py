@@ -89,16 +89,17 @@ async def append_rate(
                 result = store.commit_log.append(messages)
             count += batch
             size += sum(result.sizes)
-            if encoded and store.commit_log.append_end - taken >= COMMIT_EVERY:
-                # Take the handed-over dispatch columns as the broker's dispatch loop does every
-                # few ms (counted: it is part of storing an encoded batch).
-                _, taken = store.commit_log.scan(taken, end=store.commit_log.append_end, max_bytes=1 << 30)
             if store.commit_log.uncommitted_bytes() >= COMMIT_EVERY:
                 # The buffered path's commit (a worker thread in the broker), inline here so its
                 # cost is counted.
                 work = store.commit_log.take_commit()
                 store.commit_log.commit_blocking(work)
                 store.commit_log.end_commit(work, ok=True)
+            written = store.commit_log.positions.wrote.value
+            if encoded and written - taken >= COMMIT_EVERY:
+                # Take the handed-over dispatch columns as the broker's dispatch loop does every
+                # few ms, up to what is written (counted: it is part of storing an encoded batch).
+                _, taken = store.commit_log.scan(taken, end=written, max_bytes=1 << 30)
             if store.commit_log.append_end > FILE_SIZE * 8:
                 break
         elapsed = time.perf_counter() - start

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import mmap
 from collections.abc import Iterator, Sequence
-from typing import overload
+from typing import NamedTuple, overload
 
 import attrs
 import numpy as np
@@ -33,6 +33,19 @@ from kernel.property_scan import JoinedProperties
 from kernel.record_layout import HEADER_SIZE, header_rows
 from kernel.record_run import RecordRun
 from kernel.wire_batch import WireBatch
+
+_HOST_MASK = ~(SYSFLAG_BORNHOST_V6 | SYSFLAG_STOREHOST_V6)
+
+
+class AppendedWire(NamedTuple):
+    """What the put path keeps of a batch it stored column-wise, for the dispatch loop: the
+    request's columns and where its records went (see :meth:`DispatchBatch.from_wires`)."""
+
+    batch: WireBatch
+    physical_offsets: np.ndarray
+    sizes: np.ndarray
+    first_queue_offset: int
+    store_timestamp: int
 
 
 def _empty() -> np.ndarray:
@@ -90,20 +103,79 @@ class DispatchBatch(Sequence[DispatchRecord]):
         first_queue_offset: int,
         store_timestamp: int,
     ) -> DispatchBatch:
-        """The columns of records just encoded from ``batch``, without reading them back: the
-        put path hands them to the dispatch loop (see ``CommitLog.scan``). The same values
-        :meth:`gather` reads from the stored bytes (a property test holds them equal)."""
+        """The columns of records just encoded from ``batch``, without reading them back (see
+        :meth:`from_wires`)."""
+        appended = AppendedWire(batch, physical_offsets, sizes, first_queue_offset, store_timestamp)
+        return cls.from_wires([appended])
+
+    @classmethod
+    def from_wires(cls, appended: Sequence[AppendedWire]) -> DispatchBatch:
+        """The columns of consecutive batches just encoded from requests, without reading the
+        records back: the put path keeps each batch's arrays and the dispatch loop turns a
+        whole run of them into columns with one pass (one set of array operations and one
+        property search per run, not per request). The same values :meth:`gather` reads from
+        the stored bytes (a property test holds them equal)."""
+        if len(appended) == 1:
+            return cls._from_one(appended[0])
+        counts = np.array([len(a.batch) for a in appended], dtype=np.int64)
+        total = int(counts.sum())
+        topics: dict[str, int] = {}
+        per_batch = np.array(
+            [
+                (
+                    topics.setdefault(a.batch.topic, len(topics)),
+                    a.batch.queue_id,
+                    a.first_queue_offset,
+                    a.batch.sys_flag & _HOST_MASK,
+                    a.store_timestamp,
+                    len(a.batch.data),
+                )
+                for a in appended
+            ],
+            dtype=np.int64,
+        )
+        rows_before = np.cumsum(counts) - counts
+        blob_before = np.cumsum(per_batch[:, 5]) - per_batch[:, 5]
+
+        def each(column: int) -> np.ndarray:
+            return np.repeat(per_batch[:, column], counts)
+
+        blob_shift = np.repeat(blob_before, counts)
+        made = cls(
+            list(topics),
+            each(0),
+            each(1),
+            np.arange(total, dtype=np.int64) + np.repeat(per_batch[:, 2] - rows_before, counts),
+            np.concatenate([a.physical_offsets for a in appended]).astype(np.int64, copy=False),
+            np.concatenate([a.sizes for a in appended]).astype(np.int64, copy=False),
+            each(3),
+            each(4),
+            np.zeros(total, dtype=np.int64),
+            np.zeros(total, dtype=np.int64),
+            _empty(),
+            [],
+            b"".join([a.batch.data for a in appended]),
+            np.concatenate([a.batch.props_at for a in appended]) + blob_shift,
+            np.concatenate([a.batch.props_end for a in appended]) + blob_shift,
+        )
+        made._read_properties()
+        return made
+
+    @classmethod
+    def _from_one(cls, appended: AppendedWire) -> DispatchBatch:
+        batch = appended.batch
         count = len(batch)
         full = np.full(count, 1, dtype=np.int64)
+        first = appended.first_queue_offset
         made = cls(
             [batch.topic],
             np.zeros(count, dtype=np.int64),
             full * batch.queue_id,
-            np.arange(first_queue_offset, first_queue_offset + count, dtype=np.int64),
-            physical_offsets.astype(np.int64, copy=False),
-            sizes.astype(np.int64, copy=False),
-            full * (batch.sys_flag & ~(SYSFLAG_BORNHOST_V6 | SYSFLAG_STOREHOST_V6)),
-            full * store_timestamp,
+            np.arange(first, first + count, dtype=np.int64),
+            appended.physical_offsets.astype(np.int64, copy=False),
+            appended.sizes.astype(np.int64, copy=False),
+            full * (batch.sys_flag & _HOST_MASK),
+            full * appended.store_timestamp,
             np.zeros(count, dtype=np.int64),
             np.zeros(count, dtype=np.int64),
             _empty(),

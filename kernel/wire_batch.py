@@ -102,8 +102,8 @@ class WireBatch:
 
         :raises MalformedBatch: an entry's sizes run past the body or each other.
         """
-        body_at, body_len, props_at, props_len, flag = batch_codec.entry_columns(data)
-        return cls(
+        body_at, body_len, props_at, props_len, props_end, flag, nul = batch_codec.entry_columns(data)
+        batch = cls(
             topic,
             queue_id,
             data,
@@ -117,6 +117,9 @@ class WireBatch:
             born_host,
             reconsume_times,
         )
+        batch._props_end = props_end
+        batch._nul = nul
+        return batch
 
     # --- what the put path asks -----------------------------------------------------------
 

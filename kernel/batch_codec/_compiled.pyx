@@ -47,7 +47,8 @@ cdef inline void write_i64(uint8_t *p, int64_t value) noexcept nogil:
 
 
 def entry_columns(const uint8_t[::1] data):
-    """(body_at, body_len, props_at, props_len, flag) of a SEND_BATCH_MESSAGE body.
+    """(body_at, body_len, props_at, props_len, props_end, flag, nul_in_properties) of a
+    SEND_BATCH_MESSAGE body.
 
     :raises MalformedBatch: as ``pure.entry_columns`` does, for the same entry.
     """
@@ -98,7 +99,15 @@ def entry_columns(const uint8_t[::1] data):
         at += total
     if bad >= 0:
         raise MalformedBatch(f"batch entry at byte {bad} is malformed")
-    return body_at_a, body_len_a, props_at_a, props_len_a, flag_a
+    props_end_a = np.empty(count, dtype=np.int64)
+    cdef int64_t[::1] props_end = props_end_a
+    cdef bint nul = False
+    with nogil:
+        for i in range(count):
+            props_end[i] = props_at[i] + props_len[i]
+            if not nul and props_len[i] > 0:
+                nul = memchr(p + props_at[i], 0, props_len[i]) != NULL
+    return body_at_a, body_len_a, props_at_a, props_len_a, props_end_a, flag_a, nul
 
 
 def encode_records(

@@ -34,9 +34,14 @@ _ENTRY = np.dtype(
 )
 
 
-def entry_columns(data: bytes) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """(body_at, body_len, props_at, props_len, flag) of a ``SEND_BATCH_MESSAGE`` body, each an
-    ``int64`` array; ``props_at`` is where the properties text begins (after its length).
+def entry_columns(
+    data: bytes,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, bool]:
+    """(body_at, body_len, props_at, props_len, props_end, flag, nul_in_properties) of a
+    ``SEND_BATCH_MESSAGE`` body: ``int64`` arrays, ``props_at`` where the properties text
+    begins (after its length), and whether any properties text holds a NUL byte (stored records
+    must not: recovery reads a NUL as the end of written data). One walk of the body answers
+    everything the put path asks of every message.
 
     :raises MalformedBatch: an entry's sizes run past the body or each other.
     """
@@ -44,7 +49,7 @@ def entry_columns(data: bytes) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.n
     at = np.fromiter(positions, dtype=np.int64, count=len(positions))
     if not len(at):
         empty = np.zeros(0, dtype=np.int64)
-        return empty, empty, empty, empty, empty
+        return empty, empty, empty, empty, empty, empty, False
     view = np.ndarray((len(data) - ENTRY_HEADER + 1,), dtype=_ENTRY, buffer=data, strides=(1,))
     entry = view[at]
     del view
@@ -62,7 +67,9 @@ def entry_columns(data: bytes) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.n
     bad = (props_len < 0) | (props_at + props_len > at + total)
     if bad.any():
         raise MalformedBatch(f"batch entry at byte {int(at[np.argmax(bad)])} is malformed")
-    return body_at, body_len, props_at, props_len, entry["flag"].astype(np.int64)
+    props_end = props_at + props_len
+    nul = bool((find_byte(data, props_at, props_end, 0) >= 0).any())
+    return body_at, body_len, props_at, props_len, props_end, entry["flag"].astype(np.int64), nul
 
 
 def _entry_positions(data: bytes) -> list[int]:

@@ -21,7 +21,7 @@ import attrs
 import numpy as np
 
 from kernel import record
-from kernel.dispatch_batch import DispatchBatch, as_batch
+from kernel.dispatch_batch import AppendedWire, DispatchBatch, as_batch
 from kernel.errors import CorruptRecord, FlushError, OffsetOutOfRange, ReplicaMismatch, StoreNotWritable
 from kernel.model import AppendResult, DispatchRecord, Message
 from kernel.queue_entries import QueueEntries
@@ -61,11 +61,11 @@ class CommitLog:
     """Store time of the newest message covered by the last flush (checkpoint field)."""
     _encoder: record.RecordEncoder = attrs.field(init=False)
     _append_end: int = attrs.field(default=0, init=False)
-    _handed: collections.deque[tuple[int, int, DispatchBatch]] = attrs.field(
+    _handed: collections.deque[tuple[int, int, AppendedWire]] = attrs.field(
         factory=collections.deque, init=False
     )
-    """Columns of batches appended from encoded requests, (start, end, columns) in log order,
-    waiting for the dispatch loop (see :meth:`scan`)."""
+    """Batches appended from encoded requests, (start, end, what became of them) in log order,
+    waiting for the dispatch loop, which turns runs of them into columns (see :meth:`scan`)."""
 
     def __attrs_post_init__(self) -> None:
         self._encoder = record.RecordEncoder(self.store_host)
@@ -146,16 +146,15 @@ class CommitLog:
         return AppendResult(run.offsets, run.sizes, run.queue_offsets, now, end, self.store_host)
 
     def _hand_over(self, batch: WireBatch, run: record.EncodedRun, now: int) -> None:
-        """Keep the columns of an encoded batch for the dispatch loop, which then does not read
-        the records back. Bounded: when dispatch falls this far behind it reads the log."""
+        """Keep an encoded batch's columns for the dispatch loop, which then does not read the
+        records back. Bounded: when dispatch falls this far behind it reads the log."""
         handed = self._handed
         end = run.offsets[-1] + run.sizes[-1]
         if handed and (len(handed) >= MAX_HANDED_BATCHES or end - handed[0][0] > MAX_HANDED_BYTES):
             handed.clear()
         assert run.arrays is not None
         offsets, sizes = run.arrays
-        columns = DispatchBatch.from_wire(batch, offsets, sizes, run.queue_offsets[0], now)
-        handed.append((run.offsets[0], end, columns))
+        handed.append((run.offsets[0], end, AppendedWire(batch, offsets, sizes, run.queue_offsets[0], now)))
 
     def _append_across_files(
         self, messages: Sequence[Message], active: MappedFile, limit: int, now: int
@@ -434,17 +433,23 @@ class CommitLog:
         :raises CorruptRecord: a record between ``offset`` and ``end`` fails its check.
         """
         parts: list[Sequence[DispatchRecord]] = []
+        appended: list[AppendedWire] = []
         at = offset
         handed = self._handed
-        while at < end and (at - offset < max_bytes or not parts):
+        while at < end and (at - offset < max_bytes or not (parts or appended)):
             while handed and handed[0][0] < at:
                 handed.popleft()  # dispatched by a scan already (or before a restart point)
             if handed and handed[0][0] == at and handed[0][1] <= end:
-                _, at, columns = handed.popleft()
-                parts.append(columns)
+                _, at, wire = handed.popleft()
+                appended.append(wire)
                 continue
+            if appended:
+                parts.append(DispatchBatch.from_wires(appended))
+                appended = []
             stop = handed[0][0] if handed and at < handed[0][0] < end else end
             at = self._scan_file_run(at, stop, max_bytes - (at - offset), parts)
+        if appended:
+            parts.append(DispatchBatch.from_wires(appended))
         if len(parts) == 1 and isinstance(parts[0], list):
             return parts[0], at  # a few records: views take them one by one, no columns
         return DispatchBatch.concat([as_batch(part) for part in parts]), at

@@ -93,11 +93,15 @@ class MappedFileQueue:
         return self.files[index]
 
     def writable_file(self, start_if_empty: int = 0) -> MappedFile:
-        """The file appends go to: the last non-full file (files are created on demand, with
-        the next one pre-allocated)."""
-        for mapped in self.files:
-            if mapped.wrote < mapped.size:
-                return mapped
+        """The file appends go to: the first file that is not full (files are created on
+        demand, with the next one pre-allocated). Full files come first, so the walk starts at
+        the end: a few steps per append however many files the log keeps."""
+        files = self.files
+        index = len(files)
+        while index and files[index - 1].wrote < files[index - 1].size:
+            index -= 1
+        if index < len(files):
+            return files[index]
         start = self.files[-1].end if self.files else start_if_empty
         mapped = self._create(start)
         return mapped
@@ -124,6 +128,8 @@ class MappedFileQueue:
         needed = max(0, incoming - active.free + largest + 8)
         usable = max(1, self.file_size - largest - 8)
         files_after = min(records, -(-needed // usable)) if incoming > active.free - largest - 8 else 0
+        if not files_after:
+            return
         index = self.files.index(active)
         while len(self.files) - 1 - index < files_after:
             self._create(self.files[-1].end)

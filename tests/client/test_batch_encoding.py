@@ -41,7 +41,7 @@ def test_batch_body_is_each_message_encoded(messages):
         wire.setdefault("UNIQ_KEY", unique)
         expected.append((message.flag, message.body, wire))
     assert body == encode_batch(expected)
-    _, _, props_at, props_len, _ = pure.entry_columns(body)
+    _, _, props_at, props_len, *_ = pure.entry_columns(body)
     stored = [
         decode_properties(body[a : a + n])["UNIQ_KEY"] for a, n in zip(props_at, props_len, strict=True)
     ]

@@ -84,12 +84,16 @@ def test_entry_columns_and_records_agree(entries, data):
     same(got, expected)
     if expected[0] != "ok":
         return
+    body_at, body_len, props_at, props_len, props_end, flag, nul = expected[1]
+    assert props_end.tolist() == (props_at + props_len).tolist()
+    assert nul == any(b"\0" in body[a:e] for a, e in zip(props_at.tolist(), props_end.tolist(), strict=True))
     template = bytes(range(88))
     prefix = b"\x05Topic"
     physical, queue = data.draw(st.integers(0, 2**50)), data.draw(st.integers(0, 2**40))
+    columns = (body_at, body_len, props_at, props_len, flag)
     same(
-        compiled.encode_records(body, *expected[1], template, prefix, physical, queue),
-        pure.encode_records(body, *expected[1], template, prefix, physical, queue),
+        compiled.encode_records(body, *columns, template, prefix, physical, queue),
+        pure.encode_records(body, *columns, template, prefix, physical, queue),
     )
 
 

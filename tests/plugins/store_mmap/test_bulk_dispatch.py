@@ -17,7 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kernel import Message, record
-from kernel.dispatch_batch import DispatchBatch, as_batch
+from kernel.dispatch_batch import AppendedWire, DispatchBatch, as_batch
 from kernel.java_hash import as_signed, java_hashes, java_string_hash, unsigned_hash
 from kernel.model import SCHEDULE_TOPIC
 from kernel.record_run import check_run
@@ -105,6 +105,38 @@ def test_columns_handed_over_at_append_match_the_stored_records(seed, count, fir
     assert list(handed) == list(scanned)
     assert handed.tags_code.tolist() == scanned.tags_code.tolist()
     assert handed.keys == scanned.keys and handed.key_rows.tolist() == scanned.key_rows.tolist()
+
+
+@given(st.integers(0, 2**32), st.lists(st.integers(1, 20), min_size=2, max_size=6))
+@settings(max_examples=60, deadline=None)
+def test_columns_of_a_run_of_appended_batches_match_the_stored_records(seed, counts):
+    """The dispatch loop turns a run of batches appended from requests into columns at once
+    (mixed topics and queues, a parking topic among them): the values read back from the log."""
+    rng = random.Random(seed)
+    encoder = record.RecordEncoder(("127.0.0.1", 10911))
+    queue_offsets: dict[tuple[str, int], int] = {}
+    at, data, appended = 700, b"\0" * 700, []
+    for n, count in enumerate(counts):
+        topic, queue_id = rng.choice(["TopicA", "TopicB", SCHEDULE_TOPIC]), rng.randint(0, 3)
+        entries = []
+        for i in range(count):
+            message = _random_message(rng, i)
+            entries.append((message.body, message.properties, rng.randint(0, 9)))
+        sys_flag = rng.choice([0, 0xC])
+        wire = WireBatch.decode(batch_body(entries), topic=topic, queue_id=queue_id, sys_flag=sys_flag)
+        first = queue_offsets.get((topic, queue_id), rng.randint(0, 50))
+        now = 1_700_000_000_000 + n
+        run = encoder.encode_run(wire, at, {(topic, queue_id): first}, now)
+        queue_offsets.update(run.next_queue_offsets)
+        appended.append(AppendedWire(wire, np.array(run.offsets), np.array(run.sizes), first, now))
+        data += run.data
+        at += len(run.data)
+    handed = DispatchBatch.from_wires(appended)
+    scanned = DispatchBatch.from_run(data, check_run(data, 700, len(data), base=0))
+    assert list(handed) == list(scanned)
+    assert handed.tags_code.tolist() == scanned.tags_code.tolist()
+    assert handed.keys == scanned.keys and handed.key_rows.tolist() == scanned.key_rows.tolist()
+    assert handed.queue_keys() == scanned.queue_keys()
 
 
 @given(st.integers(0, 2**32), st.integers(1, 300), st.sampled_from([1, 3, 64]))
