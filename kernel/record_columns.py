@@ -1,8 +1,8 @@
 """Positions and header fields of every record in a PULL_MESSAGE body, read in bulk.
 
 A pull answer is stored records back to back. Consumers (the SDK and the Spark reader) used to
-unpack them one at a time into objects; here only the walk from one record to the next is a
-Python loop, and every header field and every body, topic and properties position is an array
+unpack them one at a time into objects; here the walk from one record to the next is a batch
+codec loop, and every header field and every body, topic and properties position is an array
 gathered with numpy. The SDK builds message objects from these columns when a listener
 touches one; the Spark reader turns them into Arrow columns. One decoder, two views.
 """
@@ -10,10 +10,12 @@ touches one; the Spark reader turns them into Arrow columns. One decoder, two vi
 from __future__ import annotations
 
 import struct
+from typing import NoReturn
 
 import attrs
 import numpy as np
 
+from kernel import batch_codec
 from kernel.errors import CorruptRecord
 from kernel.record_layout import HEADER_DTYPE, HEADER_SIZE, MAGIC_V1, MIN_RECORD_SIZE, header_rows
 
@@ -23,23 +25,34 @@ _SIZE_MAGIC = struct.Struct(">ii")
 
 
 def record_starts(data: bytes | memoryview) -> np.ndarray:
-    """Where each record of ``data`` begins, checking sizes and magic on the way.
+    """Where each record of ``data`` begins, checking sizes and magic on the way (the size
+    chain is followed by :func:`kernel.batch_codec.size_chain`, the magics checked as a column).
 
     :raises CorruptRecord: a record's size or magic is wrong, or it runs past the end.
     """
-    starts = []
-    append = starts.append
-    unpack = _SIZE_MAGIC.unpack_from
-    at, end = 0, len(data)
-    while at < end:
-        if end - at < MIN_RECORD_SIZE:
-            raise CorruptRecord(at, f"{end - at} trailing bytes are not a record")
-        size, magic = unpack(data, at)
-        if magic != MAGIC_V1 or size < MIN_RECORD_SIZE or at + size > end:
-            raise CorruptRecord(at, f"record of {size} bytes with magic {magic & 0xFFFFFFFF:#010x}")
-        append(at)
-        at += size
-    return np.fromiter(starts, dtype=np.int64, count=len(starts))
+    end = len(data)
+    starts, stopped = batch_codec.size_chain(data, 0, end, MIN_RECORD_SIZE)
+    room = end - starts
+    magic = np.zeros(len(starts), dtype=np.int64)
+    whole = np.flatnonzero(room >= MIN_RECORD_SIZE)
+    if len(whole):
+        magic[whole] = header_rows(data, starts[whole])["magic"]
+    size = np.diff(starts, append=stopped)  # the chain stepped from each start by its size
+    bad = (room < MIN_RECORD_SIZE) | (magic != MAGIC_V1) | (size > room)
+    if bad.any():
+        _refuse(data, int(starts[np.argmax(bad)]))
+    if stopped != end:
+        _refuse(data, stopped)
+    return starts
+
+
+def _refuse(data: bytes | memoryview, at: int) -> NoReturn:
+    """Say what is wrong with the record at ``at`` (the first one that failed a check)."""
+    end = len(data)
+    if end - at < MIN_RECORD_SIZE:
+        raise CorruptRecord(at, f"{end - at} trailing bytes are not a record")
+    size, magic = _SIZE_MAGIC.unpack_from(data, at)
+    raise CorruptRecord(at, f"record of {size} bytes with magic {magic & 0xFFFFFFFF:#010x}")
 
 
 @attrs.frozen(eq=False)

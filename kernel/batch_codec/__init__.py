@@ -50,6 +50,8 @@ find_pairs = _impl.find_pairs
 size_chain = _impl.size_chain
 region_crcs = _impl.region_crcs
 find_byte = _impl.find_byte
+gather = _impl.gather
+property_pairs = _impl.property_pairs
 
 
 def dispatch_properties(
@@ -84,7 +86,9 @@ __all__ = [
     "entry_columns",
     "find_byte",
     "find_pairs",
+    "gather",
     "java_hashes_at",
+    "property_pairs",
     "pure",
     "region_crcs",
     "size_chain",

@@ -414,3 +414,59 @@ def find_byte(const uint8_t[::1] buffer, const int64_t[::1] begin, const int64_t
                 if hit != NULL:
                     out[i] = hit - p
     return out_a
+
+
+def gather(const uint8_t[::1] buffer, const int64_t[::1] begin, const int64_t[::1] end):
+    """The regions ``buffer[begin[i]:end[i]]`` back to back, as one ``bytes``."""
+    cdef Py_ssize_t count = begin.shape[0], i
+    cdef int64_t total = 0
+    for i in range(count):
+        total += end[i] - begin[i]
+    out = PyBytes_FromStringAndSize(NULL, total)
+    cdef uint8_t *w = <uint8_t *>PyBytes_AS_STRING(out)
+    cdef const uint8_t *p = &buffer[0] if buffer.shape[0] else NULL
+    with nogil:
+        for i in range(count):
+            memcpy(w, p + begin[i], end[i] - begin[i])
+            w += end[i] - begin[i]
+    return out
+
+
+def property_pairs(const uint8_t[::1] buffer, const int64_t[::1] begin, const int64_t[::1] end):
+    """Every ``name\\x01value`` item of the property regions: (items per region, name start,
+    name end, value start, value end)."""
+    cdef Py_ssize_t count = begin.shape[0], i, found = 0, capacity = 0
+    cdef const uint8_t *p = &buffer[0] if buffer.shape[0] else NULL
+    cdef const uint8_t *hit
+    cdef int64_t at, high, stop, split
+    counts_a = np.zeros(count, dtype=np.int64)
+    cdef int64_t[::1] counts = counts_a
+    for i in range(count):  # an upper bound: one pair per separator, plus one per region
+        at, high = begin[i], end[i]
+        capacity += 1
+        while at < high:
+            hit = <const uint8_t *>memchr(p + at, 2, high - at)
+            if hit == NULL:
+                break
+            capacity += 1
+            at = hit - p + 1
+    spans_a = np.empty((capacity, 4), dtype=np.int64)
+    cdef int64_t[:, ::1] spans = spans_a
+    with nogil:
+        for i in range(count):
+            at, high = begin[i], end[i]
+            while at < high:
+                hit = <const uint8_t *>memchr(p + at, 2, high - at)
+                stop = high if hit == NULL else hit - p
+                hit = <const uint8_t *>memchr(p + at, 1, stop - at)
+                if hit != NULL:
+                    split = hit - p
+                    spans[found, 0] = at
+                    spans[found, 1] = split
+                    spans[found, 2] = split + 1
+                    spans[found, 3] = stop
+                    found += 1
+                    counts[i] += 1
+                at = stop + 1
+    used = spans_a[:found]
+    return counts_a, used[:, 0].copy(), used[:, 1].copy(), used[:, 2].copy(), used[:, 3].copy()

@@ -276,3 +276,38 @@ def find_byte(buffer: Buffer, begin: np.ndarray, end: np.ndarray, value: int) ->
     find = buffer.find if hasattr(buffer, "find") else bytes(buffer).find
     found = map(find, repeat(bytes((value,))), begin.tolist(), end.tolist())
     return np.fromiter(found, dtype=np.int64, count=len(begin))
+
+
+def gather(buffer: Buffer, begin: np.ndarray, end: np.ndarray) -> bytes:
+    """The regions ``buffer[begin[i]:end[i]]`` back to back, as one ``bytes`` (a column's data
+    for Arrow, whose offsets are the cumulative region lengths)."""
+    lengths = end - begin
+    total = int(lengths.sum())
+    if total < 64 * len(begin):  # many short regions (property names, values): one fancy index
+        first_of_each = np.cumsum(lengths) - lengths
+        at = np.repeat(begin - first_of_each, lengths) + np.arange(total, dtype=np.int64)
+        return np.frombuffer(buffer, dtype=np.uint8)[at].tobytes()
+    view = memoryview(buffer)
+    return b"".join([view[b:e] for b, e in zip(begin.tolist(), end.tolist(), strict=True)])
+
+
+def property_pairs(
+    buffer: Buffer, begin: np.ndarray, end: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Every ``name\x01value`` item of the property regions ``buffer[begin[i]:end[i]]``:
+    (items per region, name start, name end, value start, value end), positions in ``buffer``,
+    regions in order. Items are separated by ``\x02``; the name ends at an item's first
+    ``\x01`` and the value runs to the item's end; an item without ``\x01`` (the empty one after
+    the last separator included) is not a pair."""
+    joined = JoinedProperties.join(buffer, begin, end)  # regions apart by one more separator
+    raw = np.frombuffer(joined.blob, dtype=np.uint8)
+    separators = np.flatnonzero(raw == 2)
+    item_start, item_end = separators[:-1] + 1, separators[1:]
+    ones = np.append(np.flatnonzero(raw == 1), len(raw))  # one past the end: "no \x01 left"
+    split = ones[np.searchsorted(ones, item_start)]
+    pair = split < item_end
+    item_start, item_end, split = item_start[pair], item_end[pair], split[pair]
+    rows = np.searchsorted(joined.starts, item_start, side="right") - 1
+    shift = begin[rows] - joined.starts[rows] if len(rows) else np.zeros(0, dtype=np.int64)
+    counts = np.bincount(rows, minlength=len(begin)).astype(np.int64)
+    return counts, item_start + shift, split + shift, split + 1 + shift, item_end + shift

@@ -1,9 +1,10 @@
 """Stored records (PULL_MESSAGE answer bodies) to Arrow record batches, decoded in bulk.
 
 Decoding is where a Python source spends its time (the Spark notes measured the per-record
-loop as the bottleneck), so only the walk from one record to the next is a Python loop; every
-field is then gathered with numpy over the known record positions, and the properties map,
-tags, keys and unique key are split by Arrow compute kernels instead of per-row Python.
+loop as the bottleneck), so no step here is a Python loop over records: the record walk,
+the gathering of bodies and properties into Arrow buffers and the split of each properties
+text into map entries are :mod:`kernel.batch_codec` loops (compiled when built); header fields
+are numpy columns, and tags, keys and the unique key are looked up by Arrow compute kernels.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from kernel import batch_codec
 from kernel.errors import CorruptRecord
 from kernel.model import (
     PROPERTY_KEYS,
@@ -125,7 +127,14 @@ def _offsets(lengths: np.ndarray) -> np.ndarray:
 
 
 def _gather(view: memoryview, starts: np.ndarray, lengths: np.ndarray) -> bytes:
-    return b"".join([view[s : s + n] for s, n in zip(starts.tolist(), lengths.tolist(), strict=True)])
+    return batch_codec.gather(view, starts, starts + lengths)
+
+
+def _strings(view: memoryview, starts: np.ndarray, ends: np.ndarray) -> pa.Array:
+    data = batch_codec.gather(view, starts, ends)
+    return pa.Array.from_buffers(
+        pa.string(), len(starts), [None, pa.py_buffer(_offsets(ends - starts)), pa.py_buffer(data)]
+    )
 
 
 def _binary(
@@ -156,26 +165,32 @@ def _binary(
 
 
 def _properties(view: memoryview, starts: np.ndarray, lengths: np.ndarray) -> pa.MapArray:
-    """``name\\x01value\\x02...`` strings split into a map by Arrow kernels."""
-    n = len(starts)
-    data = _gather(view, starts, lengths)
-    raw = pa.Array.from_buffers(pa.string(), n, [None, pa.py_buffer(_offsets(lengths)), pa.py_buffer(data)])
+    """``name\x01value\x02...`` texts as a map, entries found by
+    :func:`kernel.batch_codec.property_pairs`; text that is not UTF-8 is decoded with
+    replacement characters (a map of strings cannot hold it)."""
+    counts, name_at, name_end, value_at, value_end = batch_codec.property_pairs(
+        view, starts, starts + lengths
+    )
+    names, values = _strings(view, name_at, name_end), _strings(view, value_at, value_end)
     try:
-        raw.validate(full=True)
+        names.validate(full=True)
+        values.validate(full=True)
     except pa.ArrowInvalid:
-        text = [
-            bytes(view[s : s + k]).decode("utf-8", "replace") for s, k in zip(starts, lengths, strict=True)
-        ]
-        raw = pa.array(text, pa.string())
-    pairs = pc.split_pattern(raw, "\x02")
-    flat = pairs.flatten()
-    parents = pc.list_parent_indices(pairs)
-    wanted = pc.match_substring(flat, "\x01")
-    flat = flat.filter(wanted)
-    counts = np.bincount(parents.filter(wanted).to_numpy(), minlength=n)
-    split = pc.split_pattern(flat, "\x01", max_splits=1)
+        return _properties_replacing(view, starts, lengths)
+    return pa.MapArray.from_arrays(pa.array(_offsets(counts)), names, values)
+
+
+def _properties_replacing(view: memoryview, starts: np.ndarray, lengths: np.ndarray) -> pa.MapArray:
+    """:func:`_properties` for texts holding bytes that are not UTF-8 (rare: split per row)."""
+    offsets, names, values = [0], [], []
+    for start, length in zip(starts.tolist(), lengths.tolist(), strict=True):
+        text = bytes(view[start : start + length]).decode("utf-8", "replace")
+        pairs = [item.split("\x01", 1) for item in text.split("\x02") if "\x01" in item]
+        names += [name for name, _ in pairs]
+        values += [value for _, value in pairs]
+        offsets.append(offsets[-1] + len(pairs))
     return pa.MapArray.from_arrays(
-        pa.array(_offsets(counts)), pc.list_element(split, 0), pc.list_element(split, 1)
+        pa.array(offsets, pa.int32()), pa.array(names, pa.string()), pa.array(values, pa.string())
     )
 
 

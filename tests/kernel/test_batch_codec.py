@@ -180,3 +180,45 @@ def test_record_scan_loops_agree(sizes, noise, minimum, data):
     same(compiled.region_crcs(raw, begin, end), pure.region_crcs(raw, begin, end))
     for value in (0, 1, 2, ord("a")):
         same(compiled.find_byte(raw, begin, end, value), pure.find_byte(raw, begin, end, value))
+
+
+_REGION_BYTES = st.lists(
+    st.sampled_from([b"a", b"\x01", b"\x02", b"\xc3\xa9", b"\xff", b"TAGS", b"\x00"]), max_size=30
+)
+
+
+@given(st.lists(_REGION_BYTES.map(b"".join), max_size=20), st.binary(max_size=5))
+@settings(max_examples=300, deadline=None)
+def test_property_pairs_and_gather_agree(regions, gap):
+    """The Spark reader's loops: every ``name\\x01value`` item of property texts (items without
+    ``\\x01``, empty items and values holding ``\\x01`` included), and regions gathered."""
+    buffer, begin, end = _regions(regions, gap)
+    got = compiled.property_pairs(buffer, begin, end)
+    same(got, pure.property_pairs(buffer, begin, end))
+    counts, name_at, name_end, value_at, value_end = got
+    expected = [
+        [item.split(b"\x01", 1) for item in region.split(b"\x02") if b"\x01" in item] for region in regions
+    ]
+    assert counts.tolist() == [len(pairs) for pairs in expected]
+    found = [
+        [buffer[a:b], buffer[c:d]] for a, b, c, d in zip(name_at, name_end, value_at, value_end, strict=True)
+    ]
+    assert found == [pair for pairs in expected for pair in pairs]
+    assert compiled.gather(buffer, begin, end) == pure.gather(buffer, begin, end) == b"".join(regions)
+
+
+def _regions(regions: list[bytes], gap: bytes) -> tuple[bytes, np.ndarray, np.ndarray]:
+    buffer, begin, end = bytearray(gap), [], []
+    for region in regions:
+        begin.append(len(buffer))
+        buffer += region
+        end.append(len(buffer))
+        buffer += gap
+    return bytes(buffer), np.array(begin, dtype=np.int64), np.array(end, dtype=np.int64)
+
+
+@given(st.lists(st.binary(min_size=0, max_size=300), max_size=12), st.binary(max_size=3))
+@settings(max_examples=200, deadline=None)
+def test_gather_of_long_and_short_regions(regions, gap):
+    buffer, begin, end = _regions(regions, gap)
+    assert compiled.gather(buffer, begin, end) == pure.gather(buffer, begin, end) == b"".join(regions)

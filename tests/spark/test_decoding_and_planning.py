@@ -57,6 +57,30 @@ def test_bulk_decoding_matches_the_sdk_decoder_field_for_field():
         assert row["sysFlag"] == message.sys_flag and row["queueId"] == 1 and row["brokerName"] == "broker-a"
 
 
+@pytest.mark.parametrize("broken_utf8", [False, True])
+def test_odd_property_texts_decode_as_the_sdk_decodes_them(broken_utf8):
+    """Items without a separator, empty items, values holding \\x01, and (in one batch) bytes
+    that are not UTF-8, which the map holds as replacement characters as the SDK does."""
+    texts = [b"TAGS\x01a\x02", b"\x02\x02KEYS\x01k1 k2\x02junk\x02X\x01y\x01z", b"", b"A\x01"]
+    if broken_utf8:
+        texts.append(b"TAGS\x01\xff\xfe\x02N\x01\xc3")
+    data = b"".join(_record_with_properties(text, i) for i, text in enumerate(texts))
+    batch = to_record_batch([data], "T", "b")
+    expected = decode_pulled(data, MessageQueue("T", "b", 1))
+    assert [dict(row) for row in batch.column("properties").to_pylist()] == [m.properties for m in expected]
+    assert batch.column("tags").to_pylist() == [m.tags for m in expected]
+
+
+def _record_with_properties(text: bytes, index: int) -> bytes:
+    """A stored record whose properties are ``text`` as is (the encoder would refuse some)."""
+    record = bytearray(encode_record(Message("T", b"body"), queue_offset=index, physical_offset=index * 200,
+                                     store_timestamp=1))  # fmt: skip
+    props_at = len(record) - 2  # no properties: the record ends with their 2-byte length
+    record[props_at:] = len(text).to_bytes(2, "big") + text
+    record[0:4] = len(record).to_bytes(4, "big")
+    return bytes(record)
+
+
 def test_decoding_trims_to_the_range_and_filters_tags_exactly():
     batch = to_record_batch([records(60)], "T", "b", start=10, end=40, tags=frozenset({"t1"}))
     assert batch.column("queueOffset").to_pylist() == [i for i in range(10, 40) if i % 3 == 1]
