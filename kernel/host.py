@@ -11,13 +11,10 @@ pluggy's LIFO call order (and so every firstresult tie) is the same for any perm
 
 from __future__ import annotations
 
-import importlib
 import inspect
 import logging
 import os
 from collections.abc import Iterable, Sequence
-from importlib.metadata import entry_points
-from types import ModuleType
 from typing import Any
 
 import attrs
@@ -32,7 +29,6 @@ from kernel.errors import (
     DuplicateProvider,
     PluginContractError,
     PluginError,
-    PluginLoadError,
     ProviderNotFound,
 )
 from kernel.model import (
@@ -42,27 +38,10 @@ from kernel.model import (
     ReplicatorProvider,
     StoreProvider,
 )
-from kernel.plugin import ENTRY_POINT_GROUP, PROJECT, available_plugins
+from kernel.plugin import PROJECT, resolve_plugin
 
 log = logging.getLogger(__name__)
 hook_log = logging.getLogger("trocket.hooks")
-
-
-def resolve_plugin(name: str) -> ModuleType | object:
-    """Import the plugin a config names (entry point first, then dotted module path)."""
-    for ep in entry_points(group=ENTRY_POINT_GROUP, name=name):
-        try:
-            return ep.load()
-        except ImportError as error:
-            raise PluginLoadError(name, available_plugins(), f"entry point failed: {error}") from None
-    try:
-        return importlib.import_module(name)
-    except ModuleNotFoundError as error:
-        if error.name and (name == error.name or name.startswith(error.name + ".")):
-            raise PluginLoadError(name, available_plugins()) from None
-        raise PluginLoadError(name, available_plugins(), f"import failed: {error}") from None
-    except ImportError as error:
-        raise PluginLoadError(name, available_plugins(), f"import failed: {error}") from None
 
 
 @attrs.frozen

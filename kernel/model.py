@@ -16,6 +16,7 @@ import attrs
 from kernel.java_hash import java_string_hash
 
 if TYPE_CHECKING:
+    from kernel.config.property_aliases import PropertyAlias
     from kernel.context import BrokerContext, BrokerRuntime
     from kernel.protocols import AllocateStrategyFn, FlushPolicy, MessageStore, Replicator, Service
     from kernel.wire_batch import WireBatch
@@ -446,10 +447,14 @@ class Redelivery:
 
 @attrs.frozen
 class ConfigSection:
-    """A plugin's configuration table: ``[name]`` in TOML, validated into ``type``."""
+    """A plugin's configuration table: ``[name]`` in TOML, validated into ``type``.
+
+    ``properties`` are the RocketMQ ``broker.properties`` keys the table takes, by RocketMQ
+    name (see :mod:`kernel.config.property_aliases`): a RocketMQ config sets them."""
 
     name: str
     type: type
+    properties: Mapping[str, PropertyAlias] = attrs.field(factory=dict)
 
 
 # --- Providers: what the registration hooks return -------------------------------------------

@@ -133,8 +133,8 @@ def _unhandled(batch: MessageBatch) -> Rejection | None:
         if topic not in PARKING_TOPICS and message.wants_delay:
             return Rejection(
                 PutStatus.SERVICE_NOT_AVAILABLE,
-                "delayed delivery is not enabled on this broker: add the retry_dlq plugin to "
-                "[broker] plugins",
+                "delayed delivery is not enabled on this broker: no loaded plugin parks delayed "
+                "messages (`trocket plugins` lists the installed ones; add one to [broker] plugins)",
             )
         if topic != TRANSACTION_HALF_TOPIC and message.is_prepared:
             return Rejection(

@@ -1,56 +1,30 @@
 """Accept a RocketMQ ``broker.properties`` file and map it onto the native model.
 
 Each supported key has a target (table and key) and a converter from RocketMQ's own units
-(milliseconds, hours, bytes) to ours. Values are checked here, so a bad value is reported
-with the properties key even when its plugin is not loaded. Unknown keys are errors.
+(milliseconds, hours, bytes) to ours, declared by the table's owner: the ``[broker]`` keys
+here, each plugin's keys with its :class:`~kernel.model.ConfigSection` (this loader asks every
+installed plugin). Values are checked here, so a bad value is reported with the properties key
+even when its plugin is not loaded. Keys RocketMQ defines that nothing here uses are ignored
+with a note; other unknown keys are errors.
 """
 
 from __future__ import annotations
 
 import difflib
-from collections.abc import Callable
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 import attrs
 
+from kernel.config import property_aliases as rocketmq
 from kernel.config.broker import DEFAULT_PLUGINS, Config
+from kernel.config.property_aliases import PropertyAlias
 from kernel.config.rocketmq_keys import ROCKETMQ_KEYS
 from kernel.config.text import read_config_text
 from kernel.config.toml_file import config_from_tables
-from kernel.errors import ConfigError, ConfigErrors
-from kernel.plugin import available_plugins
-
-
-def _text(value: str) -> str:
-    if not value:
-        raise ValueError("expected a non-empty value")
-    return value
-
-
-def _integer(value: str) -> int:
-    try:
-        return int(value)
-    except ValueError:
-        raise ValueError(f"expected an integer, got {value!r}") from None
-
-
-def _millis(value: str) -> str:
-    return f"{_integer(value)}ms"
-
-
-def _seconds(value: str) -> str:
-    return f"{_integer(value)}s"
-
-
-def _hours(value: str) -> str:
-    return f"{_integer(value)}h"
-
-
-def _boolean(value: str) -> bool:
-    if value.lower() not in ("true", "false"):
-        raise ValueError(f"expected true or false, got {value!r}")
-    return value.lower() == "true"
+from kernel.errors import ConfigError, ConfigErrors, PluginLoadError
+from kernel.plugin import available_plugins, resolve_plugin
 
 
 def _flush_disk_type(value: str) -> str:
@@ -66,111 +40,55 @@ def _broker_role(value: str) -> str:
     return value
 
 
-def _addresses(value: str) -> list[str]:
-    parts = [p.strip() for p in value.split(";") if p.strip()]
-    for part in parts:
-        host, sep, port = part.rpartition(":")
-        if not sep or not host or not port.isdigit():
-            raise ValueError(f"expected host:port;host:port, got {value!r}")
-    return parts
-
-
-def _transient_pool(value: str) -> str:
-    return "buffered" if _boolean(value) else "pwrite"
+BROKER_PROPERTIES: dict[str, PropertyAlias] = {
+    "brokerClusterName": PropertyAlias("cluster_name", rocketmq.text, "a cluster name"),
+    "brokerName": PropertyAlias("broker_name", rocketmq.text, "a broker name"),
+    "brokerId": rocketmq.integer_alias("broker_id", "0 for a master, >0 for a slave"),
+    "listenPort": rocketmq.integer_alias("listen_port", "a TCP port"),
+    "namesrvAddr": PropertyAlias("namesrv_addr", rocketmq.addresses, "host:port;host:port"),
+    "brokerRole": PropertyAlias("broker_role", _broker_role, "ASYNC_MASTER|SYNC_MASTER|SLAVE"),
+    "flushDiskType": PropertyAlias("flush", _flush_disk_type, "ASYNC_FLUSH|SYNC_FLUSH"),
+    "storePathRootDir": PropertyAlias("data_dir", rocketmq.text, "a directory"),
+    "maxMessageSize": rocketmq.integer_alias("max_message_size", "bytes"),
+    "messageDelayLevel": PropertyAlias("message_delay_level", rocketmq.text, "'1s 5s ... 2h'"),
+    "defaultTopicQueueNums": rocketmq.integer_alias("default_topic_queue_nums", "a count"),
+    "autoCreateTopicEnable": rocketmq.boolean_alias("auto_create_topic_enable"),
+    "flushIntervalConsumeQueue": rocketmq.milliseconds_alias("view_persist_interval"),
+    "flushConsumeQueueThoroughInterval": rocketmq.milliseconds_alias("view_persist_thorough_interval"),
+    "brokerIP1": PropertyAlias("listen_host", rocketmq.text, "the address clients reach"),
+}
+"""The RocketMQ keys of the kernel's ``[broker]`` table. Plugins declare theirs with their
+table (:class:`~kernel.model.ConfigSection`)."""
 
 
 @attrs.frozen
-class PropertyMapping:
-    """Where one RocketMQ property lands in the native model."""
+class PropertyTarget:
+    """Where a RocketMQ key lands: a table and how."""
 
     section: str
-    key: str
-    convert: Callable[[str], Any]
-    expected: str
+    alias: PropertyAlias
 
 
-MAPPINGS: dict[str, PropertyMapping] = {
-    "brokerClusterName": PropertyMapping("broker", "cluster_name", _text, "a cluster name"),
-    "brokerName": PropertyMapping("broker", "broker_name", _text, "a broker name"),
-    "brokerId": PropertyMapping("broker", "broker_id", _integer, "0 for a master, >0 for a slave"),
-    "listenPort": PropertyMapping("broker", "listen_port", _integer, "a TCP port"),
-    "namesrvAddr": PropertyMapping("broker", "namesrv_addr", _addresses, "host:port;host:port"),
-    "brokerRole": PropertyMapping("broker", "broker_role", _broker_role, "ASYNC_MASTER|SYNC_MASTER|SLAVE"),
-    "flushDiskType": PropertyMapping("broker", "flush", _flush_disk_type, "ASYNC_FLUSH|SYNC_FLUSH"),
-    "storePathRootDir": PropertyMapping("broker", "data_dir", _text, "a directory"),
-    "maxMessageSize": PropertyMapping("broker", "max_message_size", _integer, "bytes"),
-    "messageDelayLevel": PropertyMapping("broker", "message_delay_level", _text, "'1s 5s ... 2h'"),
-    "defaultTopicQueueNums": PropertyMapping("broker", "default_topic_queue_nums", _integer, "a count"),
-    "autoCreateTopicEnable": PropertyMapping("broker", "auto_create_topic_enable", _boolean, "true|false"),
-    "storePathCommitLog": PropertyMapping("store_mmap", "commit_log_dir", _text, "a directory"),
-    "mapedFileSizeCommitLog": PropertyMapping("store_mmap", "commit_log_file_size", _integer, "bytes"),
-    "mappedFileSizeCommitLog": PropertyMapping("store_mmap", "commit_log_file_size", _integer, "bytes"),
-    "mapedFileSizeConsumeQueue": PropertyMapping(
-        "store_mmap", "consume_queue_file_size", _integer, "bytes (a multiple of 20)"
-    ),
-    "mappedFileSizeConsumeQueue": PropertyMapping(
-        "store_mmap", "consume_queue_file_size", _integer, "bytes (a multiple of 20)"
-    ),
-    "deleteWhen": PropertyMapping("store_mmap", "delete_when", _text, "hours such as 04 or 04;16"),
-    "fileReservedTime": PropertyMapping("store_mmap", "file_reserved_time", _hours, "hours"),
-    "diskMaxUsedSpaceRatio": PropertyMapping(
-        "store_mmap", "disk_max_used_space_ratio", _integer, "a percentage"
-    ),
-    "flushIntervalCommitLog": PropertyMapping("flush_async", "interval", _millis, "milliseconds"),
-    "flushCommitLogLeastPages": PropertyMapping("flush_async", "least_pages", _integer, "pages"),
-    "flushCommitLogThoroughInterval": PropertyMapping(
-        "flush_async", "thorough_interval", _millis, "milliseconds"
-    ),
-    "flushCommitLogTimed": PropertyMapping("flush_async", "timed", _boolean, "true|false"),
-    "commitIntervalCommitLog": PropertyMapping("flush_async", "commit_interval", _millis, "milliseconds"),
-    "commitCommitLogLeastPages": PropertyMapping("flush_async", "commit_least_pages", _integer, "pages"),
-    "commitCommitLogThoroughInterval": PropertyMapping(
-        "flush_async", "commit_thorough_interval", _millis, "milliseconds"
-    ),
-    "transientStorePoolEnable": PropertyMapping(
-        "store_mmap", "write_path", _transient_pool, "true (buffered writes) or false"
-    ),
-    "flushIntervalConsumeQueue": PropertyMapping("broker", "view_persist_interval", _millis, "milliseconds"),
-    "flushConsumeQueueThoroughInterval": PropertyMapping(
-        "broker", "view_persist_thorough_interval", _millis, "milliseconds"
-    ),
-    "flushConsumeQueueLeastPages": PropertyMapping(
-        "store_mmap", "flush_consume_queue_least_pages", _integer, "pages"
-    ),
-    "timerMaxDelaySec": PropertyMapping("retry_dlq", "timer_max_delay", _seconds, "seconds"),
-    "serverChannelMaxIdleTimeSeconds": PropertyMapping(
-        "remoting", "channel_max_idle_time", _seconds, "seconds"
-    ),
-    "syncFlushTimeout": PropertyMapping("flush_sync", "timeout", _millis, "milliseconds"),
-    "haListenPort": PropertyMapping("ha", "listen_port", _integer, "a TCP port"),
-    "haMasterAddress": PropertyMapping("ha", "master_address", _text, "the master's host:haListenPort"),
-    "haTransferBatchSize": PropertyMapping("ha", "transfer_batch_size", _integer, "bytes"),
-    "haSendHeartbeatInterval": PropertyMapping("ha", "heartbeat_interval", _millis, "milliseconds"),
-    "haHousekeepingInterval": PropertyMapping("ha", "housekeeping_interval", _millis, "milliseconds"),
-    "haMaxGapNotInSync": PropertyMapping("ha", "max_gap_not_in_sync", _integer, "bytes"),
-    "haSlaveFallbehindMax": PropertyMapping("ha", "max_gap_not_in_sync", _integer, "bytes"),
-    "slaveReadEnable": PropertyMapping("remoting", "slave_read_enable", _boolean, "true|false"),
-    "accessMessageInMemoryMaxRatio": PropertyMapping(
-        "remoting", "access_message_in_memory_max_ratio", _integer, "a percentage of RAM"
-    ),
-    "brokerIP1": PropertyMapping("broker", "listen_host", _text, "the address clients reach"),
-    "brokerPermission": PropertyMapping("remoting", "broker_permission", _integer, "6 (RW), 4 (R) or 2 (W)"),
-    "longPollingEnable": PropertyMapping("remoting", "long_polling_enable", _boolean, "true|false"),
-    "shortPollingTimeMills": PropertyMapping("remoting", "short_polling_time", _millis, "milliseconds"),
-    "registerNameServerPeriod": PropertyMapping("remoting", "register_period", _millis, "milliseconds"),
-    "flushConsumerOffsetInterval": PropertyMapping(
-        "remoting", "offset_persist_interval", _millis, "milliseconds"
-    ),
-    "autoCreateSubscriptionGroup": PropertyMapping(
-        "remoting", "auto_create_subscription_group", _boolean, "true|false"
-    ),
-}
+def declared_properties(plugins: Iterable[str]) -> tuple[dict[str, list[PropertyTarget]], list[str]]:
+    """Every RocketMQ key the ``[broker]`` table and the tables of ``plugins`` declare (a key
+    may land in several tables: ``syncFlushTimeout``), and notes on plugins that could not be
+    imported to ask (their keys then count as unknown)."""
+    targets: dict[str, list[PropertyTarget]] = {}
+    notes: list[str] = []
+    for key, alias in BROKER_PROPERTIES.items():
+        targets.setdefault(key, []).append(PropertyTarget("broker", alias))
+    for name in plugins:
+        try:
+            plugin = resolve_plugin(name)
+        except PluginLoadError as error:
+            notes.append(f"plugin {name!r} could not be imported to read its broker.properties keys: {error}")
+            continue
+        declare = getattr(plugin, "trocket_config_sections", None)
+        for section in declare() if callable(declare) else ():
+            for key, alias in section.properties.items():
+                targets.setdefault(key, []).append(PropertyTarget(section.name, alias))
+    return targets, notes
 
-SECOND_TARGETS: dict[str, PropertyMapping] = {
-    "syncFlushTimeout": PropertyMapping("ha", "sync_timeout", _millis, "milliseconds"),
-}
-"""Keys RocketMQ reads in two places: ``syncFlushTimeout`` bounds the flush wait and the slave
-wait of a SYNC_MASTER."""
 
 _FLUSH_PLUGIN = {"sync": "flush_sync", "async": "flush_async"}
 
@@ -204,9 +122,9 @@ def _split_assignment(line: str) -> tuple[str, str, str]:
     return line, "", ""
 
 
-def _unknown_key(key: str) -> str:
+def _unknown_key(key: str, supported_keys: Iterable[str]) -> str:
     """An error for a key neither Trocket nor RocketMQ defines, with the closest names."""
-    supported = sorted(MAPPINGS)
+    supported = sorted(supported_keys)
     close = difflib.get_close_matches(key, sorted({*supported, *ROCKETMQ_KEYS}), n=3, cutoff=0.75)
     hint = f"did you mean {' or '.join(close)}? " if close else ""
     return (
@@ -224,22 +142,23 @@ def load_properties(path: Path, *, lenient: bool = False) -> Config:
     tables: dict[str, dict[str, Any]] = {"broker": {}}
     errors: list[ConfigError] = []
     ignored: list[str] = []
+    installed = available_plugins()
+    declared, import_notes = declared_properties(installed)
     for key, raw in props.items():
-        mapping = MAPPINGS.get(key)
-        if mapping is None and key in ROCKETMQ_KEYS:
+        targets = declared.get(key)
+        if targets is None and key in ROCKETMQ_KEYS:
             ignored.append(key)  # a RocketMQ setting Trocket has no use for: start anyway
             continue
-        if mapping is None:
-            errors.append(ConfigError(source, key, _unknown_key(key)))
+        if targets is None:
+            errors.append(ConfigError(source, key, _unknown_key(key, declared)))
             continue
-        second = SECOND_TARGETS.get(key)
-        for target in (mapping, second) if second else (mapping,):
+        for target in targets:
             try:
-                value = target.convert(raw)
+                value = target.alias.convert(raw)
             except ValueError as error:
-                errors.append(ConfigError(source, key, f"{error} (expected {target.expected})"))
+                errors.append(ConfigError(source, key, f"{error} (expected {target.alias.expected})"))
                 break
-            tables.setdefault(target.section, {})[target.key] = value
+            tables.setdefault(target.section, {})[target.alias.key] = value
     if not lenient:
         ConfigErrors.raise_any(errors)
     flush = tables["broker"].get("flush", "async")
@@ -250,7 +169,6 @@ def load_properties(path: Path, *, lenient: bool = False) -> Config:
         # service (masters serve slaves, slaves copy their master).
         wanted.append("ha")
         tables["broker"].setdefault("replicator", "ha")
-    installed = available_plugins()
     plugins = [p for p in wanted if p in installed]
     missing = [p for p in wanted if p not in installed]
     tables["broker"]["plugins"] = plugins
@@ -258,6 +176,7 @@ def load_properties(path: Path, *, lenient: bool = False) -> Config:
     # Properties name the role's settings for every policy (RocketMQ files list both flush
     # kinds); settings for plugins this broker does not load are reported, not fatal.
     notes = [f"{key}: a RocketMQ setting Trocket does not use; ignored" for key in ignored]
+    notes += import_notes
     if missing:
         notes.append(
             f"plugins this file implies are not installed (not part of this build yet): {', '.join(missing)}"
@@ -267,7 +186,10 @@ def load_properties(path: Path, *, lenient: bool = False) -> Config:
         if section in plugins:
             kept[section] = values
         else:
-            targets = [*MAPPINGS.items(), *SECOND_TARGETS.items()]
-            keys = ", ".join(k for k, m in targets if m.section == section and m.key in values)
+            keys = ", ".join(
+                key
+                for key, targets in declared.items()
+                if key in props and any(t.section == section and t.alias.key in values for t in targets)
+            )
             notes.append(f"{keys}: applies to plugin {section!r}, which this broker does not load")
     return attrs.evolve(config, sections=kept, notes=tuple(notes), problems=(*errors, *config.problems))

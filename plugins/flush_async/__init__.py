@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from kernel import BrokerContext, ConfigSection, FlushPolicyProvider, hookimpl
 from kernel.protocols import MessageStore
 from kernel.units import format_duration
-from plugins.flush_async.config import FlushAsyncConfig
+from plugins.flush_async.config import PROPERTIES, FlushAsyncConfig
 from plugins.flush_async.policy import IntervalFlush
 
 
@@ -43,7 +43,7 @@ def _settings(ctx: BrokerContext) -> Mapping[str, object]:
 
 @hookimpl
 def trocket_config_sections() -> list[ConfigSection]:
-    return [ConfigSection("flush_async", FlushAsyncConfig)]
+    return [ConfigSection("flush_async", FlushAsyncConfig, PROPERTIES)]
 
 
 @hookimpl

@@ -5,6 +5,7 @@ from __future__ import annotations
 import attrs
 
 from kernel.config import fields
+from kernel.config import property_aliases as rocketmq
 
 
 @attrs.frozen(kw_only=True)
@@ -25,3 +26,15 @@ class FlushAsyncConfig:
     commit_thorough_interval: float = fields.duration("200ms")
     """``commitCommitLogThoroughInterval``: commit whatever is staged at least this often, so
     a trickle of small messages becomes visible within this time."""
+
+
+PROPERTIES = {
+    "flushIntervalCommitLog": rocketmq.milliseconds_alias("interval"),
+    "flushCommitLogLeastPages": rocketmq.integer_alias("least_pages", "pages"),
+    "flushCommitLogThoroughInterval": rocketmq.milliseconds_alias("thorough_interval"),
+    "flushCommitLogTimed": rocketmq.boolean_alias("timed"),
+    "commitIntervalCommitLog": rocketmq.milliseconds_alias("commit_interval"),
+    "commitCommitLogLeastPages": rocketmq.integer_alias("commit_least_pages", "pages"),
+    "commitCommitLogThoroughInterval": rocketmq.milliseconds_alias("commit_thorough_interval"),
+}
+"""The RocketMQ ``broker.properties`` keys of ``[flush_async]``."""

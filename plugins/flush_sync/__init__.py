@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from kernel import BrokerContext, ConfigSection, FlushPolicyProvider, hookimpl
 from kernel.protocols import MessageStore
 from kernel.units import format_duration
-from plugins.flush_sync.config import FlushSyncConfig
+from plugins.flush_sync.config import PROPERTIES, FlushSyncConfig
 from plugins.flush_sync.policy import GroupCommitFlush
 
 
@@ -24,7 +24,7 @@ def _settings(ctx: BrokerContext) -> Mapping[str, object]:
 
 @hookimpl
 def trocket_config_sections() -> list[ConfigSection]:
-    return [ConfigSection("flush_sync", FlushSyncConfig)]
+    return [ConfigSection("flush_sync", FlushSyncConfig, PROPERTIES)]
 
 
 @hookimpl

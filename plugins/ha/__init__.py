@@ -17,7 +17,7 @@ from kernel.config import BrokerConfig
 from kernel.context import BrokerContext, StashKey
 from kernel.errors import ConfigError
 from kernel.model import BrokerRole, ReplicatorProvider
-from plugins.ha.config import HaConfig
+from plugins.ha.config import PROPERTIES, HaConfig
 from plugins.ha.replicator import HaReplicator
 
 __all__ = ["HaConfig", "HaReplicator"]
@@ -27,7 +27,7 @@ REPLICATOR = StashKey[HaReplicator]("ha.replicator")
 
 @hookimpl
 def trocket_config_sections() -> list[ConfigSection]:
-    return [ConfigSection("ha", HaConfig)]
+    return [ConfigSection("ha", HaConfig, PROPERTIES)]
 
 
 @hookimpl

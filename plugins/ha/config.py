@@ -5,6 +5,7 @@ from __future__ import annotations
 import attrs
 
 from kernel.config import fields
+from kernel.config import property_aliases as rocketmq
 
 
 def _optional_address(value: object) -> str | None:
@@ -43,3 +44,19 @@ class HaConfig:
     ``FLUSH_SLAVE_TIMEOUT`` (the message is stored on the master)."""
     reconnect_interval: float = fields.duration("5s")
     """How long a slave waits before connecting again after a failure."""
+
+
+PROPERTIES = {
+    "haListenPort": rocketmq.integer_alias("listen_port", "a TCP port"),
+    "haMasterAddress": rocketmq.PropertyAlias(
+        "master_address", rocketmq.text, "the master's host:haListenPort"
+    ),
+    "haTransferBatchSize": rocketmq.integer_alias("transfer_batch_size", "bytes"),
+    "haSendHeartbeatInterval": rocketmq.milliseconds_alias("heartbeat_interval"),
+    "haHousekeepingInterval": rocketmq.milliseconds_alias("housekeeping_interval"),
+    "haMaxGapNotInSync": rocketmq.integer_alias("max_gap_not_in_sync", "bytes"),
+    "haSlaveFallbehindMax": rocketmq.integer_alias("max_gap_not_in_sync", "bytes"),
+    "syncFlushTimeout": rocketmq.milliseconds_alias("sync_timeout"),
+}
+"""The RocketMQ ``broker.properties`` keys of ``[ha]`` (``syncFlushTimeout`` also bounds a
+SYNC_MASTER's wait for its slave, as in RocketMQ)."""

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from kernel import ConfigSection, DispatchRecord, Phase, ServiceSpec, hookimpl
 from kernel.context import BrokerContext, BrokerRuntime
 from kernel.dispatch_batch import queue_keys
-from plugins.remoting.config import RemotingConfig
+from plugins.remoting.config import PROPERTIES, RemotingConfig
 from plugins.remoting.service import NETWORK, BrokerNetwork
 
 __all__ = ["NETWORK", "BrokerNetwork", "RemotingConfig"]
@@ -21,7 +21,7 @@ __all__ = ["NETWORK", "BrokerNetwork", "RemotingConfig"]
 
 @hookimpl
 def trocket_config_sections() -> list[ConfigSection]:
-    return [ConfigSection("remoting", RemotingConfig)]
+    return [ConfigSection("remoting", RemotingConfig, PROPERTIES)]
 
 
 @hookimpl

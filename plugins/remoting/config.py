@@ -5,6 +5,7 @@ from __future__ import annotations
 import attrs
 
 from kernel.config import fields
+from kernel.config import property_aliases as rocketmq
 
 
 @attrs.frozen(kw_only=True)
@@ -50,3 +51,19 @@ class RemotingConfig:
     slave_sync_interval: float = fields.duration("10s")
     """How often a slave copies topics, consumer offsets and subscription groups from its
     master (RocketMQ's SlaveSynchronize), so consumers that move to it resume where they were."""
+
+
+PROPERTIES = {
+    "serverChannelMaxIdleTimeSeconds": rocketmq.seconds_alias("channel_max_idle_time"),
+    "slaveReadEnable": rocketmq.boolean_alias("slave_read_enable"),
+    "accessMessageInMemoryMaxRatio": rocketmq.integer_alias(
+        "access_message_in_memory_max_ratio", "a percentage of RAM"
+    ),
+    "brokerPermission": rocketmq.integer_alias("broker_permission", "6 (RW), 4 (R) or 2 (W)"),
+    "longPollingEnable": rocketmq.boolean_alias("long_polling_enable"),
+    "shortPollingTimeMills": rocketmq.milliseconds_alias("short_polling_time"),
+    "registerNameServerPeriod": rocketmq.milliseconds_alias("register_period"),
+    "flushConsumerOffsetInterval": rocketmq.milliseconds_alias("offset_persist_interval"),
+    "autoCreateSubscriptionGroup": rocketmq.boolean_alias("auto_create_subscription_group"),
+}
+"""The RocketMQ ``broker.properties`` keys of ``[remoting]``."""

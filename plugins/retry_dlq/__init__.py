@@ -21,7 +21,7 @@ from kernel import ConfigSection, Phase, Redelivery, ServiceSpec, hookimpl
 from kernel.context import BrokerContext, BrokerRuntime, StashKey
 from kernel.model import DispatchRecord, MessageBatch, PutStatus, Rejection
 from kernel.units import format_duration
-from plugins.retry_dlq.config import RetryDlqConfig
+from plugins.retry_dlq.config import PROPERTIES, RetryDlqConfig
 from plugins.retry_dlq.parking import IllegalDelay, park, park_timer, timer_delivery_ms
 from plugins.retry_dlq.scheduler import DelayScheduler
 from plugins.retry_dlq.timer import TimerScheduler
@@ -36,7 +36,7 @@ RETRY_BASE_LEVEL = 3
 
 @hookimpl
 def trocket_config_sections() -> list[ConfigSection]:
-    return [ConfigSection("retry_dlq", RetryDlqConfig)]
+    return [ConfigSection("retry_dlq", RetryDlqConfig, PROPERTIES)]
 
 
 @hookimpl

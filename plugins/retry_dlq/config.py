@@ -6,6 +6,7 @@ from __future__ import annotations
 import attrs
 
 from kernel.config import fields
+from kernel.config import property_aliases as rocketmq
 
 
 @attrs.frozen(kw_only=True)
@@ -20,3 +21,7 @@ class RetryDlqConfig:
     """The furthest ahead a ``TIMER_DELIVER_MS`` / ``TIMER_DELAY_MS`` message may be due
     (RocketMQ 5's ``timerMaxDelaySec``); later ones are refused with MESSAGE_ILLEGAL. Keep it
     below ``[store_mmap] file_reserved_time`` so a parked message outlives retention."""
+
+
+PROPERTIES = {"timerMaxDelaySec": rocketmq.seconds_alias("timer_max_delay")}
+"""The RocketMQ ``broker.properties`` keys of ``[retry_dlq]``."""

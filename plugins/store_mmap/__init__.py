@@ -7,14 +7,14 @@ from __future__ import annotations
 
 from kernel import ConfigSection, StoreProvider, hookimpl
 from kernel.context import BrokerContext
-from plugins.store_mmap.config import StoreMmapConfig
+from plugins.store_mmap.config import PROPERTIES, StoreMmapConfig
 from plugins.store_mmap.index_file import IndexFile
 from plugins.store_mmap.store import open_mmap_store
 
 
 @hookimpl
 def trocket_config_sections() -> list[ConfigSection]:
-    return [ConfigSection("store_mmap", StoreMmapConfig)]
+    return [ConfigSection("store_mmap", StoreMmapConfig, PROPERTIES)]
 
 
 @hookimpl

@@ -7,6 +7,7 @@ from pathlib import Path
 import attrs
 
 from kernel.config import fields
+from kernel.config import property_aliases as rocketmq
 
 CQ_ENTRY_SIZE = 20
 
@@ -65,3 +66,25 @@ class StoreMmapConfig:
     """``cleanResourceInterval``: how often retention and the disk checks run."""
     delete_files_per_run: int = fields.integer(10, minimum=1)
     """Commit-log files deleted per retention run at most."""
+
+
+def _write_path(value: str) -> str:
+    return "buffered" if rocketmq.boolean(value) else "pwrite"
+
+
+_QUEUE_FILE_SIZE = "bytes (a multiple of 20)"
+PROPERTIES = {
+    "storePathCommitLog": rocketmq.PropertyAlias("commit_log_dir", rocketmq.text, "a directory"),
+    "mapedFileSizeCommitLog": rocketmq.integer_alias("commit_log_file_size", "bytes"),
+    "mappedFileSizeCommitLog": rocketmq.integer_alias("commit_log_file_size", "bytes"),
+    "mapedFileSizeConsumeQueue": rocketmq.integer_alias("consume_queue_file_size", _QUEUE_FILE_SIZE),
+    "mappedFileSizeConsumeQueue": rocketmq.integer_alias("consume_queue_file_size", _QUEUE_FILE_SIZE),
+    "deleteWhen": rocketmq.PropertyAlias("delete_when", rocketmq.text, "hours such as 04 or 04;16"),
+    "fileReservedTime": rocketmq.PropertyAlias("file_reserved_time", rocketmq.hours, "hours"),
+    "diskMaxUsedSpaceRatio": rocketmq.integer_alias("disk_max_used_space_ratio", "a percentage"),
+    "transientStorePoolEnable": rocketmq.PropertyAlias(
+        "write_path", _write_path, "true (buffered writes) or false"
+    ),
+    "flushConsumeQueueLeastPages": rocketmq.integer_alias("flush_consume_queue_least_pages", "pages"),
+}
+"""The RocketMQ ``broker.properties`` keys of ``[store_mmap]``."""

@@ -10,7 +10,8 @@ import pytest
 
 from kernel import Broker, Message, MessageBatch, PluginError, PluginLoadError, PutStatus
 from kernel.errors import AmbiguousProvider, DuplicateProvider, PluginContractError, ProviderNotFound
-from kernel.host import PluginHost, available_plugins
+from kernel.host import PluginHost
+from kernel.plugin import available_plugins
 from kernel.testing import make_config
 
 MEMORY = "kernel.testing.memory_store"

@@ -158,6 +158,6 @@ async def test_delayed_messages_are_refused_without_a_delay_plugin(broker_factor
     async with broker_factory() as broker:
         result = await broker.put(MessageBatch([Message("T", b"later", properties=properties)]))
         assert result.status is PutStatus.SERVICE_NOT_AVAILABLE
-        assert "delayed delivery is not enabled" in result.remark and "retry_dlq" in result.remark
+        assert "delayed delivery is not enabled" in result.remark and "trocket plugins" in result.remark
         plain = await broker.put(MessageBatch([Message("T", b"now", properties={"DELAY": "0"})]))
         assert plain.status is PutStatus.PUT_OK

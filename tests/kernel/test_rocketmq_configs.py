@@ -110,3 +110,64 @@ def test_trocket_broker_starts_from_the_shipped_conf(tmp_path):
     assert "ready (Ctrl-C to stop)" in output, output
     assert "note: brokerIP2: a RocketMQ setting Trocket does not use; ignored" in output
     assert process.returncode == 0 and "Traceback" not in output
+
+
+def test_a_plugin_declares_its_own_broker_properties_keys(tmp_path, monkeypatch):
+    """The properties loader knows no plugin's keys: an installed third-party plugin declares
+    ``acmeFlushIntervalMs`` with its table, and a RocketMQ-style file sets it."""
+    (tmp_path / "acme_tuning.py").write_text(
+        "import attrs\n"
+        "from kernel import hookimpl\n"
+        "from kernel.config import fields\n"
+        "from kernel.config import property_aliases as rocketmq\n"
+        "from kernel.model import ConfigSection\n\n"
+        "@attrs.frozen(kw_only=True)\n"
+        "class AcmeConfig:\n"
+        "    interval: float = fields.duration('1s')\n\n"
+        "@hookimpl\n"
+        "def trocket_config_sections():\n"
+        "    return [ConfigSection('acme_tuning', AcmeConfig,\n"
+        "                          {'acmeFlushIntervalMs': rocketmq.milliseconds_alias('interval')})]\n"
+    )
+    dist = tmp_path / "acme_tuning-1.0.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: acme-tuning\nVersion: 1.0\n")
+    (dist / "entry_points.txt").write_text("[trocket.plugins]\nacme_tuning = acme_tuning\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    path = write(tmp_path, "broker.properties", "brokerName=broker-a\nacmeFlushIntervalMs=250\n")
+    config = load_config(path, lenient=True)
+    # The plugin is not in this broker's list: the value was read and checked, then reported.
+    assert any("acmeFlushIntervalMs: applies to plugin 'acme_tuning'" in note for note in config.notes)
+    with pytest.raises(ConfigError, match=r"acmeFlushIntervalMs.*expected an integer.*milliseconds"):
+        load_config(write(tmp_path, "bad.properties", "acmeFlushIntervalMs=soon\n"))
+
+
+def test_a_plugin_that_cannot_be_imported_is_named_and_its_keys_are_unknown(tmp_path, monkeypatch):
+    dist = tmp_path / "broken_tuning-1.0.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: broken-tuning\nVersion: 1.0\n")
+    (dist / "entry_points.txt").write_text("[trocket.plugins]\nbroken_tuning = no_such_module_here\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    config = load_config(write(tmp_path, "broker.properties", "brokerName=broker-a\n"), lenient=True)
+    assert any("'broken_tuning' could not be imported" in note for note in config.notes)
+    assert config.broker.broker_name == "broker-a"
+
+
+def test_every_declared_key_lands_on_a_field_of_its_table():
+    """A declaration naming a key its table does not have would make a RocketMQ file fail."""
+    import attrs
+
+    from kernel.config.broker import BrokerConfig
+    from kernel.config.properties_file import declared_properties
+    from kernel.plugin import available_plugins, resolve_plugin
+
+    declared, notes = declared_properties(available_plugins())
+    assert not notes
+    tables = {"broker": BrokerConfig}
+    for name in available_plugins():
+        declare = getattr(resolve_plugin(name), "trocket_config_sections", None)
+        tables.update({section.name: section.type for section in (declare() if declare else ())})
+    for key, targets in declared.items():
+        for target in targets:
+            names = {f.alias or f.name for f in attrs.fields(tables[target.section])}
+            assert target.alias.key in names, f"{key} -> [{target.section}] {target.alias.key}"

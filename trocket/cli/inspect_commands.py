@@ -6,7 +6,7 @@ import argparse
 from typing import Any
 
 from kernel import Broker
-from kernel.host import available_plugins
+from kernel.plugin import available_plugins
 from trocket.cli.assembly import describe_broker, load, section_lines
 from trocket.cli.usage import list_subcommands
 
