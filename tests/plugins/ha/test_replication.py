@@ -145,6 +145,7 @@ async def test_slave_copies_topics_offsets_groups_and_delay_progress_from_its_ma
         while True:
             copied = (
                 slave_delay.exists()
+                and master_delay.exists()  # the slave may copy the table before the master writes it
                 and json.loads(slave_delay.read_text()) == json.loads(master_delay.read_text())
                 and json.loads(master_delay.read_text())["offsetTable"].get("1") == 1
             )
