@@ -115,8 +115,6 @@ class DispatchBatch(Sequence[DispatchRecord]):
         whole run of them into columns with one pass (one set of array operations and one
         property search per run, not per request). The same values :meth:`gather` reads from
         the stored bytes (a property test holds them equal)."""
-        if len(appended) == 1:
-            return cls._from_one(appended[0])
         counts = np.array([len(a.batch) for a in appended], dtype=np.int64)
         total = int(counts.sum())
         topics: dict[str, int] = {}
@@ -157,32 +155,6 @@ class DispatchBatch(Sequence[DispatchRecord]):
             b"".join([a.batch.data for a in appended]),
             np.concatenate([a.batch.props_at for a in appended]) + blob_shift,
             np.concatenate([a.batch.props_end for a in appended]) + blob_shift,
-        )
-        made._read_properties()
-        return made
-
-    @classmethod
-    def _from_one(cls, appended: AppendedWire) -> DispatchBatch:
-        batch = appended.batch
-        count = len(batch)
-        full = np.full(count, 1, dtype=np.int64)
-        first = appended.first_queue_offset
-        made = cls(
-            [batch.topic],
-            np.zeros(count, dtype=np.int64),
-            full * batch.queue_id,
-            np.arange(first, first + count, dtype=np.int64),
-            appended.physical_offsets.astype(np.int64, copy=False),
-            appended.sizes.astype(np.int64, copy=False),
-            full * (batch.sys_flag & _HOST_MASK),
-            full * appended.store_timestamp,
-            np.zeros(count, dtype=np.int64),
-            np.zeros(count, dtype=np.int64),
-            _empty(),
-            [],
-            batch.data,
-            batch.props_at,
-            batch.props_end,
         )
         made._read_properties()
         return made
