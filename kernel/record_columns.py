@@ -30,20 +30,26 @@ def record_starts(data: bytes | memoryview) -> np.ndarray:
 
     :raises CorruptRecord: a record's size or magic is wrong, or it runs past the end.
     """
+    return _walk(data)[0]
+
+
+def _walk(data: bytes | memoryview) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`record_starts` and the header rows it read to check the magics (one gather
+    serves the check and :class:`RecordColumns`)."""
     end = len(data)
     starts, stopped = batch_codec.size_chain(data, 0, end, MIN_RECORD_SIZE)
     room = end - starts
     magic = np.zeros(len(starts), dtype=np.int64)
-    whole = np.flatnonzero(room >= MIN_RECORD_SIZE)
-    if len(whole):
-        magic[whole] = header_rows(data, starts[whole])["magic"]
+    whole = np.flatnonzero(room >= MIN_RECORD_SIZE)  # all of them unless the last is cut short
+    header = header_rows(data, starts[whole]) if len(whole) else np.zeros(0, dtype=HEADER_DTYPE)
+    magic[whole] = header["magic"]
     size = np.diff(starts, append=stopped)  # the chain stepped from each start by its size
     bad = (room < MIN_RECORD_SIZE) | (magic != MAGIC_V1) | (size > room)
     if bad.any():
         _refuse(data, int(starts[np.argmax(bad)]))
     if stopped != end:
         _refuse(data, stopped)
-    return starts
+    return starts, header
 
 
 def _refuse(data: bytes | memoryview, at: int) -> NoReturn:
@@ -76,12 +82,11 @@ class RecordColumns:
 
         :raises CorruptRecord: a record is damaged (it is never decoded).
         """
-        starts = record_starts(data)
+        starts, header = _walk(data)
         count = len(starts)
         if not count:
             empty = np.zeros(0, dtype=np.int64)
-            return cls(data, empty, np.zeros(0, dtype=HEADER_DTYPE), *([empty] * 6))
-        header = header_rows(data, starts)
+            return cls(data, empty, header, *([empty] * 6))
         raw = np.frombuffer(data, dtype=np.uint8)
         body_start = starts + HEADER_SIZE
         body_len = header["body_len"].astype(np.int64)
