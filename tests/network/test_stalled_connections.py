@@ -75,6 +75,11 @@ def test_a_silent_connection_is_closed_after_the_idle_time(broker: RunningBroker
 async def test_a_pull_held_longer_than_the_idle_time_is_answered(broker: RunningBroker):
     async with RemotingClient.open() as client:
         await client.invoke(broker.broker, send_request("Held", b"first", queue_id=0), 10)
+        # The send is answered once stored; the consume queue learns of it a moment later. A
+        # pull at offset 1 before that finds an empty queue (PULL_OFFSET_MOVED, as upstream),
+        # so the first pull waits for the message to be dispatched.
+        first = await client.invoke(broker.broker, pull_request("Held", 0, 0, suspend_ms=5000), 15)
+        assert first.code == ResponseCode.SUCCESS
         started = time.monotonic()
         held = await client.invoke(broker.broker, pull_request("Held", 0, 1, suspend_ms=5000), 15)
         assert held.code == ResponseCode.PULL_NOT_FOUND and time.monotonic() - started > 4
