@@ -23,13 +23,24 @@ import sys
 import tempfile
 from pathlib import Path
 
-from kernel.testing.power_cut import CutResult, PowerCutRun, store_tables, unavailable_reason
+from kernel.testing.power_cut import CutResult, PowerCutRun, unavailable_reason
 
 POLICIES = ("sync", "async")
 
 
 def tables(flush: str, write_path: str = "pwrite") -> dict:
-    return store_tables(flush, commit_log_file_size="4MiB", write_path=write_path)
+    """A store_mmap broker sized for an image of a few hundred MiB, ``flush`` as its policy."""
+    return {
+        "broker": {"plugins": ["store_mmap", "flush_sync", "flush_async"], "flush": flush},
+        "store_mmap": {
+            "commit_log_file_size": "4MiB",
+            "consume_queue_file_size": 200_000,
+            "index_hash_slots": 10_000,
+            "index_max_entries": 100_000,
+            "clean_file_forcibly_enable": False,
+            "write_path": write_path,
+        },
+    }
 
 
 def seed_000(base: Path, flush: str, seconds: float) -> CutResult:

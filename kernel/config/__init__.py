@@ -11,16 +11,19 @@ from pathlib import Path
 
 import attrs
 
-from kernel.config.broker import DEFAULT_PLUGINS, BrokerConfig, Config
+from kernel.config.broker import NO_PLUGIN_DEFAULTS, BrokerConfig, Config, PluginDefaults
 from kernel.config.properties_file import load_properties
 from kernel.config.structure import structure, unstructure
 from kernel.config.text import read_config_text
 from kernel.config.toml_file import config_from_tables, load_toml
 
 
-def load_config(path: Path | str, *, lenient: bool = False) -> Config:
+def load_config(
+    path: Path | str, *, lenient: bool = False, defaults: PluginDefaults = NO_PLUGIN_DEFAULTS
+) -> Config:
     """Load a TOML or RocketMQ properties configuration file (``lenient``: see
-    :func:`~kernel.config.toml_file.config_from_tables`).
+    :func:`~kernel.config.toml_file.config_from_tables`; ``defaults``: the plugins a file that
+    names none loads, see :class:`~kernel.config.broker.PluginDefaults`).
 
     ``.properties`` is properties and ``.toml`` TOML; any other name (RocketMQ ships
     ``conf/broker.conf``) is told apart by content: a file with a ``[table]`` header is TOML,
@@ -29,14 +32,14 @@ def load_config(path: Path | str, *, lenient: bool = False) -> Config:
     """
     path = Path(path)
     if path.suffix == ".properties":
-        return load_properties(path, lenient=lenient)
+        return load_properties(path, lenient=lenient, defaults=defaults)
     if path.suffix == ".toml" or not path.is_file():
-        return load_toml(path, lenient=lenient)
+        return load_toml(path, lenient=lenient, defaults=defaults)
     if _looks_like_toml(read_config_text(path)):
-        config = load_toml(path, lenient=lenient)
+        config = load_toml(path, lenient=lenient, defaults=defaults)
         assumed = "TOML (it has [table] headers)"
     else:
-        config = load_properties(path, lenient=lenient)
+        config = load_properties(path, lenient=lenient, defaults=defaults)
         assumed = "RocketMQ broker.properties (key = value lines, no [table] headers)"
     return attrs.evolve(config, notes=(f"{path.name} read as {assumed}", *config.notes))
 
@@ -49,13 +52,14 @@ def _looks_like_toml(text: str) -> bool:
     return False
 
 
-def default_config(**broker: object) -> Config:
-    """The built-in configuration (what ``trocket up`` uses), with ``[broker]`` overrides."""
-    return config_from_tables({"broker": dict(broker)}, source="<defaults>")
+def default_config(defaults: PluginDefaults = NO_PLUGIN_DEFAULTS, **broker: object) -> Config:
+    """The configuration of no file: ``defaults``' plugins, with ``[broker]`` overrides."""
+    return config_from_tables({"broker": dict(broker)}, source="<defaults>", defaults=defaults)
 
 
 __all__ = [
-    "DEFAULT_PLUGINS",
+    "NO_PLUGIN_DEFAULTS",
+    "PluginDefaults",
     "BrokerConfig",
     "Config",
     "default_config",

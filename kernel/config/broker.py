@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -11,17 +12,29 @@ from kernel.config import fields
 from kernel.errors import ConfigError
 from kernel.model import BrokerRole
 
-DEFAULT_PLUGINS: tuple[str, ...] = (
-    "store_mmap",
-    "flush_async",
-    "flush_sync",
-    "remoting",
-    "namesrv",
-    "allocate",
-    "retry_dlq",
-)
-"""What a broker loads when its config names no plugins (only the installed ones are used;
-``trocket config check`` lists the missing ones)."""
+@attrs.frozen(kw_only=True)
+class PluginDefaults:
+    """What a loader fills in for a config file that names no plugins.
+
+    The kernel knows no plugin by name, so the defaults come from whoever assembles the broker:
+    Trocket's CLI passes its own (``trocket.cli.defaults``), an application embedding the
+    kernel passes its list or none (then a config loads exactly what it names).
+    """
+
+    plugins: tuple[str, ...] = ()
+    """Loaded when a config names no plugins (only the installed ones; the missing are noted)."""
+    flush_plugins: Mapping[str, str] = attrs.field(factory=dict)
+    """Flush policy name -> the plugin providing it. A RocketMQ properties file chooses one
+    policy (``flushDiskType``); the plugins of the other policies are then left out."""
+    replication_plugin: str | None = None
+    """Loaded when a properties file names a ``brokerRole`` (a properties file has no plugin
+    list; naming a role is asking for RocketMQ's master/slave replication)."""
+    replicator: str | None = None
+    """The replicator provider selected along with :attr:`replication_plugin`."""
+
+
+NO_PLUGIN_DEFAULTS = PluginDefaults()
+"""A config loads exactly the plugins it names."""
 
 DEFAULT_DELAY_LEVELS = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
 ROLES = ("broker", "namesrv")
@@ -44,8 +57,9 @@ class BrokerConfig:
 
     roles: frozenset[str] = attrs.field(default=frozenset({"broker"}), converter=_roles)
     """Which servers this process hosts: ``broker``, ``namesrv`` or both."""
-    plugins: tuple[str, ...] = fields.string_list(DEFAULT_PLUGINS)
-    """Entry-point names or dotted module paths; only these are loaded. Order is irrelevant."""
+    plugins: tuple[str, ...] = fields.string_list(())
+    """Entry-point names or dotted module paths; only these are loaded. Order is irrelevant.
+    A file that leaves this out gets its loader's :class:`PluginDefaults`."""
     store: str | None = fields.optional_string("mmap")
     flush: str | None = fields.optional_string("async")
     replicator: str | None = fields.optional_string(None)

@@ -18,7 +18,7 @@ from typing import Any
 import attrs
 
 from kernel.config import property_aliases as rocketmq
-from kernel.config.broker import DEFAULT_PLUGINS, Config
+from kernel.config.broker import NO_PLUGIN_DEFAULTS, Config, PluginDefaults
 from kernel.config.property_aliases import PropertyAlias
 from kernel.config.rocketmq_keys import ROCKETMQ_KEYS
 from kernel.config.text import read_config_text
@@ -90,9 +90,6 @@ def declared_properties(plugins: Iterable[str]) -> tuple[dict[str, list[Property
     return targets, notes
 
 
-_FLUSH_PLUGIN = {"sync": "flush_sync", "async": "flush_async"}
-
-
 def parse_properties(text: str, *, source: str) -> dict[str, str]:
     """Parse Java-style ``key=value`` lines (``#``/``!`` comments, ``\\`` continuations)."""
     result: dict[str, str] = {}
@@ -132,8 +129,14 @@ def _unknown_key(key: str, supported_keys: Iterable[str]) -> str:
     )
 
 
-def load_properties(path: Path, *, lenient: bool = False) -> Config:
+def load_properties(
+    path: Path, *, lenient: bool = False, defaults: PluginDefaults = NO_PLUGIN_DEFAULTS
+) -> Config:
     """Map a RocketMQ ``broker.properties`` file onto :class:`Config`.
+
+    A properties file has no plugin list: the plugins are ``defaults.plugins``, less the flush
+    plugins of the policies ``flushDiskType`` did not choose, plus the replication plugin when
+    the file names a ``brokerRole``.
 
     :raises ConfigError: unknown key, bad value, or unreadable file; naming file and key.
     """
@@ -162,13 +165,12 @@ def load_properties(path: Path, *, lenient: bool = False) -> Config:
     if not lenient:
         ConfigErrors.raise_any(errors)
     flush = tables["broker"].get("flush", "async")
-    wanted = [p for p in DEFAULT_PLUGINS if p not in _FLUSH_PLUGIN.values()]
-    wanted.append(_FLUSH_PLUGIN[flush])
-    if "broker_role" in tables["broker"]:
-        # A properties file has no plugin list: naming a role is asking for RocketMQ's HA
-        # service (masters serve slaves, slaves copy their master).
-        wanted.append("ha")
-        tables["broker"].setdefault("replicator", "ha")
+    others = [plugin for policy, plugin in defaults.flush_plugins.items() if policy != flush]
+    wanted = [p for p in defaults.plugins if p not in others]
+    if "broker_role" in tables["broker"] and defaults.replication_plugin:
+        wanted.append(defaults.replication_plugin)
+        if defaults.replicator:
+            tables["broker"].setdefault("replicator", defaults.replicator)
     plugins = [p for p in wanted if p in installed]
     missing = [p for p in wanted if p not in installed]
     tables["broker"]["plugins"] = plugins

@@ -5,17 +5,18 @@ from __future__ import annotations
 import tomllib
 from pathlib import Path
 
-from kernel.config.broker import DEFAULT_PLUGINS, BrokerConfig, Config
+from kernel.config.broker import NO_PLUGIN_DEFAULTS, BrokerConfig, Config, PluginDefaults
 from kernel.config.structure import structure
 from kernel.config.text import read_config_text
 from kernel.errors import ConfigError, ConfigErrors
 from kernel.plugin import available_plugins
 
 
-def load_toml(path: Path, *, lenient: bool = False) -> Config:
+def load_toml(path: Path, *, lenient: bool = False, defaults: PluginDefaults = NO_PLUGIN_DEFAULTS) -> Config:
     """Parse ``path``: ``[broker]`` is validated now, other tables once plugins are loaded.
 
     :param lenient: see :func:`config_from_tables`.
+    :param defaults: the plugins loaded when the file names none.
     :raises ConfigError: unreadable file, TOML syntax error, or a bad ``[broker]`` key.
     """
     source = str(path)
@@ -24,11 +25,17 @@ def load_toml(path: Path, *, lenient: bool = False) -> Config:
         raw = tomllib.loads(text)
     except tomllib.TOMLDecodeError as error:
         raise ConfigError(source, None, f"invalid TOML: {error}") from None
-    return config_from_tables(raw, source=source, lenient=lenient)
+    return config_from_tables(raw, source=source, lenient=lenient, defaults=defaults)
 
 
-def config_from_tables(raw: dict[str, object], *, source: str, lenient: bool = False) -> Config:
-    """The :class:`Config` of parsed tables.
+def config_from_tables(
+    raw: dict[str, object],
+    *,
+    source: str,
+    lenient: bool = False,
+    defaults: PluginDefaults = NO_PLUGIN_DEFAULTS,
+) -> Config:
+    """The :class:`Config` of parsed tables (``defaults.plugins`` when ``[broker]`` names none).
 
     :param lenient: bad ``[broker]`` keys do not raise: they keep their defaults and their
         errors go to :attr:`Config.problems`, which plugin-table validation reports together
@@ -39,10 +46,10 @@ def config_from_tables(raw: dict[str, object], *, source: str, lenient: bool = F
     if not isinstance(broker_raw, dict):
         raise ConfigError(source, "[broker]", "expected a table")
     notes: list[str] = []
-    if "plugins" not in broker_raw:
+    if "plugins" not in broker_raw and defaults.plugins:
         installed = available_plugins()
-        broker_raw = {**broker_raw, "plugins": [p for p in DEFAULT_PLUGINS if p in installed]}
-        missing = [p for p in DEFAULT_PLUGINS if p not in installed]
+        broker_raw = {**broker_raw, "plugins": [p for p in defaults.plugins if p in installed]}
+        missing = [p for p in defaults.plugins if p not in installed]
         if missing:
             notes.append(f"default plugins not installed (not part of this build yet): {', '.join(missing)}")
     errors: list[ConfigError] = []

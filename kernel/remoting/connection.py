@@ -67,7 +67,8 @@ class Router:
     that raises gets ``SYSTEM_ERROR`` with the error as remark, and the connection lives on."""
 
     handlers: dict[int, Handler] = attrs.field(factory=dict)
-    name: str = "remoting"
+    name: str = "router"
+    """A label for log lines and errors (the server it routes for)."""
     group_handlers: dict[int, GroupHandler] = attrs.field(factory=dict)
     """Handlers for several requests at once: consecutive requests read from one connection
     in one receive whose codes share a group handler are given to it together (a client with

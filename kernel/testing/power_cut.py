@@ -88,22 +88,6 @@ class CutResult:
         return max((self.cut_at_ms - a.unix_ms for a in self.lost), default=0)
 
 
-def store_tables(flush: str, **store_mmap: Any) -> dict[str, Any]:
-    """Config tables for a store_mmap broker sized for an image of a few hundred MiB (small
-    commit-log files, a small index, forced cleaning off), with ``flush`` as the policy."""
-    return {
-        "broker": {"plugins": ["store_mmap", "flush_sync", "flush_async"], "flush": flush},
-        "store_mmap": {
-            "commit_log_file_size": "1MiB",
-            "consume_queue_file_size": 200_000,
-            "index_hash_slots": 10_000,
-            "index_max_entries": 100_000,
-            "clean_file_forcibly_enable": False,
-            **store_mmap,
-        },
-    }
-
-
 def unavailable_reason() -> str | None:
     """Why loop-mounted images cannot be used here, or None if they can (probes for real)."""
     if os.geteuid() != 0:

@@ -2,12 +2,19 @@
 
 from __future__ import annotations
 
+import functools
+
 import pytest
 
-from kernel import Broker, BrokerRole, ConfigError, load_config
+import kernel
+from kernel import Broker, BrokerRole, ConfigError
 from plugins.flush_async.config import FlushAsyncConfig
 from plugins.flush_sync.config import FlushSyncConfig
 from tests.support import write
+from trocket.cli.defaults import TROCKET_DEFAULTS
+
+# Files loaded as the trocket CLI loads them: a file naming no plugins gets the shipped set.
+load_config = functools.partial(kernel.load_config, defaults=TROCKET_DEFAULTS)
 
 MEMORY = "kernel.testing.memory_store"
 
@@ -285,3 +292,15 @@ def test_flush_and_transient_pool_properties_are_mapped(tmp_path):
     flush = Broker.assemble(config).ctx.plugin_config(FlushAsyncConfig)
     assert (flush.commit_interval, flush.commit_least_pages, flush.commit_thorough_interval) == (0.1, 8, 0.4)
     assert flush.timed is False
+
+
+def test_a_file_naming_no_plugins_gets_its_loaders_defaults(tmp_path):
+    """The kernel names no plugin: without defaults a file loads exactly what it lists; the
+    CLI (or an embedding application) supplies the set a file without a list gets."""
+    path = write(tmp_path, "b.toml", '[broker]\nbroker_name = "b"\n')
+    assert kernel.load_config(path).broker.plugins == ()
+    own = kernel.config.PluginDefaults(plugins=("flush_sync", "not_installed_here"))
+    config = kernel.load_config(path, defaults=own)
+    assert config.broker.plugins == ("flush_sync",)
+    assert "default plugins not installed (not part of this build yet): not_installed_here" in config.notes
+    assert set(load_config(path).broker.plugins) == set(TROCKET_DEFAULTS.plugins)

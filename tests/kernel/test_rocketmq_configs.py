@@ -4,14 +4,20 @@ RocketMQ defines that Trocket does not use are named as ignored; typos get a sug
 
 from __future__ import annotations
 
+import functools
 import signal
 
 import pytest
 
-from kernel import Broker, load_config
+import kernel
+from kernel import Broker
 from kernel.errors import ConfigError
 from tests.network.conftest import free_port
 from tests.support import start_trocket, write
+from trocket.cli.defaults import TROCKET_DEFAULTS
+
+# Files loaded as the trocket CLI loads them: a file naming no plugins gets the shipped set.
+load_config = functools.partial(kernel.load_config, defaults=TROCKET_DEFAULTS)
 
 # RocketMQ's conf/broker.conf as shipped (its Apache licence header is a comment block).
 BROKER_CONF = """

@@ -8,6 +8,7 @@ from typing import Any
 from kernel import Broker, Config, default_config, load_config
 from kernel.config import unstructure
 from kernel.config.toml_file import config_from_tables
+from trocket.cli.defaults import TROCKET_DEFAULTS
 
 EMBEDDED_TABLES: dict[str, dict[str, Any]] = {
     "store_mmap": {
@@ -29,13 +30,16 @@ def embedded(**overrides: Any) -> Config:
     if "data_dir" in tables["broker"]:
         tables["broker"]["data_dir"] = str(tables["broker"]["data_dir"])
 
-    return config_from_tables(tables, source="<embedded default>")
+    return config_from_tables(tables, source="<embedded default>", defaults=TROCKET_DEFAULTS)
 
 
 def load(config_path: str | None, *, lenient: bool = False, **overrides: Any) -> Config:
     """The file's config (or the built-in defaults) with ``[broker]`` overrides applied
     (``lenient``: bad ``[broker]`` keys are reported with the plugin tables' problems)."""
-    config = load_config(Path(config_path), lenient=lenient) if config_path else default_config()
+    if config_path:
+        config = load_config(Path(config_path), lenient=lenient, defaults=TROCKET_DEFAULTS)
+    else:
+        config = default_config(TROCKET_DEFAULTS)
     changes = {k: v for k, v in overrides.items() if v is not None}
 
     return config.with_broker(**changes) if changes else config

@@ -10,10 +10,10 @@ from typing import Any
 import trio
 
 from kernel import Broker, Config
-from kernel.config import DEFAULT_PLUGINS
 from kernel.lifecycle import run_until_signalled
 from kernel.plugin import available_plugins
 from trocket.cli.assembly import describe_broker, embedded, load
+from trocket.cli.defaults import TROCKET_DEFAULTS
 
 log = logging.getLogger("trocket")
 
@@ -63,9 +63,9 @@ def ha_pair(mode: str, config_path: str | None, data_dir: str | None) -> list[Co
     """A NameServer + master and a slave of the same broker name, in one process: the local
     pair of ``trocket up --ha``. The slave learns its master's HA address from the NameServer."""
     root = Path(data_dir or "data")
-    plugins = [p for p in DEFAULT_PLUGINS if p in available_plugins()]
-    plugins += [] if "ha" in plugins else ["ha"]
-    common = {"plugins": plugins, "replicator": "ha"}
+    plugins = [p for p in TROCKET_DEFAULTS.plugins if p in available_plugins()]
+    plugins.append(TROCKET_DEFAULTS.replication_plugin)
+    common = {"plugins": plugins, "replicator": TROCKET_DEFAULTS.replicator}
     role = "SYNC_MASTER" if mode == "sync" else "ASYNC_MASTER"
     master = {"roles": ["broker", "namesrv"], "broker_role": role, "data_dir": root / "master", **common}
     slave = {
