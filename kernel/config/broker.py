@@ -12,6 +12,7 @@ from kernel.config import fields
 from kernel.errors import ConfigError
 from kernel.model import BrokerRole
 
+
 @attrs.frozen(kw_only=True)
 class PluginDefaults:
     """What a loader fills in for a config file that names no plugins.
