@@ -60,6 +60,12 @@ class BrokerContext:
     hook: pluggy.HookRelay
     plugin_configs: dict[type, Any] = attrs.field(factory=dict)
     stash: Stash = attrs.field(factory=Stash)
+    parking_topics: frozenset[str] = frozenset()
+    """Topics where plugins park messages until they are due
+    (``trocket_register_parking_topics``): their consume-queue tag field holds each message's
+    due time (``TIMER_OUT_MS``) instead of its tag's hash, so a scheduler finds due messages
+    from the queue alone (RocketMQ's rule for its schedule topic). A delayed message put
+    anywhere else was parked by no plugin and is refused."""
 
     @property
     def broker(self) -> BrokerConfig:

@@ -22,7 +22,6 @@ import numpy as np
 
 from kernel import batch_codec
 from kernel.model import (
-    PARKING_TOPICS,
     SYSFLAG_BORNHOST_V6,
     SYSFLAG_STOREHOST_V6,
     DispatchRecord,
@@ -85,14 +84,16 @@ class DispatchBatch(Sequence[DispatchRecord]):
         return cls([], e, e, e, e, e, e, e, e, e, e, [], b"", e, e)
 
     @classmethod
-    def from_run(cls, buffer: bytes | bytearray | mmap.mmap, run: RecordRun) -> DispatchBatch:
+    def from_run(
+        cls, buffer: bytes | bytearray | mmap.mmap, run: RecordRun, parking: frozenset[str] = frozenset()
+    ) -> DispatchBatch:
         """Columns of the valid records of ``run`` (checked by
-        :func:`~kernel.record_run.check_run` in ``buffer``)."""
+        :func:`~kernel.record_run.check_run` in ``buffer``); ``parking``: see :meth:`gather`."""
         groups, inverse = np.unique(run.representative, return_inverse=True)
         distinct: dict[str, int] = {}
         remap = np.array([distinct.setdefault(run.topics[g], len(distinct)) for g in groups.tolist()])
         topic_index = remap[inverse.ravel()] if len(groups) else _empty()
-        return cls.gather(buffer, run.positions, topic_index, list(distinct))
+        return cls.gather(buffer, run.positions, topic_index, list(distinct), parking)
 
     @classmethod
     def from_wire(
@@ -102,14 +103,17 @@ class DispatchBatch(Sequence[DispatchRecord]):
         sizes: np.ndarray,
         first_queue_offset: int,
         store_timestamp: int,
+        parking: frozenset[str] = frozenset(),
     ) -> DispatchBatch:
         """The columns of records just encoded from ``batch``, without reading them back (see
         :meth:`from_wires`)."""
         appended = AppendedWire(batch, physical_offsets, sizes, first_queue_offset, store_timestamp)
-        return cls.from_wires([appended])
+        return cls.from_wires([appended], parking)
 
     @classmethod
-    def from_wires(cls, appended: Sequence[AppendedWire]) -> DispatchBatch:
+    def from_wires(
+        cls, appended: Sequence[AppendedWire], parking: frozenset[str] = frozenset()
+    ) -> DispatchBatch:
         """The columns of consecutive batches just encoded from requests, without reading the
         records back: the put path keeps each batch's arrays and the dispatch loop turns a
         whole run of them into columns with one pass (one set of array operations and one
@@ -156,7 +160,7 @@ class DispatchBatch(Sequence[DispatchRecord]):
             np.concatenate([a.batch.props_at for a in appended]) + blob_shift,
             np.concatenate([a.batch.props_end for a in appended]) + blob_shift,
         )
-        made._read_properties()
+        made._read_properties(parking)
         return made
 
     @classmethod
@@ -166,9 +170,12 @@ class DispatchBatch(Sequence[DispatchRecord]):
         positions: np.ndarray,
         topic_index: np.ndarray,
         topics: list[str],
+        parking: frozenset[str] = frozenset(),
     ) -> DispatchBatch:
         """Columns of the records starting at ``positions`` in ``buffer`` (already checked:
-        lengths consistent, topic UTF-8); record ``i``'s topic is ``topics[topic_index[i]]``."""
+        lengths consistent, topic UTF-8); record ``i``'s topic is ``topics[topic_index[i]]``.
+        In the ``parking`` topics (:attr:`kernel.context.BrokerContext.parking_topics`) the tag
+        code is the due time, not the tag's hash."""
         count = len(positions)
         if not count:
             return cls.empty()
@@ -196,13 +203,13 @@ class DispatchBatch(Sequence[DispatchRecord]):
             joined.starts,
             joined.ends,
         )
-        batch._read_properties()
+        batch._read_properties(parking)
         return batch
 
-    def _read_properties(self) -> None:
+    def _read_properties(self, parking: frozenset[str]) -> None:
         """Fill :attr:`tags_code` and the index keys from the records' properties, all records
         at once (:func:`kernel.batch_codec.dispatch_properties`)."""
-        parked_topics = [i for i, topic in enumerate(self.topics) if topic in PARKING_TOPICS]
+        parked_topics = [i for i, topic in enumerate(self.topics) if topic in parking]
         parked = np.isin(self.topic_index, parked_topics) if parked_topics else None
         self.tags_code, self.key_rows, self.keys = batch_codec.dispatch_properties(
             self.properties_blob, self.properties_start, self.properties_end, parked

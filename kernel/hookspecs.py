@@ -160,6 +160,25 @@ def trocket_register_allocate_strategies() -> Iterable[AllocateStrategy]:
 
 
 @hookspec
+def trocket_register_parking_topics() -> Iterable[str]:
+    """Name the topics this plugin parks messages in until they are due (a delay plugin's
+    ``SCHEDULE_TOPIC_XXXX``).
+
+    Their consume-queue tag field holds each message's due time (the ``TIMER_OUT_MS``
+    property, ms) instead of its tag's hash, as RocketMQ's schedule topic does, so a scheduler
+    finds due messages from the queue alone. Collected once into
+    :attr:`~kernel.context.BrokerContext.parking_topics`; a message asking for a delay that is
+    put anywhere else was parked by no plugin and is refused.
+
+    :returns: topic names.
+
+    Firstresult: no.
+    Colour: sync; assembly time.
+    Since: 0.1
+    """
+
+
+@hookspec
 def trocket_register_dispatchers(ctx: BrokerContext, store: MessageStore) -> Iterable[Dispatcher]:
     """Add derived views fed by the ordered dispatch loop (schedule queues, exports, ...).
 

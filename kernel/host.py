@@ -197,6 +197,17 @@ class PluginHost:
     def allocate_strategies(self) -> list[Provided]:
         return self._collect("trocket_register_allocate_strategies", AllocateStrategy)
 
+    def parking_topics(self) -> frozenset[str]:
+        """Every topic a loaded plugin parks messages in (``trocket_register_parking_topics``)."""
+        found: set[str] = set()
+        for topics in self.hook.trocket_register_parking_topics():
+            if isinstance(topics, str):
+                raise PluginError(
+                    "trocket_register_parking_topics returned a string; return an iterable of topic names"
+                )
+            found.update(topics)
+        return frozenset(found)
+
     def select(self, role: str, providers: list[Provided], name: str | None) -> Any:
         """Pick the provider named ``name``; with no name, the only one offered."""
         if name is not None:

@@ -44,8 +44,6 @@ SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
 """Where a delay plugin parks messages with a delay level until they are due (RocketMQ's name)."""
 TIMER_TOPIC = "rmq_sys_wheel_timer"
 """Where a delay plugin parks messages with an arbitrary delivery time (RocketMQ 5's name)."""
-PARKING_TOPICS = frozenset({SCHEDULE_TOPIC, TIMER_TOPIC})
-"""Topics whose consume-queue tag field holds the delivery time (``TIMER_OUT_MS``), not a tag hash."""
 TRANSACTION_HALF_TOPIC = "RMQ_SYS_TRANS_HALF_TOPIC"
 """Where a transaction plugin keeps prepared (half) messages until they are committed."""
 PROPERTY_TRANSACTION_PREPARED = "TRAN_MSG"

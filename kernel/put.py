@@ -18,7 +18,6 @@ from kernel.context import BrokerContext
 from kernel.errors import StoreNotWritable
 from kernel.model import (
     MAX_PROPERTIES_SIZE,
-    PARKING_TOPICS,
     SYSFLAG_TRANSACTION_PREPARED,
     SYSFLAG_TRANSACTION_ROLLBACK,
     TRANSACTION_HALF_TOPIC,
@@ -110,11 +109,11 @@ def _validate_encoded(batch: WireBatch, max_message_size: int) -> Rejection | No
     return None
 
 
-def _unhandled(batch: MessageBatch) -> Rejection | None:
+def _unhandled(batch: MessageBatch, parking: frozenset[str]) -> Rejection | None:
     """A message asking for something no loaded plugin took care of would be delivered at
     once, which is wrong either way, so it is refused instead (one pass over the batch):
 
-    - a delay no plugin parked in the schedule or timer topic;
+    - a delay no plugin parked (moved to one of the ``parking`` topics);
     - a transactional half message no plugin moved to the half topic (it would be visible
       before its producer commits or rolls back).
     """
@@ -130,7 +129,7 @@ def _unhandled(batch: MessageBatch) -> Rejection | None:
         return None
     for message in batch.messages:
         topic = message.topic
-        if topic not in PARKING_TOPICS and message.wants_delay:
+        if topic not in parking and message.wants_delay:
             return Rejection(
                 PutStatus.SERVICE_NOT_AVAILABLE,
                 "delayed delivery is not enabled on this broker: no loaded plugin parks delayed "
@@ -221,7 +220,7 @@ class PutPipeline:
         if rejection is None and self._before_append is not None:
             rejection = self._before_append(batch=batch, ctx=self.ctx)
         if rejection is None:
-            rejection = _unhandled(batch)
+            rejection = _unhandled(batch, self.ctx.parking_topics)
         return rejection
 
     def _done(self, batch: MessageBatch, result: PutResult) -> PutResult:

@@ -26,7 +26,6 @@ import numpy as np
 
 from kernel.errors import CorruptRecord
 from kernel.model import (
-    PARKING_TOPICS,
     PROPERTY_KEYS,
     PROPERTY_TAGS,
     PROPERTY_TIMER_OUT_MS,
@@ -325,16 +324,21 @@ def check_record(
 
 
 def _schedule_time(props: dict[str, str]) -> int:
-    """In the parking topics the consume-queue tag field holds the delivery time (ms), as in
-    RocketMQ, so a scheduler finds due messages without reading the log."""
+    """In a parking topic the consume-queue tag field holds the delivery time (ms), as in
+    RocketMQ's schedule topic, so a scheduler finds due messages without reading the log."""
     try:
         return int(props.get(PROPERTY_TIMER_OUT_MS, "0"))
     except ValueError:
         return 0
 
 
-def decode_dispatch(buffer: bytes | bytearray | memoryview, offset: int) -> DispatchRecord:
-    """Decode what derived views need from a record already checked by :func:`check_record`."""
+def decode_dispatch(
+    buffer: bytes | bytearray | memoryview, offset: int, parking: frozenset[str] = frozenset()
+) -> DispatchRecord:
+    """Decode what derived views need from a record already checked by :func:`check_record`.
+
+    In the ``parking`` topics (:attr:`kernel.context.BrokerContext.parking_topics`) the tag
+    code is the message's due time, not its tag's hash."""
     (size, _, _, queue_id, _, queue_offset, physical_offset, sys_flag, _, _, _, store_ts, _, _, _,
      prepared_tx, body_len) = HEADER.unpack_from(buffer, offset)  # fmt: skip
     at = offset + HEADER_SIZE + body_len
@@ -349,7 +353,7 @@ def decode_dispatch(buffer: bytes | bytearray | memoryview, offset: int) -> Disp
         queue_offset=queue_offset,
         physical_offset=physical_offset,
         size=size,
-        tags_code=_schedule_time(props) if topic in PARKING_TOPICS else tags_code(props.get(PROPERTY_TAGS)),
+        tags_code=_schedule_time(props) if topic in parking else tags_code(props.get(PROPERTY_TAGS)),
         store_timestamp=store_ts,
         sys_flag=sys_flag,
         keys=props.get(PROPERTY_KEYS, ""),

@@ -36,4 +36,9 @@ def make_context(config: Config | None = None, *, plugins: tuple[str, ...] = ())
     """A context for calling hookimpls directly in unit tests."""
     config = config or make_config(broker={"plugins": list(plugins)})
     host = PluginHost.load(config.broker.plugins)
-    return BrokerContext(config=config, hook=host.hook, plugin_configs=host.validate_sections(config))
+    return BrokerContext(
+        config=config,
+        hook=host.hook,
+        plugin_configs=host.validate_sections(config),
+        parking_topics=host.parking_topics(),
+    )

@@ -73,6 +73,8 @@ class MemoryStore:
     flush_delay: float = 0.0
     fail_next_flush: bool = False
     positions: LogPositions = attrs.field(factory=LogPositions)
+    parking_topics: frozenset[str] = frozenset()
+    """Topics whose tag code is the due time (:attr:`kernel.context.BrokerContext.parking_topics`)."""
     _log: bytearray = attrs.field(factory=bytearray, init=False)
     _next_queue_offset: dict[tuple[str, int], int] = attrs.field(factory=dict, init=False)
     _index: MemoryQueueIndex = attrs.field(factory=MemoryQueueIndex, init=False)
@@ -155,7 +157,7 @@ class MemoryStore:
         at = offset
         while at < end and at - offset < max_bytes:
             size = record.check_record(self._log, at, limit=end)
-            records.append(record.decode_dispatch(self._log, at))
+            records.append(record.decode_dispatch(self._log, at, self.parking_topics))
             at += size
         return records, at
 
@@ -207,7 +209,9 @@ class MemoryStore:
 
 @asynccontextmanager
 async def open_memory_store(ctx: BrokerContext) -> AsyncIterator[MemoryStore]:
-    yield MemoryStore(store_host=(ctx.broker.listen_host, ctx.broker.listen_port))
+    yield MemoryStore(
+        store_host=(ctx.broker.listen_host, ctx.broker.listen_port), parking_topics=ctx.parking_topics
+    )
 
 
 @hookimpl

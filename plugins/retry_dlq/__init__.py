@@ -3,7 +3,7 @@
 - ``trocket_before_append``: a message with a delay level is parked in
   ``SCHEDULE_TOPIC_XXXX`` (queue ``level - 1``), one with an arbitrary time (``TIMER_DELIVER_MS``,
   ``TIMER_DELAY_MS``, ``TIMER_DELAY_SEC``) in ``rmq_sys_wheel_timer``; the delivery time goes to
-  the consume-queue tag field.
+  the consume-queue tag field (both are declared with ``trocket_register_parking_topics``).
 - two SCHEDULING-phase services deliver due messages to their real topic: one task per delay
   level (progress in ``config/delayOffset.json``) and the timer (``config/timerProgress.json``).
 - ``trocket_redelivery_decision`` (``trylast``): RocketMQ's retry schedule for messages a
@@ -19,7 +19,7 @@ import time
 
 from kernel import ConfigSection, Phase, Redelivery, ServiceSpec, hookimpl
 from kernel.context import BrokerContext, BrokerRuntime, StashKey
-from kernel.model import DispatchRecord, MessageBatch, PutStatus, Rejection
+from kernel.model import SCHEDULE_TOPIC, TIMER_TOPIC, DispatchRecord, MessageBatch, PutStatus, Rejection
 from kernel.units import format_duration
 from plugins.retry_dlq.config import PROPERTIES, RetryDlqConfig
 from plugins.retry_dlq.parking import IllegalDelay, park, park_timer, timer_delivery_ms
@@ -37,6 +37,11 @@ RETRY_BASE_LEVEL = 3
 @hookimpl
 def trocket_config_sections() -> list[ConfigSection]:
     return [ConfigSection("retry_dlq", RetryDlqConfig, PROPERTIES)]
+
+
+@hookimpl
+def trocket_register_parking_topics() -> tuple[str, ...]:
+    return (SCHEDULE_TOPIC, TIMER_TOPIC)
 
 
 @hookimpl

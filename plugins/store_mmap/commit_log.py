@@ -52,6 +52,8 @@ class CommitLog:
     positions: LogPositions = attrs.field(factory=LogPositions)
     queue_offsets: dict[tuple[str, int], int] = attrs.field(factory=dict)
     """Next queue offset per (topic, queue id), assigned at append time."""
+    parking_topics: frozenset[str] = frozenset()
+    """Topics whose tag code is the due time (:attr:`kernel.context.BrokerContext.parking_topics`)."""
     read_only_reason: str = ""
     """Set after a write or flush error: writes stay refused until restart."""
     disk_full_reason: str = ""
@@ -444,12 +446,12 @@ class CommitLog:
                 appended.append(wire)
                 continue
             if appended:
-                parts.append(DispatchBatch.from_wires(appended))
+                parts.append(DispatchBatch.from_wires(appended, self.parking_topics))
                 appended = []
             stop = handed[0][0] if handed and at < handed[0][0] < end else end
             at = self._scan_file_run(at, stop, max_bytes - (at - offset), parts)
         if appended:
-            parts.append(DispatchBatch.from_wires(appended))
+            parts.append(DispatchBatch.from_wires(appended, self.parking_topics))
         if len(parts) == 1 and isinstance(parts[0], list):
             return parts[0], at  # a few records: views take them one by one, no columns
         return DispatchBatch.concat([as_batch(part) for part in parts]), at
@@ -469,7 +471,7 @@ class CommitLog:
                 size = record.check_record(buffer, position, limit=limit, check_crc=False)
             except CorruptRecord as error:
                 raise CorruptRecord(mapped.start + position, error.reason, str(mapped.path)) from None
-            records.append(record.decode_dispatch(buffer, position))
+            records.append(record.decode_dispatch(buffer, position, self.parking_topics))
             position += size
         parts.append(records)
         return mapped.start + position
@@ -494,7 +496,7 @@ class CommitLog:
             mapped.buffer, position, limit, base=mapped.start, check_crc=False, max_bytes=max(1, max_bytes)
         )
         if run.count:
-            parts.append(DispatchBatch.from_run(mapped.buffer, run))
+            parts.append(DispatchBatch.from_run(mapped.buffer, run, self.parking_topics))
             if run.error is None:
                 return mapped.start + run.end
         if run.error is None:

@@ -346,7 +346,9 @@ async def open_mmap_store(ctx: BrokerContext) -> AsyncIterator[MmapStore]:
         index = None
         if config.message_index_enable:
             index = IndexService.load(root / "index", config.index_hash_slots, config.index_max_entries)
-        commit_log = CommitLog(files, (ctx.broker.listen_host, ctx.broker.listen_port))
+        commit_log = CommitLog(
+            files, (ctx.broker.listen_host, ctx.broker.listen_port), parking_topics=ctx.parking_topics
+        )
         store = MmapStore(root, config, commit_log, queues, Checkpoint.load(root / "checkpoint"), index)
         queues.on_persist = store._on_queues_persisted
         try:

@@ -272,6 +272,41 @@ async def test_hook_trocket_before_append(broker_factory):
         assert broker.store.max_queue_offset("orders", 0) == 0
 
 
+async def test_hook_trocket_register_parking_topics(broker_factory):
+    """A plugin that parks delayed messages names its topic: there the consume-queue tag field
+    holds the due time; a delayed message no plugin parked is refused."""
+    from kernel.java_hash import java_string_hash
+
+    async with broker_factory() as plain:
+        refused = await plain.put(MessageBatch([Message("T", b"x", properties={"DELAY": "2"})]))
+        assert refused.status is PutStatus.SERVICE_NOT_AVAILABLE and "no loaded plugin parks" in refused.remark
+
+    class Parker:
+        @hookimpl
+        def trocket_register_parking_topics(self):
+            return ["MY_PARKING"]
+
+        @hookimpl
+        def trocket_before_append(self, batch, ctx):
+            for message in batch.messages:
+                if message.wants_delay:
+                    message.topic = "MY_PARKING"
+                    message.properties["TIMER_OUT_MS"] = "1700000000123"
+            return None
+
+    async with broker_factory(plugin_objects=[("parker", Parker())]) as broker:
+        assert broker.ctx.parking_topics == frozenset({"MY_PARKING"})
+        delayed = Message("T", b"x", properties={"DELAY": "2", "TAGS": "TagA"})
+        tagged = Message("T", b"y", properties={"TAGS": "TagA"})
+        assert (await broker.put(MessageBatch([delayed]))).ok
+        assert (await broker.put(MessageBatch([tagged]))).ok
+        await broker.wait_dispatched()
+        [parked] = broker.store.lookup("MY_PARKING", 0, 0, 1)
+        [plain_entry] = broker.store.lookup("T", 0, 0, 1)
+        assert parked.tags_code == 1700000000123
+        assert plain_entry.tags_code == java_string_hash("TagA")
+
+
 async def test_per_batch_hooks_nobody_implements_cost_no_pluggy_call(broker_factory):
     """A single send is a batch of one: the put path and dispatch call a per-batch hook only
     when a loaded plugin implements it (issue 22, item 4)."""

@@ -28,6 +28,9 @@ from tests.kernel.test_wire_batch import batch_body
 
 from .helpers import clean_close, messages, opened
 
+PARKING = frozenset({SCHEDULE_TOPIC})
+"""The parking topic these records use (a broker learns its parking topics from its plugins)."""
+
 _TEXT = st.text(alphabet=st.characters(blacklist_characters="\x00\x01\x02", codec="utf-8"), max_size=40)
 
 
@@ -74,8 +77,8 @@ def test_dispatch_batch_matches_decode_dispatch(seed, count):
     data, offsets = _log(random.Random(seed), count)
     checked = check_run(data, 1000, len(data), base=0, check_crc=True)
     assert checked.count == count and checked.error is None
-    batch = DispatchBatch.from_run(data, checked)
-    expected = [record.decode_dispatch(data, o) for o in offsets]
+    batch = DispatchBatch.from_run(data, checked, PARKING)
+    expected = [record.decode_dispatch(data, o, PARKING) for o in offsets]
     assert list(batch) == expected
     assert as_batch(expected).tags_code.tolist() == batch.tags_code.tolist()
     assert batch.queue_keys() == {(r.topic, r.queue_id) for r in expected}
@@ -98,10 +101,10 @@ def test_columns_handed_over_at_append_match_the_stored_records(seed, count, fir
     encoder = record.RecordEncoder(("127.0.0.1", 10911))
     run = encoder.encode_run(wire, 500, {(topic, 2): first_queue_offset}, 1_700_000_000_000)
     handed = DispatchBatch.from_wire(
-        wire, np.array(run.offsets), np.array(run.sizes), first_queue_offset, 1_700_000_000_000
+        wire, np.array(run.offsets), np.array(run.sizes), first_queue_offset, 1_700_000_000_000, PARKING
     )
     data = b"\0" * 500 + run.data
-    scanned = DispatchBatch.from_run(data, check_run(data, 500, len(data), base=0))
+    scanned = DispatchBatch.from_run(data, check_run(data, 500, len(data), base=0), PARKING)
     assert list(handed) == list(scanned)
     assert handed.tags_code.tolist() == scanned.tags_code.tolist()
     assert handed.keys == scanned.keys and handed.key_rows.tolist() == scanned.key_rows.tolist()
@@ -131,8 +134,8 @@ def test_columns_of_a_run_of_appended_batches_match_the_stored_records(seed, cou
         appended.append(AppendedWire(wire, np.array(run.offsets), np.array(run.sizes), first, now))
         data += run.data
         at += len(run.data)
-    handed = DispatchBatch.from_wires(appended)
-    scanned = DispatchBatch.from_run(data, check_run(data, 700, len(data), base=0))
+    handed = DispatchBatch.from_wires(appended, PARKING)
+    scanned = DispatchBatch.from_run(data, check_run(data, 700, len(data), base=0), PARKING)
     assert list(handed) == list(scanned)
     assert handed.tags_code.tolist() == scanned.tags_code.tolist()
     assert handed.keys == scanned.keys and handed.key_rows.tolist() == scanned.key_rows.tolist()
@@ -201,3 +204,16 @@ async def test_views_built_from_handed_columns_equal_views_rebuilt_from_the_log(
     async with opened(rebuilt, clean=False) as (store, _):
         await clean_close(store)
     assert _view_files(live) == _view_files(rebuilt)
+
+
+def test_the_tag_code_is_the_due_time_only_in_parking_topics():
+    """A parked record's tag field holds its due time only where a plugin declared the topic a
+    parking topic; elsewhere (no delay plugin loaded) it is the tag's hash as on any topic."""
+    message = Message(SCHEDULE_TOPIC, b"b", properties={"TAGS": "TagA", "TIMER_OUT_MS": "1234567"})
+    run = record.RecordEncoder(("127.0.0.1", 10911)).encode_run([message], 0, {}, 1_700_000_000_000)
+    checked = check_run(run.data, 0, len(run.data), base=0)
+    assert record.decode_dispatch(run.data, 0, PARKING).tags_code == 1234567
+    assert DispatchBatch.from_run(run.data, checked, PARKING).tags_code.tolist() == [1234567]
+    plain = java_string_hash("TagA")
+    assert record.decode_dispatch(run.data, 0).tags_code == plain
+    assert DispatchBatch.from_run(run.data, checked).tags_code.tolist() == [plain]
