@@ -279,7 +279,8 @@ async def test_hook_trocket_register_parking_topics(broker_factory):
 
     async with broker_factory() as plain:
         refused = await plain.put(MessageBatch([Message("T", b"x", properties={"DELAY": "2"})]))
-        assert refused.status is PutStatus.SERVICE_NOT_AVAILABLE and "no loaded plugin parks" in refused.remark
+        assert refused.status is PutStatus.SERVICE_NOT_AVAILABLE
+        assert "no loaded plugin parks" in refused.remark
 
     class Parker:
         @hookimpl
