@@ -24,7 +24,7 @@ from pathlib import Path
 
 import trio
 
-from kernel import Broker, Message, MessageBatch, record
+from kernel import Broker, Message, MessageBatch, pull, record
 from kernel.model import GetStatus
 from kernel.testing import make_config
 
@@ -79,7 +79,7 @@ async def delivered(broker: Broker, topic: str) -> list[record.StoredMessage]:
     for queue in range(QUEUES):
         offset = 0
         while True:
-            got = await broker.get_messages(topic, queue, offset, max_count=512)
+            got = await pull.get_messages(broker.store, topic, queue, offset, max_count=512)
             if got.status is not GetStatus.FOUND:
                 break
             out += [record.decode_record(r) for r in got.records]

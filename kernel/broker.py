@@ -16,18 +16,17 @@ from typing import Any
 
 import attrs
 import trio
+from attrs import AttrsInstance
 
-from kernel import pull
 from kernel.config import Config
 from kernel.context import BrokerContext
-from kernel.dispatch import DispatchService
+from kernel.dispatch import DispatchService, DispatchStatistics
 from kernel.errors import ConfigError
 from kernel.host import PluginHost
 from kernel.lifecycle import AbortMarker
 from kernel.model import (
     BrokerRole,
     FlushPolicyProvider,
-    GetResult,
     MessageBatch,
     Phase,
     PutResult,
@@ -39,7 +38,7 @@ from kernel.model import (
     flatten,
 )
 from kernel.protocols import Dispatcher, FlushPolicy, MessageStore, Replicator
-from kernel.put import PutPipeline
+from kernel.put import PutPipeline, PutStatistics
 
 log = logging.getLogger(__name__)
 
@@ -49,11 +48,17 @@ class BrokerStatistics:
     """A snapshot of a running broker."""
 
     state: str
-    put: Any
-    dispatch: Any
-    store: Any
-    flush: Any
-    replicator: Any
+    """``assembled``, ``starting``, ``running``, ``stopping`` or ``stopped``."""
+    put: PutStatistics | None
+    """The put pipeline's counts (None before the broker started)."""
+    dispatch: DispatchStatistics | None
+    """How far derived views are behind the log (None before the broker started)."""
+    store: AttrsInstance | None
+    """The store's own snapshot (its class is the store plugin's: ``attrs.asdict`` shows it)."""
+    flush: AttrsInstance | None
+    """The flush policy's snapshot (the flush plugin's class)."""
+    replicator: AttrsInstance | None
+    """The replicator's snapshot (the replication plugin's class); None when standalone."""
 
 
 @attrs.define(eq=False)
@@ -287,26 +292,6 @@ class Broker:
         if self.role is BrokerRole.SLAVE:
             return [await self.put(batch) for batch in batches]
         return await self._put.put_group(batches)
-
-    async def get_messages(
-        self,
-        topic: str,
-        queue_id: int,
-        offset: int,
-        *,
-        max_count: int = 32,
-        max_bytes: int = 4 * 1024 * 1024,
-        tags_codes: Sequence[int] | None = None,
-    ) -> GetResult:
-        return await pull.get_messages(
-            self.store,
-            topic,
-            queue_id,
-            offset,
-            max_count=max_count,
-            max_bytes=max_bytes,
-            tags_codes=None if tags_codes is None else frozenset(tags_codes),
-        )
 
     async def wait_dispatched(self, offset: int | None = None) -> None:
         """Wait until derived views cover ``offset`` (default: everything written so far)."""

@@ -16,10 +16,12 @@ import pluggy
 from kernel.config import BrokerConfig, Config
 
 if TYPE_CHECKING:
-    from kernel.model import BrokerRole, GetResult, MessageBatch, PutResult
+    from kernel.broker import BrokerStatistics
+    from kernel.model import BrokerRole, MessageBatch, PutResult
     from kernel.protocols import MessageStore, Replicator
 
 T = TypeVar("T")
+D = TypeVar("D")
 
 
 @attrs.frozen(eq=False)
@@ -42,7 +44,7 @@ class Stash:
     def __getitem__(self, key: StashKey[T]) -> T:
         return self._items[key]  # type: ignore[no-any-return]
 
-    def get(self, key: StashKey[T], default: T) -> T:
+    def get(self, key: StashKey[T], default: D) -> T | D:
         return self._items.get(key, default)  # type: ignore[no-any-return]
 
     def setdefault(self, key: StashKey[T], default: T) -> T:
@@ -118,16 +120,5 @@ class BrokerRuntime(Protocol):
     async def put_group(self, batches: Sequence[MessageBatch]) -> list[PutResult]:
         """Batches that arrived together, appended at once where possible; one result each."""
 
-    def statistics(self) -> Any:
-        """A snapshot of the broker's pipelines (see :class:`kernel.broker.BrokerStatistics`)."""
-
-    async def get_messages(
-        self,
-        topic: str,
-        queue_id: int,
-        offset: int,
-        *,
-        max_count: int = 32,
-        max_bytes: int = 4 * 1024 * 1024,
-        tags_codes: Sequence[int] | None = None,
-    ) -> GetResult: ...
+    def statistics(self) -> BrokerStatistics:
+        """A snapshot of the broker's pipelines."""

@@ -14,8 +14,8 @@ from __future__ import annotations
 import inspect
 import logging
 import os
-from collections.abc import Iterable, Sequence
-from typing import Any
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any, Generic, Protocol, TypeVar, cast
 
 import attrs
 import pluggy
@@ -53,12 +53,21 @@ class PluginInfo:
     hooks: tuple[str, ...]
 
 
+class _Named(Protocol):
+    @property
+    def name(self) -> str: ...
+
+
+P = TypeVar("P", bound=_Named)
+"""A provider record (:class:`~kernel.model.StoreProvider`, ...): anything with a name."""
+
+
 @attrs.frozen
-class Provided:
+class Provided(Generic[P]):
     """A provider together with the plugin that registered it."""
 
     plugin: str
-    provider: Any
+    provider: P
 
     @property
     def name(self) -> str:
@@ -131,7 +140,7 @@ class PluginHost:
         """Declared sections by table name -> (plugin, section)."""
         sections: dict[str, tuple[str, ConfigSection]] = {}
         for impl in self.hook.trocket_config_sections.get_hookimpls():
-            for section in impl.function() or ():
+            for section in _registered(impl):
                 if section.name in sections:
                     raise DuplicateProvider(
                         f"config section [{section.name}] is declared by both "
@@ -167,11 +176,11 @@ class PluginHost:
 
     # --- providers ---------------------------------------------------------------------------
 
-    def _collect(self, hook_name: str, kind: type) -> list[Provided]:
+    def _collect(self, hook_name: str, kind: type[P]) -> list[Provided[P]]:
         caller = getattr(self.hook, hook_name)
-        found: dict[str, Provided] = {}
+        found: dict[str, Provided[P]] = {}
         for impl in caller.get_hookimpls():
-            for provider in impl.function() or ():
+            for provider in _registered(impl):
                 if not isinstance(provider, kind):
                     raise PluginContractError(
                         f"plugin {impl.plugin_name!r}: {hook_name} returned {provider!r}, "
@@ -185,16 +194,16 @@ class PluginHost:
                 found[provider.name] = Provided(impl.plugin_name, provider)
         return sorted(found.values(), key=lambda p: p.name)
 
-    def stores(self) -> list[Provided]:
+    def stores(self) -> list[Provided[StoreProvider]]:
         return self._collect("trocket_register_stores", StoreProvider)
 
-    def flush_policies(self) -> list[Provided]:
+    def flush_policies(self) -> list[Provided[FlushPolicyProvider]]:
         return self._collect("trocket_register_flush_policies", FlushPolicyProvider)
 
-    def replicators(self) -> list[Provided]:
+    def replicators(self) -> list[Provided[ReplicatorProvider]]:
         return self._collect("trocket_register_replicators", ReplicatorProvider)
 
-    def allocate_strategies(self) -> list[Provided]:
+    def allocate_strategies(self) -> list[Provided[AllocateStrategy]]:
         return self._collect("trocket_register_allocate_strategies", AllocateStrategy)
 
     def parking_topics(self) -> frozenset[str]:
@@ -208,7 +217,7 @@ class PluginHost:
             found.update(topics)
         return frozenset(found)
 
-    def select(self, role: str, providers: list[Provided], name: str | None) -> Any:
+    def select(self, role: str, providers: list[Provided[P]], name: str | None) -> P:
         """Pick the provider named ``name``; with no name, the only one offered."""
         if name is not None:
             for provided in providers:
@@ -220,6 +229,12 @@ class PluginHost:
         if not providers:
             raise ProviderNotFound(role, None, ())
         raise AmbiguousProvider(role, (p.name for p in providers))
+
+
+def _registered(impl: pluggy.HookImpl) -> Iterable[Any]:
+    """What a registration hookimpl returned (``None`` counts as nothing)."""
+    function = cast(Callable[[], Iterable[Any] | None], impl.function)
+    return function() or ()
 
 
 def _reject_async_hookimpls(name: str, plugin: object) -> None:

@@ -11,6 +11,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Protocol, runtime_checkable
 
 import trio
+from attrs import AttrsInstance
 
 from kernel.model import (
     AppendResult,
@@ -43,7 +44,9 @@ class MessageStore(Protocol):
     consume queue).
     """
 
-    positions: LogPositions
+    @property
+    def positions(self) -> LogPositions:
+        """The log's waitable positions (the same object for the store's lifetime)."""
 
     async def recover(self, *, clean_shutdown: bool) -> RecoveryReport:
         """Bring files to a consistent state; called once, before anything else."""
@@ -80,7 +83,9 @@ class MessageStore(Protocol):
     async def read_records(self, entries: Sequence[QueueEntry]) -> list[bytes]:
         """The stored records for ``entries``, each verified and copied out of the log."""
 
-    async def read_log(self, offset: int, *, end: int, max_bytes: int) -> tuple[list[DispatchRecord], int]:
+    async def read_log(
+        self, offset: int, *, end: int, max_bytes: int
+    ) -> tuple[Sequence[DispatchRecord], int]:
         """Decode whole records from ``offset``, none reaching past ``end``, stopping once about
         ``max_bytes`` were read (at least one record if one fits); return them and the offset
         after them (past any end-of-file filler). Used by the dispatch loop."""
@@ -92,7 +97,9 @@ class MessageStore(Protocol):
         """The store's own background services (retention, disk checks), started in the
         DERIVED phase whenever this store is the broker's store."""
 
-    def statistics(self) -> Any: ...
+    def statistics(self) -> AttrsInstance:
+        """A snapshot of counters as an attrs instance of the plugin's own class (admin tools
+        show it with ``attrs.asdict``; tests read its fields)."""
 
 
 @runtime_checkable
@@ -203,7 +210,9 @@ class FlushPolicy(Protocol):
     async def final_flush(self) -> None:
         """Flush everything; called shielded at shutdown."""
 
-    def statistics(self) -> Any: ...
+    def statistics(self) -> AttrsInstance:
+        """A snapshot of counters as an attrs instance of the plugin's own class (admin tools
+        show it with ``attrs.asdict``; tests read its fields)."""
 
 
 class Replicator(Protocol):
@@ -231,7 +240,9 @@ class Replicator(Protocol):
     def runtime_info(self) -> Mapping[str, Any]:
         """JSON-ready replication state (RocketMQ 5's ``HARuntimeInfo``)."""
 
-    def statistics(self) -> Any: ...
+    def statistics(self) -> AttrsInstance:
+        """A snapshot of counters as an attrs instance of the plugin's own class (admin tools
+        show it with ``attrs.asdict``; tests read its fields)."""
 
 
 class Service(Protocol):

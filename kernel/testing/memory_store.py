@@ -32,6 +32,7 @@ from kernel.model import (
     Watermarks,
 )
 from kernel.plugin import hookimpl
+from kernel.protocols import Service
 from kernel.sync import LogPositions
 
 
@@ -198,7 +199,7 @@ class MemoryStore:
     def dispatchers(self) -> Sequence[MemoryQueueIndex]:
         return [self._index]
 
-    def services(self) -> Sequence[object]:
+    def services(self) -> Sequence[Service]:
         return []
 
     def statistics(self) -> MemoryStoreStatistics:

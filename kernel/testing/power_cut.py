@@ -33,7 +33,7 @@ from typing import Any
 import attrs
 import trio
 
-from kernel import Broker, record
+from kernel import Broker, pull, record
 from kernel.model import GetStatus
 from kernel.testing.helpers import make_config
 from kernel.testing.power_cut_writer import TOPIC, parse_body
@@ -272,7 +272,7 @@ class PowerCutRun:
             for queue in range(self.queues):
                 offset = broker.store.min_queue_offset(TOPIC, queue)
                 while True:
-                    got = await broker.get_messages(TOPIC, queue, offset, max_count=256)
+                    got = await pull.get_messages(broker.store, TOPIC, queue, offset, max_count=256)
                     if got.status is not GetStatus.FOUND:
                         break
                     for raw, queue_offset in zip(got.records, got.queue_offsets, strict=True):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import trio
 
-from kernel import GetStatus, Message, MessageBatch, PutStatus
+from kernel import GetStatus, Message, MessageBatch, PutStatus, pull
 from kernel.model import tags_code
 from kernel.record import decode_record
 
@@ -21,7 +21,7 @@ async def test_put_then_pull_round_trip(broker_factory, flush):
         assert result.status is PutStatus.PUT_OK
         assert result.append.queue_offsets == [0, 1, 2]
         await broker.wait_dispatched()
-        got = await broker.get_messages("T", 0, 0)
+        got = await pull.get_messages(broker.store, "T", 0, 0)
         assert got.status is GetStatus.FOUND
         decoded = [decode_record(r) for r in got.records]
         assert [m.body for m in decoded] == [b"m0", b"m1", b"m2"]
@@ -84,7 +84,7 @@ async def test_flush_failure_never_acknowledges_and_turns_the_store_read_only(br
         assert refused.status is PutStatus.SERVICE_NOT_AVAILABLE
         assert "read-only" in refused.remark
         await broker.wait_dispatched()
-        assert (await broker.get_messages("T", 0, 0)).status is GetStatus.FOUND, "reads continue"
+        assert (await pull.get_messages(broker.store, "T", 0, 0)).status is GetStatus.FOUND, "reads continue"
 
 
 async def test_async_flush_acknowledges_from_the_page_cache(broker_factory, autojump_clock):
@@ -132,7 +132,7 @@ async def test_pull_filters_by_tag_hash(broker_factory):
         for tag in ("A", "B", "A", "C"):
             await broker.put(batch(TAGS=tag))
         await broker.wait_dispatched()
-        got = await broker.get_messages("T", 0, 0, tags_codes=[tags_code("A"), tags_code("C")])
+        got = await pull.get_messages(broker.store, "T", 0, 0, tags_codes=[tags_code("A"), tags_code("C")])
         assert [decode_record(r).tags for r in got.records] == ["A", "A", "C"]
         assert got.queue_offsets == [0, 2, 3]
 
@@ -143,9 +143,9 @@ async def test_visible_after_flush_hides_unflushed_messages(broker_factory, auto
     ) as broker:
         await broker.put(batch())
         await trio.sleep(0.1)
-        assert (await broker.get_messages("T", 0, 0)).status is GetStatus.NO_MESSAGE_IN_QUEUE
+        assert (await pull.get_messages(broker.store, "T", 0, 0)).status is GetStatus.NO_MESSAGE_IN_QUEUE
         await trio.sleep(1.5)
-        assert (await broker.get_messages("T", 0, 0)).status is GetStatus.FOUND
+        assert (await pull.get_messages(broker.store, "T", 0, 0)).status is GetStatus.FOUND
 
 
 @pytest.mark.parametrize(

@@ -11,7 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kernel import CorruptRecord, Message
-from kernel.model import decode_properties, encode_properties, java_string_hash
+from kernel.java_hash import java_string_hash
+from kernel.model import decode_properties, encode_properties
 from kernel.record import (
     MAGIC_V1,
     RecordEncoder,

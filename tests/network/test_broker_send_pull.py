@@ -6,7 +6,7 @@ import pytest
 import trio
 
 from kernel import record
-from kernel.model import java_string_hash
+from kernel.java_hash import java_string_hash
 from kernel.remoting import RequestCode, ResponseCode
 from tests.network.wire import batch_body, pull_request, send_request
 

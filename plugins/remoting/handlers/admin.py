@@ -135,6 +135,7 @@ async def runtime_info(
 ) -> RemotingCommand:
     runtime = net.runtime
     stats = runtime.statistics()
+    put, dispatch = stats.put, stats.dispatch
     marks = runtime.store.watermarks()
     table: dict[str, Any] = {
         "brokerVersionDesc": VERSION_DESCRIPTION,
@@ -147,11 +148,11 @@ async def runtime_info(
         "commitLogMinOffset": marks.min_offset,
         "commitLogMaxOffset": marks.wrote,
         "commitLogFlushedOffset": marks.flushed,
-        "dispatchBehindBytes": getattr(stats.dispatch, "behind_bytes", 0),
-        "putMessageTimesTotal": getattr(stats.put, "messages", 0),
-        "putBatchesTotal": getattr(stats.put, "batches", 0),
-        "putAppendsTotal": getattr(stats.put, "appends", 0),
-        "putStatus": json.dumps(getattr(stats.put, "by_status", {})),
+        "dispatchBehindBytes": dispatch.behind_bytes if dispatch else 0,
+        "putMessageTimesTotal": put.messages if put else 0,
+        "putBatchesTotal": put.batches if put else 0,
+        "putAppendsTotal": put.appends if put else 0,
+        "putStatus": json.dumps(put.by_status if put else {}),
         "flushPolicy": getattr(stats.flush, "name", "") or runtime.ctx.broker.flush or "",
         "brokerPermission": net.config.broker_permission,
         "connections": len(net.server.connections) if net.server else 0,

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 import trio
 
-from kernel import record
+from kernel import pull, record
 from kernel.model import GetResult, GetStatus
 from kernel.remoting import Connection, RemotingCommand, ResponseCode
 from kernel.subscription import Subscription
@@ -116,7 +116,8 @@ async def handle_pull(
         hold = net.config.short_polling_time
     deadline = trio.current_time() + hold
     while True:
-        result = await net.runtime.get_messages(
+        result = await pull.get_messages(
+            net.runtime.store,
             topic,
             queue_id,
             offset,

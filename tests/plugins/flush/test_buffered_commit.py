@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import trio
 
-from kernel import Message, MessageBatch
+from kernel import Message, MessageBatch, pull
 from kernel.model import GetStatus, PutStatus
 
 
@@ -39,7 +39,7 @@ async def test_async_commit_loop_publishes_staged_appends(broker_factory, tmp_pa
         assert broker.store.positions.wrote.value == visible, "acknowledged but still staged"
         with trio.fail_after(10):
             await broker.wait_dispatched()
-        got = await broker.get_messages("Buf", 0, 0)
+        got = await pull.get_messages(broker.store, "Buf", 0, 0)
         assert got.status is GetStatus.FOUND and len(got.records) == 1
         stats = broker.statistics()
         assert stats.flush.commits >= 1 and stats.flush.uncommitted_bytes == 0
@@ -76,5 +76,5 @@ async def test_graceful_stop_commits_staged_appends(broker_factory, tmp_path):
     async with broker_factory(**tables) as broker:
         assert broker.recovery is not None and broker.recovery.clean_shutdown
         await broker.wait_dispatched()
-        got = await broker.get_messages("Buf", 0, 0)
+        got = await pull.get_messages(broker.store, "Buf", 0, 0)
         assert got.status is GetStatus.FOUND

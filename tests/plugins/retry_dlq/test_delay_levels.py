@@ -7,7 +7,7 @@ import json
 
 import trio
 
-from kernel import Message, MessageBatch, record
+from kernel import Message, MessageBatch, pull, record
 from kernel.model import SCHEDULE_TOPIC, GetStatus, PutStatus, Redelivery
 from plugins.retry_dlq import SCHEDULER
 
@@ -21,7 +21,7 @@ async def _put(broker, body: bytes, level: int) -> None:
 
 
 async def _visible(broker) -> list:
-    got = await broker.get_messages("Orders", 1, 0, max_count=32)
+    got = await pull.get_messages(broker.store, "Orders", 1, 0, max_count=32)
     return [record.decode_record(r) for r in got.records] if got.status is GetStatus.FOUND else []
 
 

@@ -11,7 +11,7 @@ import time
 import pytest
 import trio
 
-from kernel import Message, MessageBatch, record
+from kernel import Message, MessageBatch, pull, record
 from kernel.model import TIMER_TOPIC, GetStatus, PutStatus
 from plugins.retry_dlq import TIMER
 
@@ -31,7 +31,7 @@ async def _put(broker, body: bytes, **properties: str) -> PutStatus:
 
 
 async def _delivered(broker) -> list:
-    got = await broker.get_messages(TOPIC, 0, 0, max_count=1000)
+    got = await pull.get_messages(broker.store, TOPIC, 0, 0, max_count=1000)
     return [record.decode_record(r) for r in got.records] if got.status is GetStatus.FOUND else []
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import trio
 
-from kernel import Broker, record
+from kernel import Broker, pull, record
 from kernel.model import GetStatus
 from kernel.testing import make_config
 
@@ -67,7 +67,7 @@ async def verify(data_dir: Path, acks) -> None:
         assert broker.recovery is not None and not broker.recovery.clean_shutdown
         await broker.wait_dispatched()
         for topic, queue, queue_offset, physical, body in acks:
-            got = await broker.get_messages(topic, queue, queue_offset, max_count=1)
+            got = await pull.get_messages(broker.store, topic, queue, queue_offset, max_count=1)
             assert got.status is GetStatus.FOUND, (queue, queue_offset, got.status)
             message = record.decode_record(got.records[0])
             assert (message.body, message.physical_offset, message.queue_offset) == (
@@ -80,7 +80,7 @@ async def verify(data_dir: Path, acks) -> None:
         for queue in range(3):
             offset = 0
             while True:
-                got = await broker.get_messages("Crash", queue, offset, max_count=500)
+                got = await pull.get_messages(broker.store, "Crash", queue, offset, max_count=500)
                 if got.status is not GetStatus.FOUND:
                     break
                 for raw in got.records:
