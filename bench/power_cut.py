@@ -24,23 +24,16 @@ import tempfile
 from pathlib import Path
 
 from kernel.testing.power_cut import CutResult, PowerCutRun, unavailable_reason
+from plugins.store_mmap.config import small_image_table
 
 POLICIES = ("sync", "async")
 
 
 def tables(flush: str, write_path: str = "pwrite") -> dict:
     """A store_mmap broker sized for an image of a few hundred MiB, ``flush`` as its policy."""
-    return {
-        "broker": {"plugins": ["store_mmap", "flush_sync", "flush_async"], "flush": flush},
-        "store_mmap": {
-            "commit_log_file_size": "4MiB",
-            "consume_queue_file_size": 200_000,
-            "index_hash_slots": 10_000,
-            "index_max_entries": 100_000,
-            "clean_file_forcibly_enable": False,
-            "write_path": write_path,
-        },
-    }
+    broker = {"plugins": ["store_mmap", "flush_sync", "flush_async"], "flush": flush}
+    store = small_image_table(commit_log_file_size="4MiB", write_path=write_path)
+    return {"broker": broker, "store_mmap": store}
 
 
 def seed_000(base: Path, flush: str, seconds: float) -> CutResult:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import attrs
 
@@ -88,3 +89,17 @@ PROPERTIES = {
     "flushConsumeQueueLeastPages": rocketmq.integer_alias("flush_consume_queue_least_pages", "pages"),
 }
 """The RocketMQ ``broker.properties`` keys of ``[store_mmap]``."""
+
+
+def small_image_table(**overrides: Any) -> dict[str, Any]:
+    """A ``[store_mmap]`` table for a store that must fit an image of a few hundred MiB (the
+    power-cut runs of ``kernel.testing.power_cut``): 1 MiB commit-log files, a small index,
+    forced cleaning off; ``overrides`` win."""
+    return {
+        "commit_log_file_size": "1MiB",
+        "consume_queue_file_size": 200_000,
+        "index_hash_slots": 10_000,
+        "index_max_entries": 100_000,
+        "clean_file_forcibly_enable": False,
+        **overrides,
+    }

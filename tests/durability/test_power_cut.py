@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from kernel.testing.power_cut import PowerCutRun, unavailable_reason
+from plugins.store_mmap.config import small_image_table
 
 REASON = unavailable_reason()
 pytestmark = pytest.mark.skipif(REASON is not None, reason=REASON or "")
@@ -17,17 +18,8 @@ pytestmark = pytest.mark.skipif(REASON is not None, reason=REASON or "")
 def store_tables(flush: str, **store_mmap: Any) -> dict[str, Any]:
     """Config tables for a store_mmap broker sized for an image of a few hundred MiB (small
     commit-log files, a small index, forced cleaning off), with ``flush`` as the policy."""
-    return {
-        "broker": {"plugins": ["store_mmap", "flush_sync", "flush_async"], "flush": flush},
-        "store_mmap": {
-            "commit_log_file_size": "1MiB",
-            "consume_queue_file_size": 200_000,
-            "index_hash_slots": 10_000,
-            "index_max_entries": 100_000,
-            "clean_file_forcibly_enable": False,
-            **store_mmap,
-        },
-    }
+    broker = {"plugins": ["store_mmap", "flush_sync", "flush_async"], "flush": flush}
+    return {"broker": broker, "store_mmap": small_image_table(**store_mmap)}
 
 
 def _cut_many(tmp_path, tables: dict, cuts: int):
