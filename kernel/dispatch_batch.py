@@ -69,8 +69,10 @@ class DispatchBatch(Sequence[DispatchRecord]):
     key_rows: np.ndarray
     """Per index key, the record it belongs to (records in order; a record's unique key
     first, then its ``KEYS`` tokens)."""
-    keys: list[bytes]
-    """The index keys themselves (UTF-8, without the ``topic#`` prefix)."""
+    key_start: np.ndarray
+    """Where each index key's UTF-8 text (without the ``topic#`` prefix) begins in
+    :attr:`properties_blob`: keys are spans, not objects, so the index hashes them in place."""
+    key_end: np.ndarray
     properties_blob: bytes
     """A buffer holding every record's properties (the request body of a batch put, or the
     regions joined when read from the log)."""
@@ -81,7 +83,7 @@ class DispatchBatch(Sequence[DispatchRecord]):
     @classmethod
     def empty(cls) -> DispatchBatch:
         e = _empty()
-        return cls([], e, e, e, e, e, e, e, e, e, e, [], b"", e, e)
+        return cls([], e, e, e, e, e, e, e, e, e, e, e, e, b"", e, e)
 
     @classmethod
     def from_run(
@@ -155,7 +157,8 @@ class DispatchBatch(Sequence[DispatchRecord]):
             np.zeros(total, dtype=np.int64),
             np.zeros(total, dtype=np.int64),
             _empty(),
-            [],
+            _empty(),
+            _empty(),
             b"".join([a.batch.data for a in appended]),
             np.concatenate([a.batch.props_at for a in appended]) + blob_shift,
             np.concatenate([a.batch.props_end for a in appended]) + blob_shift,
@@ -198,7 +201,8 @@ class DispatchBatch(Sequence[DispatchRecord]):
             header["prepared_offset"].astype(np.int64),
             np.zeros(count, dtype=np.int64),
             _empty(),
-            [],
+            _empty(),
+            _empty(),
             joined.blob,
             joined.starts,
             joined.ends,
@@ -211,9 +215,14 @@ class DispatchBatch(Sequence[DispatchRecord]):
         at once (:func:`kernel.batch_codec.dispatch_properties`)."""
         parked_topics = [i for i, topic in enumerate(self.topics) if topic in parking]
         parked = np.isin(self.topic_index, parked_topics) if parked_topics else None
-        self.tags_code, self.key_rows, self.keys = batch_codec.dispatch_properties(
+        self.tags_code, self.key_rows, self.key_start, self.key_end = batch_codec.dispatch_properties(
             self.properties_blob, self.properties_start, self.properties_end, parked
         )
+
+    def key_texts(self) -> list[bytes]:
+        """The index keys as bytes (for tests and plugins; the index hashes the spans)."""
+        blob = self.properties_blob
+        return [blob[a:b] for a, b in zip(self.key_start.tolist(), self.key_end.tolist(), strict=True)]
 
     # --- slicing and joining ----------------------------------------------------------------
 
@@ -238,7 +247,8 @@ class DispatchBatch(Sequence[DispatchRecord]):
             self.prepared_offset[rows],
             self.tags_code[rows],
             self.key_rows[kept] - start,
-            [self.keys[i] for i in kept.tolist()],
+            self.key_start[kept],
+            self.key_end[kept],
             self.properties_blob,
             self.properties_start[rows],
             self.properties_end[rows],
@@ -253,13 +263,14 @@ class DispatchBatch(Sequence[DispatchRecord]):
         if len(batches) == 1:
             return batches[0]
         topics: dict[str, int] = {}
-        topic_index, key_rows, keys, starts, ends, blobs = [], [], [], [], [], []
+        topic_index, key_rows, key_start, key_end, starts, ends, blobs = [], [], [], [], [], [], []
         rows_before = blob_before = 0
         for batch in batches:
             remap = np.array([topics.setdefault(t, len(topics)) for t in batch.topics], dtype=np.int64)
             topic_index.append(remap[batch.topic_index])
             key_rows.append(batch.key_rows + rows_before)
-            keys.extend(batch.keys)
+            key_start.append(batch.key_start + blob_before)
+            key_end.append(batch.key_end + blob_before)
             starts.append(batch.properties_start + blob_before)
             ends.append(batch.properties_end + blob_before)
             blobs.append(batch.properties_blob)
@@ -281,7 +292,8 @@ class DispatchBatch(Sequence[DispatchRecord]):
             joined("prepared_offset"),
             joined("tags_code"),
             np.concatenate(key_rows),
-            keys,
+            np.concatenate(key_start),
+            np.concatenate(key_end),
             b"".join(blobs),
             np.concatenate(starts),
             np.concatenate(ends),
@@ -360,19 +372,23 @@ def as_batch(records: Sequence[DispatchRecord]) -> DispatchBatch:
     starts: list[int] = []
     ends: list[int] = []
     key_rows: list[int] = []
-    keys: list[bytes] = []
+    key_spans: list[int] = []
     for row, r in enumerate(records):
         topics.setdefault(r.topic, len(topics))
         blob += b"\x02"
         starts.append(len(blob))
         blob += encode_properties(r.properties)
         ends.append(len(blob))
-        if r.unique_key:
+        # The record's keys, as the record states them, follow its properties in the blob.
+        for key in [r.unique_key] if r.unique_key else []:
             key_rows.append(row)
-            keys.append(r.unique_key.encode())
+            key_spans += (len(blob) + 1, len(blob) + 1 + len(key.encode()))
+            blob += b"\x02" + key.encode()
         for token in r.keys.split():
             key_rows.append(row)
-            keys.append(token.encode())
+            key_spans += (len(blob) + 1, len(blob) + 1 + len(token.encode()))
+            blob += b"\x02" + token.encode()
+    spans = np.array(key_spans, dtype=np.int64).reshape(-1, 2)
 
     def column(name: str) -> np.ndarray:
         return np.fromiter((getattr(r, name) for r in records), dtype=np.int64, count=len(records))
@@ -389,7 +405,8 @@ def as_batch(records: Sequence[DispatchRecord]) -> DispatchBatch:
         column("prepared_transaction_offset"),
         column("tags_code"),
         np.array(key_rows, dtype=np.int64),
-        keys,
+        spans[:, 0].copy(),
+        spans[:, 1].copy(),
         bytes(blob),
         np.array(starts, dtype=np.int64),
         np.array(ends, dtype=np.int64),

@@ -56,8 +56,9 @@ property_pairs = _impl.property_pairs
 
 def dispatch_properties(
     buffer: Buffer, begin: np.ndarray, end: np.ndarray, parked: np.ndarray | None = None
-) -> tuple[np.ndarray, np.ndarray, list[bytes]]:
-    """Tag codes and index keys of records (see :func:`kernel.batch_codec.pure.dispatch_properties`).
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Tag codes and index keys (``key_rows``, ``key_start``, ``key_end``: spans of ``buffer``)
+    of records (see :func:`kernel.batch_codec.pure.dispatch_properties`).
     The compiled loop covers ASCII tags and keys outside the parking topics, the pure one the
     rest."""
     if _compiled is not None and (parked is None or not parked.any()):

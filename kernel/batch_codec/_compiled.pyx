@@ -268,60 +268,76 @@ cdef inline bint _named(const uint8_t *p, int64_t at, int64_t key_end, const cha
 
 
 def dispatch_properties(const uint8_t[::1] buffer, const int64_t[::1] begin, const int64_t[::1] end):
-    """(tags_code, key_rows, keys) of records whose properties are ``buffer[begin[i]:end[i]]``,
-    as ``pure.dispatch_properties`` computes them for records outside the parking topics; or
-    ``None`` when a ``TAGS`` or ``KEYS`` value is not ASCII (the caller then takes the pure
-    path, whose UTF-8 and UTF-16 rules are Python's own)."""
+    """(tags_code, key_rows, key_start, key_end) of records whose properties are
+    ``buffer[begin[i]:end[i]]``, as ``pure.dispatch_properties`` computes them for records
+    outside the parking topics (keys as spans of ``buffer``, no object per key); or ``None``
+    when a ``TAGS`` or ``KEYS`` value is not ASCII (the caller then takes the pure path, whose
+    UTF-8 and whitespace rules are Python's own). One walk per record's properties: a record's
+    unique key is emitted before its ``KEYS`` tokens wherever the two stand."""
     cdef Py_ssize_t count = begin.shape[0], i
     cdef const uint8_t *p = &buffer[0] if buffer.shape[0] else NULL
     tags_a = np.zeros(count, dtype=np.int64)
     cdef int64_t[::1] tags = tags_a
-    cdef list key_rows = []
-    cdef list keys = []
-    cdef int64_t at, stop, key_end, pair_end, v, token
+    cdef Py_ssize_t capacity = count * 2 + 8, keys = 0
+    columns = np.empty((3, capacity), dtype=np.int64)
+    cdef int64_t[:, ::1] key = columns
+    cdef int64_t at, stop, key_end, pair_end, v, token, uniq_at, uniq_end, keys_at, keys_end
+    cdef const uint8_t *found
     cdef uint32_t h
-    cdef int round_
     for i in range(count):
         stop = end[i]
-        # round 0: TAGS and UNIQ_KEY; round 1: KEYS tokens (a record's unique key comes first)
-        for round_ in range(2):
-            at = begin[i]
-            while at < stop:
-                pair_end = at
-                while pair_end < stop and p[pair_end] != 2:
-                    pair_end += 1
-                key_end = at
-                while key_end < pair_end and p[key_end] != 1:
-                    key_end += 1
-                if key_end < pair_end:
-                    if round_ == 0 and _named(p, at, key_end, b"TAGS", 4):
-                        h = 0
-                        for v in range(key_end + 1, pair_end):
-                            if p[v] >= 0x80:
-                                return None
-                            h = h * 31 + p[v]
-                        tags[i] = <int64_t>(<int>h)
-                    elif round_ == 0 and _named(p, at, key_end, b"UNIQ_KEY", 8):
-                        if pair_end > key_end + 1:
-                            key_rows.append(i)
-                            keys.append(PyBytes_FromStringAndSize(<const char *>p + key_end + 1, pair_end - key_end - 1))
-                    elif round_ == 1 and _named(p, at, key_end, b"KEYS", 4):
-                        v = key_end + 1
-                        while v < pair_end:
-                            if p[v] >= 0x80:
-                                return None
-                            if _is_space(p[v]):
-                                v += 1
-                                continue
-                            token = v
-                            while v < pair_end and not _is_space(p[v]):
-                                if p[v] >= 0x80:
-                                    return None
-                                v += 1
-                            key_rows.append(i)
-                            keys.append(PyBytes_FromStringAndSize(<const char *>p + token, v - token))
-                at = pair_end + 1
-    return tags_a, np.array(key_rows, dtype=np.int64), keys
+        at = begin[i]
+        uniq_at = uniq_end = keys_at = keys_end = -1
+        while at < stop:
+            found = <const uint8_t *>memchr(p + at, 2, stop - at)
+            pair_end = (found - p) if found != NULL else stop
+            found = <const uint8_t *>memchr(p + at, 1, pair_end - at)
+            if found != NULL:
+                key_end = found - p
+                if _named(p, at, key_end, b"TAGS", 4):
+                    h = 0
+                    for v in range(key_end + 1, pair_end):
+                        if p[v] >= 0x80:
+                            return None
+                        h = h * 31 + p[v]
+                    tags[i] = <int64_t>(<int>h)
+                elif _named(p, at, key_end, b"UNIQ_KEY", 8):
+                    uniq_at, uniq_end = key_end + 1, pair_end  # the last one wins, as in a dict
+                elif _named(p, at, key_end, b"KEYS", 4):
+                    keys_at, keys_end = key_end + 1, pair_end
+            at = pair_end + 1
+        if keys + 1 + (keys_end - keys_at) // 2 + 1 > capacity:
+            capacity = 2 * capacity + (keys_end - keys_at)
+            columns = _grown(columns, capacity)
+            key = columns
+        if uniq_end > uniq_at:
+            key[0, keys] = i
+            key[1, keys] = uniq_at
+            key[2, keys] = uniq_end
+            keys += 1
+        v = keys_at
+        while v < keys_end:
+            if p[v] >= 0x80:
+                return None
+            if _is_space(p[v]):
+                v += 1
+                continue
+            token = v
+            while v < keys_end and not _is_space(p[v]):
+                if p[v] >= 0x80:
+                    return None
+                v += 1
+            key[0, keys] = i
+            key[1, keys] = token
+            key[2, keys] = v
+            keys += 1
+    return tags_a, columns[0, :keys], columns[1, :keys], columns[2, :keys]
+
+
+cdef object _grown(object columns, Py_ssize_t capacity):
+    grown = np.empty((3, capacity), dtype=np.int64)
+    grown[:, : columns.shape[1]] = columns
+    return grown
 
 
 def encode_entries(list bodies, list properties, const int64_t[::1] flag):

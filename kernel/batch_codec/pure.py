@@ -207,19 +207,27 @@ _TAGS, _KEYS, _UNIQ_KEY, _TIMER_OUT_MS = range(len(_WANTED))
 
 def dispatch_properties(
     buffer: Buffer, begin: np.ndarray, end: np.ndarray, parked: np.ndarray | None = None
-) -> tuple[np.ndarray, np.ndarray, list[bytes]]:
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """What the views need from the properties ``buffer[begin[i]:end[i]]`` of records:
 
     - ``tags_code`` (``int64``): the Java hash of ``TAGS`` (0 without tags); for records whose
       ``parked`` flag is set (a parking topic of delayed messages) ``TIMER_OUT_MS`` instead;
-    - ``key_rows`` and ``keys``: the index keys in record order, per record its ``UNIQ_KEY``
-      first, then its ``KEYS`` split on whitespace (UTF-8, without the ``topic#`` prefix).
+    - ``key_rows``, ``key_start``, ``key_end``: the index keys in record order, per record its
+      ``UNIQ_KEY`` first, then its ``KEYS`` split on whitespace, as the record each belongs to
+      and where its UTF-8 text lies in ``buffer`` (no object per key: the index hashes them
+      in place).
     """
     count = len(begin)
     tags_code = np.zeros(count, dtype=np.int64)
     record, which, start, stop = find_pairs(buffer, begin, end, _WANTED)
     if not len(record):
-        return tags_code, np.zeros(0, dtype=np.int64), []
+        return tags_code, _no_keys(), _no_keys(), _no_keys()
+    # A name set twice counts once, with its last value (what a reader's dict keeps).
+    pair = record * len(_WANTED) + which
+    last = len(pair) - 1 - np.unique(pair[::-1], return_index=True)[1]
+    if len(last) < len(pair):
+        last.sort()
+        record, which, start, stop = record[last], which[last], start[last], stop[last]
     in_parking = parked[record] if parked is not None else np.zeros(len(record), bool)
     tags = np.flatnonzero((which == _TAGS) & ~in_parking)
     if len(tags):
@@ -229,18 +237,47 @@ def dispatch_properties(
             tags_code[record[i]] = int(buffer[start[i] : stop[i]])
         except ValueError:
             tags_code[record[i]] = 0
-    getitem = buffer.__getitem__
     unique = np.flatnonzero((which == _UNIQ_KEY) & (stop > start))
     key_rows = record[unique].tolist()
+    key_start = start[unique].tolist()
+    key_end = stop[unique].tolist()
     order = [0] * len(key_rows)
-    found = [bytes(key) for key in map(getitem, map(slice, start[unique].tolist(), stop[unique].tolist()))]
     for i in np.flatnonzero(which == _KEYS).tolist():
-        for token in bytes(buffer[start[i] : stop[i]]).decode("utf-8", "replace").split():
+        for token_start, token_end in _tokens(bytes(buffer[start[i] : stop[i]])):
             key_rows.append(int(record[i]))
+            key_start.append(int(start[i]) + token_start)
+            key_end.append(int(start[i]) + token_end)
             order.append(1)
-            found.append(token.encode())
     by_record = np.lexsort((np.array(order, dtype=np.int64), np.array(key_rows, dtype=np.int64)))
-    return tags_code, np.array(key_rows, dtype=np.int64)[by_record], [found[i] for i in by_record.tolist()]
+
+    def column(values: list[int]) -> np.ndarray:
+        return np.array(values, dtype=np.int64)[by_record]
+
+    return tags_code, column(key_rows), column(key_start), column(key_end)
+
+
+def _no_keys() -> np.ndarray:
+    return np.zeros(0, dtype=np.int64)
+
+
+def _tokens(value: bytes) -> list[tuple[int, int]]:
+    """Byte spans of the whitespace-separated tokens of a ``KEYS`` value, split as Python's
+    ``str.split()`` splits its text (Unicode whitespace included). Bytes that are not UTF-8 are
+    kept as lone surrogates while splitting (never whitespace, as the replacement character a
+    reader decodes them to is not), so each span holds exactly the bytes of its token."""
+    if value.isascii():
+        text = value.decode()
+        return [(m.start(), m.end()) for m in _TOKEN.finditer(text)]
+    text = value.decode("utf-8", "surrogateescape")
+    spans = []
+    for token in _TOKEN.finditer(text):
+        first = len(text[: token.start()].encode("utf-8", "surrogateescape"))
+        spans.append((first, first + len(token.group().encode("utf-8", "surrogateescape"))))
+    return spans
+
+
+_TOKEN = re.compile(r"\S+")
+"""What ``str.split()`` keeps: maximal runs of characters that are not whitespace."""
 
 
 _SIZE = struct.Struct(">i")

@@ -345,21 +345,20 @@ class IndexService:
             self._newest_timestamp = r.store_timestamp
 
     def _put_keys(self, batch: DispatchBatch, chosen: np.ndarray) -> None:
-        """Index keys ``chosen`` (positions in ``batch.keys``, in order) as ``topic#key``: hashed
-        in one pass per topic (:func:`kernel.batch_codec.java_hashes_at` over the joined keys),
-        written in bulk, or one by one when there are so few that the bulk set-up would cost
-        more (an idle broker's lone put)."""
+        """Index keys ``chosen`` (positions among the batch's keys, in order) as
+        ``topic#key``: hashed where they lie in the batch's properties, one pass per topic
+        (:func:`kernel.batch_codec.java_hashes_at` over the key spans), written in bulk, or one
+        by one when there are so few that the bulk set-up would cost more (an idle broker's
+        lone put)."""
         rows = batch.key_rows[chosen]
         topic_of = batch.topic_index[rows]
-        keys = [batch.keys[i] for i in chosen.tolist()]
-        lengths = np.fromiter(map(len, keys), dtype=np.int64, count=len(keys))
-        ends = np.cumsum(lengths)
-        blob = b"".join(keys)
+        starts, ends = batch.key_start[chosen], batch.key_end[chosen]
+        blob = batch.properties_blob
         hashes = np.empty(len(chosen), dtype=np.uint32)
         for topic in np.unique(topic_of).tolist() if len(batch.topics) > 1 else [int(topic_of[0])]:
             mine = np.flatnonzero(topic_of == topic) if len(batch.topics) > 1 else slice(None)
             prefix = unsigned_hash(f"{batch.topics[topic]}#")
-            hashes[mine] = batch_codec.java_hashes_at(blob, ends[mine] - lengths[mine], ends[mine], prefix)
+            hashes[mine] = batch_codec.java_hashes_at(blob, starts[mine], ends[mine], prefix)
         hashed = key_hashes(hashes)
         offsets = batch.physical_offset[rows]
         timestamps = batch.store_timestamp[rows]

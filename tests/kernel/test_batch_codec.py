@@ -21,6 +21,7 @@ from hypothesis import strategies as st
 from kernel import batch_codec
 from kernel.batch_codec import pure
 from kernel.errors import MalformedBatch
+from kernel.java_hash import java_string_hash
 from kernel.model import encode_properties
 
 compiled = pytest.importorskip("kernel.batch_codec._compiled", reason="the compiled codec was not built")
@@ -147,6 +148,40 @@ def test_dispatch_properties_agree(records):
         assert any(not (p.get("TAGS", "") + p.get("KEYS", "")).isascii() for p in records)
         got = batch_codec.dispatch_properties(blob, begin, end)
     same(got, expected)
+    _, key_rows, key_start, key_end = got
+    texts = [blob[a:b] for a, b in zip(key_start.tolist(), key_end.tolist(), strict=True)]
+    wanted = [
+        (row, key.encode())
+        for row, props in enumerate(records)
+        for key in ([props["UNIQ_KEY"]] if props.get("UNIQ_KEY") else []) + props.get("KEYS", "").split()
+    ]
+    assert list(zip(key_rows.tolist(), texts, strict=True)) == wanted
+
+
+def test_a_property_set_twice_counts_once_with_its_last_value():
+    """As a reader's dict keeps it: one unique key, one ``KEYS`` value, one tag."""
+    blob = (
+        b"\x02TAGS\x01a\x02KEYS\x01x y\x02UNIQ_KEY\x01first"
+        b"\x02TAGS\x01b\x02UNIQ_KEY\x01second\x02KEYS\x01z\x02"
+    )
+    begin, end = np.array([1], dtype=np.int64), np.array([len(blob)], dtype=np.int64)
+    for codec in (pure, compiled):
+        tags, rows, starts, ends = codec.dispatch_properties(blob, begin, end)
+        assert tags.tolist() == [java_string_hash("b")]
+        assert [blob[a:b] for a, b in zip(starts.tolist(), ends.tolist(), strict=True)] == [b"second", b"z"]
+        assert rows.tolist() == [0, 0]
+
+
+@pytest.mark.parametrize(
+    "value",
+    [b"a b", b"  a\tb  ", "k\u3000\u00e9t\u00e9 x\u2028y".encode(), b"bad\xff\xfe z\x80", b"\x1cq\x1fr"],
+)
+def test_keys_tokens_hold_the_bytes_python_splits(value):
+    """The pure path's key spans: the tokens ``str.split()`` finds in the decoded text, each
+    span exactly the bytes of its token (bytes that are not UTF-8 included)."""
+    spans = pure._tokens(value)
+    decoded = value.decode("utf-8", "replace").split()
+    assert [value[a:b].decode("utf-8", "replace") for a, b in spans] == decoded
 
 
 @given(st.lists(_ENTRY, max_size=20))
