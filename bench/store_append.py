@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import mmap
 import os
+import shutil
 import statistics
 import tempfile
 import time
@@ -151,11 +152,15 @@ def main() -> None:
         rows += [("pwrite", "encoded", b, n) for b in (128, 1024) for n in (32, 256)]
         for write_path, form, body_size, batch in rows:
             directory = base / f"{write_path}-{form}-{body_size}-{batch}"
+            # Each row starts from the same state: the previous row's files (up to 512 MiB)
+            # deleted and their dirty pages written back, so no row pays for another's writeback.
+            os.sync()
             rate, bandwidth = trio.run(
                 partial(append_rate, encoded=form == "encoded"), directory, write_path, body_size, batch,
                 args.seconds,
             )  # fmt: skip
             rates[(write_path, form, body_size, batch)] = rate
+            shutil.rmtree(directory, ignore_errors=True)
             print(
                 f"{write_path:7} {form:8} {body_size:>6} {batch:>5} {rate:>12,.0f} {bandwidth / 1e6:>9,.1f} "
                 f"{bandwidth / raw:>7.3f}"
