@@ -64,13 +64,12 @@ def entry_columns(const uint8_t[::1] data):
             raise MalformedBatch(f"batch entry at byte {at} is malformed")
         at += total
         count += 1
-    body_at_a = np.empty(count, dtype=np.int64)
-    body_len_a = np.empty(count, dtype=np.int64)
-    props_at_a = np.empty(count, dtype=np.int64)
-    props_len_a = np.empty(count, dtype=np.int64)
-    flag_a = np.empty(count, dtype=np.int64)
-    cdef int64_t[::1] body_at = body_at_a, body_len = body_len_a
-    cdef int64_t[::1] props_at = props_at_a, props_len = props_len_a, flag = flag_a
+    # One allocation for the six columns (rows of one array): a batch of 32 paid more for six
+    # separate arrays than for walking its entries.
+    columns = np.empty((6, count), dtype=np.int64)
+    cdef int64_t[:, ::1] c = columns
+    cdef int64_t[::1] body_at = c[0], body_len = c[1], props_at = c[2], props_len = c[3]
+    cdef int64_t[::1] flag = c[4], props_end = c[5]
     cdef int64_t length, length_at, entry_end
     cdef Py_ssize_t bad = -1
     at = 0
@@ -99,14 +98,13 @@ def entry_columns(const uint8_t[::1] data):
         at += total
     if bad >= 0:
         raise MalformedBatch(f"batch entry at byte {bad} is malformed")
-    props_end_a = np.empty(count, dtype=np.int64)
-    cdef int64_t[::1] props_end = props_end_a
     cdef bint nul = False
     with nogil:
         for i in range(count):
             props_end[i] = props_at[i] + props_len[i]
             if not nul and props_len[i] > 0:
                 nul = memchr(p + props_at[i], 0, props_len[i]) != NULL
+    body_at_a, body_len_a, props_at_a, props_len_a, flag_a, props_end_a = columns
     return body_at_a, body_len_a, props_at_a, props_len_a, props_end_a, flag_a, nul
 
 

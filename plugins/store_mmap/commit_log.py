@@ -114,17 +114,20 @@ class CommitLog:
         except ValueError as error:
             raise StoreNotWritable(f"message refused: {error}") from None
         limit = self.file_size - END_FILE_MIN_BLANK_LENGTH
-        largest = max(run.sizes)
-        if largest > limit:
-            raise StoreNotWritable(
-                f"a {largest}-byte record cannot fit in a {self.file_size}-byte commit-log file"
-            )
-        try:
-            self.files.ensure_room(active, len(run.data), len(messages), largest)
-        except OSError as error:
-            raise StoreNotWritable(
-                f"cannot create the next commit-log file ({error}); disk full? nothing was written"
-            ) from error
+        if active.wrote + len(run.data) > limit:
+            # The batch rolls into the next file(s): each record must fit a file, and the
+            # files it rolls into are created before anything is written.
+            largest = max(run.sizes)
+            if largest > limit:
+                raise StoreNotWritable(
+                    f"a {largest}-byte record cannot fit in a {self.file_size}-byte commit-log file"
+                )
+            try:
+                self.files.ensure_room(active, len(run.data), len(messages), largest)
+            except OSError as error:
+                raise StoreNotWritable(
+                    f"cannot create the next commit-log file ({error}); disk full? nothing was written"
+                ) from error
         handed = False
         try:
             if active.wrote + len(run.data) <= limit:
