@@ -92,10 +92,7 @@ class Broker:
         :raises kernel.errors.PluginError: unknown plugins, misspelt hooks.
         """
         host = PluginHost.load(config.broker.plugins, objects=plugin_objects)
-        plugin_configs = host.validate_sections(config)
-        ctx = BrokerContext(
-            config=config, hook=host.hook, plugin_configs=plugin_configs, parking_topics=host.parking_topics()
-        )
+        ctx = BrokerContext.assemble(config, host)
         host.hook.trocket_configure(config=config.broker, ctx=ctx)
         broker = cls(config=config, host=host, ctx=ctx)
         broker.role = config.broker.broker_role

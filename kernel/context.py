@@ -17,6 +17,7 @@ from kernel.config import BrokerConfig, Config
 
 if TYPE_CHECKING:
     from kernel.broker import BrokerStatistics
+    from kernel.host import PluginHost
     from kernel.model import BrokerRole, MessageBatch, PutResult
     from kernel.protocols import MessageStore, Replicator
 
@@ -68,6 +69,20 @@ class BrokerContext:
     due time (``TIMER_OUT_MS``) instead of its tag's hash, so a scheduler finds due messages
     from the queue alone (RocketMQ's rule for its schedule topic). A delayed message put
     anywhere else was parked by no plugin and is refused."""
+
+    @classmethod
+    def assemble(cls, config: Config, host: PluginHost) -> BrokerContext:
+        """The context of ``config`` with ``host``'s plugins loaded: their tables validated and
+        what they declare at assembly collected (one place, for the broker and for tests).
+
+        :raises kernel.errors.ConfigError: a plugin table does not validate.
+        """
+        return cls(
+            config=config,
+            hook=host.hook,
+            plugin_configs=host.validate_sections(config),
+            parking_topics=host.parking_topics(),
+        )
 
     @property
     def broker(self) -> BrokerConfig:

@@ -36,9 +36,4 @@ def make_context(config: Config | None = None, *, plugins: tuple[str, ...] = ())
     """A context for calling hookimpls directly in unit tests."""
     config = config or make_config(broker={"plugins": list(plugins)})
     host = PluginHost.load(config.broker.plugins)
-    return BrokerContext(
-        config=config,
-        hook=host.hook,
-        plugin_configs=host.validate_sections(config),
-        parking_topics=host.parking_topics(),
-    )
+    return BrokerContext.assemble(config, host)

@@ -63,8 +63,9 @@ def ha_pair(mode: str, config_path: str | None, data_dir: str | None) -> list[Co
     """A NameServer + master and a slave of the same broker name, in one process: the local
     pair of ``trocket up --ha``. The slave learns its master's HA address from the NameServer."""
     root = Path(data_dir or "data")
+    replication = TROCKET_DEFAULTS.replication_plugin
     plugins = [p for p in TROCKET_DEFAULTS.plugins if p in available_plugins()]
-    plugins.append(TROCKET_DEFAULTS.replication_plugin)
+    plugins += [replication] if replication and replication not in plugins else []
     common = {"plugins": plugins, "replicator": TROCKET_DEFAULTS.replicator}
     role = "SYNC_MASTER" if mode == "sync" else "ASYNC_MASTER"
     master = {"roles": ["broker", "namesrv"], "broker_role": role, "data_dir": root / "master", **common}
