@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+import tempfile
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -13,14 +14,38 @@ import trio
 
 from kernel import Broker
 from kernel.testing import make_config
+from plugins.store_mmap.retention import disk_used_ratio
 
 TESTS_DIR = Path(__file__).parent
 # The worked third-party plugin lives in tests/example_plugin and is imported by dotted path.
 sys.path.insert(0, str(TESTS_DIR / "example_plugin"))
 
 MEMORY_STORE = "kernel.testing.memory_store"
+DISK_REFUSAL_PERCENT = 90
+"""The store refuses writes at ``disk_space_warning_level_ratio`` (RocketMQ's 90 %)."""
+DISK_MARGIN_PERCENT = 3
+"""Room the suite needs below that limit: brokers allocate their files for real."""
 
 BrokerFactory = Callable[..., Any]
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """A disk near the store's write limit makes brokers refuse every put, and then tests fail
+    far from the cause (a writer with no acks, a replica that never catches up); say so first."""
+    temp_root = Path(tempfile.gettempdir())
+    percent = disk_used_ratio(temp_root) * 100
+    if percent >= DISK_REFUSAL_PERCENT - DISK_MARGIN_PERCENT:
+        pytest.exit(
+            f"the disk holding {temp_root} is {percent:.1f}% used; brokers refuse writes at "
+            f"{DISK_REFUSAL_PERCENT}% (disk_space_warning_level_ratio), so the suite cannot run. "
+            "Free some space (old pytest-of-* directories under the temp dir are the usual cause).",
+            returncode=4,
+        )
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    temp_root = Path(tempfile.gettempdir())
+    return f"disk holding {temp_root}: {disk_used_ratio(temp_root) * 100:.1f}% used"
 
 
 @pytest.fixture

@@ -40,12 +40,14 @@ async def main(data_dir: str, flush: str, write_path: str) -> None:
                 body = f"p{index}-{sequence}-".encode().ljust(60 + sequence % 200, b"z")
                 batch = MessageBatch([Message("Crash", body, queue_id=index % 3, properties={"KEYS": "k"})])
                 result = await broker.put(batch)
-                if result.ok:
-                    a = result.append
-                    line = (
-                        f"ack Crash {index % 3} {a.queue_offsets[0]} {a.physical_offsets[0]} {body.decode()}"
-                    )
-                    print(line, flush=True)
+                if not result.ok:
+                    # A refused put (a full disk, a read-only store) would otherwise spin here
+                    # forever with the parent waiting for acks that never come.
+                    print(f"put refused: {result.status.name} {result.remark}", file=sys.stderr, flush=True)
+                    raise SystemExit(3)
+                a = result.append
+                line = f"ack Crash {index % 3} {a.queue_offsets[0]} {a.physical_offsets[0]} {body.decode()}"
+                print(line, flush=True)
                 sequence += 1
 
         for index in range(6):

@@ -7,6 +7,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -18,20 +19,28 @@ from kernel.testing import make_config
 
 REPO = Path(__file__).resolve().parents[3]
 WRITER = Path(__file__).with_name("crash_writer.py")
+WRITER_DEADLINE = 90.0
+"""Seconds a writer has to start and give its acks (a few seconds on a loaded CI machine)."""
 
 
 def run_and_kill(
     data_dir: Path, flush: str, acks_wanted: int, write_path: str = "pwrite"
 ) -> list[tuple[str, int, int, int, bytes]]:
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    process = subprocess.Popen(
-        [sys.executable, str(WRITER), str(data_dir), flush, write_path],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        env=env,
-    )
+    errors = data_dir.parent / f"{data_dir.name}-writer.stderr"
+    with errors.open("ab") as stderr:
+        process = subprocess.Popen(
+            [sys.executable, str(WRITER), str(data_dir), flush, write_path],
+            stdout=subprocess.PIPE,
+            stderr=stderr,
+            env=env,
+        )
     assert process.stdout is not None
     acks = []
+    # A writer that stops acknowledging must fail the test, not hang the suite: the watchdog
+    # kills it, which ends the read loop below.
+    watchdog = threading.Timer(WRITER_DEADLINE, process.kill)
+    watchdog.start()
     try:
         for raw in process.stdout:
             parts = raw.decode().split()
@@ -41,9 +50,13 @@ def run_and_kill(
                 if len(acks) >= acks_wanted:
                     break
     finally:
-        os.kill(process.pid, signal.SIGKILL)
+        watchdog.cancel()
+        if process.poll() is None:
+            os.kill(process.pid, signal.SIGKILL)
         process.wait(timeout=30)
         process.stdout.close()
+    written = errors.read_text(errors="replace")[-2000:]
+    assert len(acks) >= acks_wanted, f"writer gave {len(acks)} acks (exit {process.returncode}): {written}"
     assert process.returncode == -signal.SIGKILL
     return acks
 
