@@ -39,6 +39,7 @@ from kernel.model import (
     Rejection,
     Replication,
     ReplicatorProvider,
+    RequestHandlerSpec,
     ServiceSpec,
     StoreProvider,
 )
@@ -76,6 +77,7 @@ __all__ = [
     "Rejection",
     "Replication",
     "ReplicatorProvider",
+    "RequestHandlerSpec",
     "ServiceSpec",
     "StashKey",
     "StoreError",

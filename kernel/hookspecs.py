@@ -39,6 +39,7 @@ if TYPE_CHECKING:
         Redelivery,
         Rejection,
         ReplicatorProvider,
+        RequestHandlerSpec,
         ServiceSpec,
         StoreProvider,
     )
@@ -204,6 +205,24 @@ def trocket_register_services(ctx: BrokerContext) -> Iterable[ServiceSpec]:
 
     Firstresult: no.
     Colour: sync; assembly time. The services' ``run`` methods are async.
+    Since: 0.1
+    """
+
+
+@hookspec
+def trocket_register_request_handlers(ctx: BrokerContext) -> Iterable[RequestHandlerSpec]:
+    """Answer remoting request codes on the broker's port that the serving plugin does not.
+
+    The plugin serving the port (``remoting``) collects these when it starts listening and
+    routes each code to its handler; a code it handles itself, or that two plugins claim, stops
+    the broker at start with an error naming both. Handlers reach their plugin's state through
+    ``runtime.ctx.stash``; to call a client back, see :data:`kernel.clients.CLIENT_DIRECTORY`.
+
+    :param ctx: the broker context.
+    :returns: :class:`~kernel.model.RequestHandlerSpec` records.
+
+    Firstresult: no.
+    Colour: sync; assembly time (when the port opens). The handlers are async.
     Since: 0.1
     """
 

@@ -5,7 +5,7 @@ phases services start in."""
 from __future__ import annotations
 
 import enum
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from contextlib import AbstractAsyncContextManager
 from typing import TYPE_CHECKING, Any
 
@@ -15,6 +15,7 @@ if TYPE_CHECKING:
     from kernel.config.property_aliases import PropertyAlias
     from kernel.context import BrokerContext, BrokerRuntime
     from kernel.protocols import AllocateStrategyFn, FlushPolicy, MessageStore, Replicator, Service
+    from kernel.remoting import Connection, RemotingCommand
 
 
 class Phase(enum.IntEnum):
@@ -119,6 +120,22 @@ class ServiceSpec:
     phase: Phase
     make: Callable[[BrokerRuntime], Service]
     roles: frozenset[str] = frozenset({"broker"})
+
+
+@attrs.frozen
+class RequestHandlerSpec:
+    """A remoting request code a plugin answers on the broker's port (the transaction plugin's
+    ``END_TRANSACTION``), for codes the serving plugin does not handle itself.
+
+    ``handle(runtime, connection, request)`` returns the response, or ``None`` for a oneway
+    request (or one RocketMQ leaves unanswered). An exception is answered ``SYSTEM_ERROR``
+    with its text, and the connection lives on.
+    """
+
+    code: int
+    name: str
+    """Who answers, for errors (two plugins claiming one code) and logs."""
+    handle: Callable[[BrokerRuntime, Connection, RemotingCommand], Awaitable[RemotingCommand | None]]
 
 
 def flatten(results: Iterable[Iterable[Any] | None]) -> list[Any]:

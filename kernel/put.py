@@ -113,7 +113,8 @@ def _unhandled(batch: MessageBatch, parking: frozenset[str]) -> Rejection | None
     """A message asking for something no loaded plugin took care of would be delivered at
     once, which is wrong either way, so it is refused instead (one pass over the batch):
 
-    - a delay no plugin parked (moved to one of the ``parking`` topics);
+    - a delay no plugin parked (moved to one of the ``parking`` topics); a half message's
+      delay is not one yet: it applies when the transaction commits;
     - a transactional half message no plugin moved to the half topic (it would be visible
       before its producer commits or rolls back).
     """
@@ -129,7 +130,7 @@ def _unhandled(batch: MessageBatch, parking: frozenset[str]) -> Rejection | None
         return None
     for message in batch.messages:
         topic = message.topic
-        if topic not in parking and message.wants_delay:
+        if topic not in parking and message.wants_delay and not message.is_prepared:
             return Rejection(
                 PutStatus.SERVICE_NOT_AVAILABLE,
                 "delayed delivery is not enabled on this broker: no loaded plugin parks delayed "

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from kernel import ConfigSection, DispatchRecord, Phase, ServiceSpec, hookimpl
+from kernel.clients import CLIENT_DIRECTORY
 from kernel.context import BrokerContext, BrokerRuntime
 from kernel.dispatch_batch import queue_keys
 from plugins.remoting.config import PROPERTIES, RemotingConfig
@@ -29,6 +30,7 @@ def trocket_register_services(ctx: BrokerContext) -> list[ServiceSpec]:
     def make(runtime: BrokerRuntime) -> BrokerNetwork:
         network = BrokerNetwork.make(runtime)
         runtime.ctx.stash[NETWORK] = network
+        runtime.ctx.stash[CLIENT_DIRECTORY] = network.clients
         return network
 
     return [ServiceSpec("remoting", Phase.INGRESS, make)]

@@ -172,6 +172,12 @@ class ClientManager:
                     )
                 )
 
+    def producer_connections(self, group: str) -> list[Connection]:
+        """:class:`kernel.clients.ClientDirectory`: the group's open producer connections, the
+        most recently heard from first."""
+        channels = sorted(self.producers.get(group, {}).values(), key=lambda c: -c.last_update)
+        return [c.connection for c in channels if not c.connection.closed]
+
     def online(self, group: str) -> ConsumerGroup | None:
         """The group if at least one of its clients is connected."""
         consumer = self.consumers.get(group)

@@ -7,6 +7,7 @@ offsets before its connections close.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import time
@@ -16,8 +17,9 @@ import attrs
 import trio
 
 from kernel.context import BrokerRuntime, StashKey
-from kernel.model import BrokerRole
-from kernel.remoting import Connection, RemotingServer, Router, TransportLimits
+from kernel.errors import PluginError
+from kernel.model import BrokerRole, flatten
+from kernel.remoting import Connection, RemotingServer, Router, TransportLimits, code_name
 from plugins.remoting.clients import ClientManager
 from plugins.remoting.config import RemotingConfig
 from plugins.remoting.locks import QueueLocks
@@ -86,6 +88,17 @@ class BrokerNetwork:
 
         router = Router(name="broker")
         register_all(router, self)
+        ctx = self.runtime.ctx
+        claimed: dict[int, str] = {}
+        for spec in flatten(ctx.hook.trocket_register_request_handlers(ctx=ctx)):
+            if spec.code in router.handlers:
+                owner = claimed.get(spec.code, "the remoting plugin")
+                raise PluginError(
+                    f"plugin {spec.name} registers a handler for {code_name(spec.code)}, "
+                    f"which {owner} already answers"
+                )
+            router.register(spec.code, functools.partial(spec.handle, self.runtime))
+            claimed[spec.code] = spec.name
         return router
 
     async def run(self, *, task_status: trio.TaskStatus[BrokerNetwork] = trio.TASK_STATUS_IGNORED) -> None:

@@ -54,6 +54,8 @@ def trocket_before_append(batch: MessageBatch, ctx: BrokerContext) -> Rejection 
     max_delay = ctx.plugin_config(RetryDlqConfig).timer_max_delay
     now_ms = int(time.time() * 1000)
     for message in batch.messages:
+        if message.is_prepared:
+            continue  # a transactional half message is delayed when it commits, not before
         try:
             deliver_ms = timer_delivery_ms(message, now_ms, max_delay)
         except IllegalDelay as error:

@@ -94,17 +94,29 @@ async def test_a_store_already_holding_looping_records_stops_growing_after_upgra
         broker.stop()
 
 
-async def test_half_messages_are_refused_until_a_transaction_plugin_handles_them(tmp_path):
-    broker = start_broker(tmp_path)
+WITHOUT_TRANSACTIONS = (
+    'plugins = ["store_mmap", "flush_async", "flush_sync", "remoting", "namesrv", "allocate", "retry_dlq"]'
+)
+
+
+@pytest.mark.parametrize("transactions", [False, True], ids=["no-plugin", "default-plugins"])
+async def test_half_messages_are_never_visible_and_refused_without_a_transaction_plugin(
+    tmp_path, transactions
+):
+    broker = start_broker(tmp_path, "" if transactions else WITHOUT_TRANSACTIONS)
     try:
         async with RemotingClient.open() as client:
             by_property = send_request("Orders", b"half", properties={"TRAN_MSG": "true", "PGROUP": "PG"})
             by_flag = send_request("Orders", b"half")
             by_flag.ext["sysFlag"] = str(SYSFLAG_TRANSACTION_PREPARED)
             for request in (by_property, by_flag):
+                request.ext["queueId"] = "0"
                 response = await client.invoke(broker.broker, request, 10)
-                assert response.code == ResponseCode.MESSAGE_ILLEGAL, response.remark
-                assert "transactional (prepared) messages are not supported" in response.remark
+                if transactions:
+                    assert response.code == ResponseCode.SUCCESS, response.remark
+                else:
+                    assert response.code == ResponseCode.MESSAGE_ILLEGAL, response.remark
+                    assert "transactional (prepared) messages are not supported" in response.remark
             visible = await client.invoke(broker.broker, pull_request("Orders", 0, 0), 10)
             assert visible.code != ResponseCode.SUCCESS
     finally:

@@ -10,11 +10,21 @@ from __future__ import annotations
 from kernel.config import PluginDefaults
 
 TROCKET_DEFAULTS = PluginDefaults(
-    plugins=("store_mmap", "flush_async", "flush_sync", "remoting", "namesrv", "allocate", "retry_dlq"),
+    plugins=(
+        "store_mmap",
+        "flush_async",
+        "flush_sync",
+        "remoting",
+        "namesrv",
+        "allocate",
+        "retry_dlq",
+        "transaction",
+    ),
     flush_plugins={"async": "flush_async", "sync": "flush_sync"},
     replication_plugin="ha",
     replicator="ha",
 )
 """RocketMQ's broker as it ships: mmap store, both flush policies (``flush`` picks one),
-remoting, a NameServer role, queue allocation and retries/delays/DLQ; a ``brokerRole`` in a
+remoting, a NameServer role, queue allocation, retries/delays/DLQ and transactional messages
+(every RocketMQ broker accepts them); a ``brokerRole`` in a
 properties file adds master/slave replication."""

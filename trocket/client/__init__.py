@@ -9,6 +9,7 @@ from trocket.client.errors import ClientError, InvalidMessage, SendError
 from trocket.client.message import Message, SendResult, SendStatus
 from trocket.client.producer import PendingSend, Producer
 from trocket.client.selectors import select_by_hash, select_by_index
+from trocket.client.transaction import TransactionProducer, TransactionSendResult, TransactionState
 
 __all__ = [
     "ClientError",
@@ -27,6 +28,9 @@ __all__ = [
     "SendError",
     "SendResult",
     "SendStatus",
+    "TransactionProducer",
+    "TransactionSendResult",
+    "TransactionState",
     "select_by_hash",
     "select_by_index",
 ]

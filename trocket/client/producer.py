@@ -33,7 +33,7 @@ from kernel.model import (
     MessageQueue,
     encode_properties,
 )
-from kernel.remoting import RemotingClient, RemotingCommand, RequestCode, ResponseCode
+from kernel.remoting import RemotingClient, RemotingCommand, RequestCode, ResponseCode, Router
 from trocket.client.batch import encode_messages
 from trocket.client.errors import ClientError, InvalidMessage, SendError
 from trocket.client.fault import LatencyFaultTolerance
@@ -110,7 +110,7 @@ class Producer:
         if self._stack is not None:
             raise ClientError(f"producer {self.group!r} is already started")
         stack = AsyncExitStack()
-        self._remoting = await stack.enter_async_context(RemotingClient.open())
+        self._remoting = await stack.enter_async_context(RemotingClient.open(self._router()))
         self._nursery = await stack.enter_async_context(trio.open_nursery())
         self._routes = RouteCache(self._remoting, _split(self.namesrv_addr), self.default_topic_queue_nums)
         self._stack = stack
@@ -227,6 +227,11 @@ class Producer:
         return pending
 
     # --- internals --------------------------------------------------------------------------
+
+    def _router(self) -> Router | None:
+        """Serves requests brokers send us (none for a plain producer; a transaction producer
+        answers check-backs)."""
+        return None
 
     def _started(self) -> tuple[RemotingClient, RouteCache]:
         if self._remoting is None or self._routes is None:
