@@ -60,6 +60,9 @@ class RequestCode(enum.IntEnum):
     SEND_BATCH_MESSAGE = 320
     QUERY_DATA_VERSION = 322
     ADD_WRITE_PERM_OF_BROKER = 327
+    QUERY_PENDING_TRANSACTIONS = 39001
+    """Trocket's own (RocketMQ has no such query): a broker's open transactional half messages,
+    optionally of one producer group (``trocket admin pendingTransactions``)."""
 
 
 class ResponseCode(enum.IntEnum):

@@ -3,7 +3,8 @@
 - ``trocket_before_append``: a prepared send (``TRAN_MSG=true`` or the prepared sysFlag) is
   rewritten to wait in ``RMQ_SYS_TRANS_HALF_TOPIC`` queue 0 (see :mod:`.half`); with
   ``reject_transaction_message`` it is refused.
-- ``trocket_register_request_handlers``: ``END_TRANSACTION`` (37), see :mod:`.end`.
+- ``trocket_register_request_handlers``: ``END_TRANSACTION`` (37) and Trocket's
+  ``QUERY_PENDING_TRANSACTIONS`` admin query, see :mod:`.end`.
 - ``trocket_register_services``: the :class:`~.service.TransactionService` (SCHEDULING phase):
   op records, check-back (``CHECK_TRANSACTION_STATE``, 39, to a producer of the group) and the
   durable scan position ``config/transactionProgress.json``.
@@ -26,7 +27,7 @@ from kernel.model import (
 )
 from kernel.remoting import RequestCode
 from plugins.transaction.config import PROPERTIES, TransactionConfig
-from plugins.transaction.end import handle_end_transaction
+from plugins.transaction.end import handle_end_transaction, handle_query_pending
 from plugins.transaction.half import HALF_TOPIC, to_half
 from plugins.transaction.service import TRANSACTIONS, TransactionService
 
@@ -69,7 +70,10 @@ def trocket_before_append(batch: MessageBatch, ctx: BrokerContext) -> Rejection 
 
 @hookimpl
 def trocket_register_request_handlers(ctx: BrokerContext) -> list[RequestHandlerSpec]:
-    return [RequestHandlerSpec(RequestCode.END_TRANSACTION, "transaction", handle_end_transaction)]
+    return [
+        RequestHandlerSpec(RequestCode.END_TRANSACTION, "transaction", handle_end_transaction),
+        RequestHandlerSpec(RequestCode.QUERY_PENDING_TRANSACTIONS, "transaction", handle_query_pending),
+    ]
 
 
 @hookimpl

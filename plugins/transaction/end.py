@@ -1,9 +1,11 @@
-"""END_TRANSACTION (37): a producer commits or rolls back a half message, on its own or
-answering a check-back. Java clients send it oneway, so most answers are never read; they are
-still built (a client may send it as a request) and logged when something was refused."""
+"""The transaction plugin's requests: END_TRANSACTION (37), a producer committing or rolling back
+a half message, on its own or answering a check-back (Java clients send it oneway, so most
+answers are never read; they are still built, and logged when something was refused); and
+QUERY_PENDING_TRANSACTIONS (Trocket's admin query of open half messages)."""
 
 from __future__ import annotations
 
+import json
 import logging
 
 from kernel.context import BrokerRuntime
@@ -12,6 +14,7 @@ from plugins.transaction.service import TRANSACTIONS, EndRequest
 
 log = logging.getLogger(__name__)
 
+NOT_RUNNING = "the transaction service is not running"
 _REQUIRED = ("producerGroup", "tranStateTableOffset", "commitLogOffset", "commitOrRollback")
 
 
@@ -65,3 +68,30 @@ async def handle_end_transaction(
             outcome.remark,
         )
     return request.response(outcome.code, remark=outcome.remark or None)
+
+
+async def handle_query_pending(
+    runtime: BrokerRuntime, connection: Connection, request: RemotingCommand
+) -> RemotingCommand:
+    """Body: ``{"pending": [...], "figures": {...}}``; ext ``producerGroup`` narrows the list."""
+    service = runtime.ctx.stash.get(TRANSACTIONS, None)
+    if service is None:
+        return request.response(ResponseCode.SERVICE_NOT_AVAILABLE, remark=NOT_RUNNING)
+    group = request.ext.get("producerGroup") or None
+    pending = await service.pending(group)
+    body = {
+        "pending": [
+            {
+                "halfOffset": p.half_offset,
+                "commitLogOffset": p.commit_log_offset,
+                "producerGroup": p.producer_group,
+                "topic": p.topic,
+                "transactionId": p.transaction_id,
+                "bornTimestamp": p.born_timestamp,
+                "checkTimes": p.check_times,
+            }
+            for p in pending
+        ],
+        "figures": service.figures(),
+    }
+    return request.response(ResponseCode.SUCCESS, body=json.dumps(body).encode())

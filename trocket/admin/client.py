@@ -195,6 +195,23 @@ class AdminClient:
             json.loads((await self.call(broker_addr, RequestCode.GET_BROKER_RUNTIME_INFO)).body)["table"]
         )
 
+    async def pending_transactions(self, broker_addr: str, group: str | None = None) -> dict[str, Any]:
+        """Open transactional half messages of a broker (of ``group`` when given) and its
+        transaction figures.
+
+        :raises AdminError: the broker has no transaction plugin, or refused.
+        """
+        ext = {"producerGroup": group} if group else {}
+        response = await self.call(
+            broker_addr,
+            RequestCode.QUERY_PENDING_TRANSACTIONS,
+            ext,
+            ok=(ResponseCode.SUCCESS, ResponseCode.REQUEST_CODE_NOT_SUPPORTED),
+        )
+        if response.code == ResponseCode.REQUEST_CODE_NOT_SUPPORTED:
+            raise AdminError(f"broker {broker_addr} does not handle transactions (no transaction plugin)")
+        return dict(json.loads(response.body))
+
     # --- messages ---------------------------------------------------------------------------
 
     async def query_by_key(

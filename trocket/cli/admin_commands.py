@@ -138,6 +138,15 @@ def add_parsers(sub: Any) -> None:
     )
     p.add_argument("-b", "--brokerAddr", help="one broker ip:port (default: every master)")
 
+    p = command(
+        "pendingTransactions",
+        "open transactional half messages (not committed or rolled back yet), oldest first",
+        pending_transactions,
+        _print_table,
+    )
+    p.add_argument("-b", "--brokerAddr", help="one broker ip:port (default: every master)")
+    p.add_argument("-g", "--producerGroup", help="only this producer group's")
+
     p = command("wipeWritePerm", "stop producers from writing to a broker", wipe_write_perm, _print_lines)
     p.add_argument("-b", "--brokerName", required=True)
 
@@ -398,6 +407,27 @@ async def resend_dlq(client: AdminClient, args: argparse.Namespace) -> list[dict
 async def schedule(client: AdminClient, args: argparse.Namespace) -> list[dict[str, Any]]:
     addresses = [args.brokerAddr] if args.brokerAddr else list((await client.master_addrs()).values())
     return await retries.schedule_progress(client, addresses)
+
+
+async def pending_transactions(client: AdminClient, args: argparse.Namespace) -> list[dict[str, Any]]:
+    addresses = [args.brokerAddr] if args.brokerAddr else list((await client.master_addrs()).values())
+    rows = []
+    for address in addresses:
+        answer = await client.pending_transactions(address, args.producerGroup)
+        for item in answer["pending"]:
+            born = datetime.datetime.fromtimestamp(item["bornTimestamp"] / 1000).strftime("%Y-%m-%d %H:%M:%S")
+            rows.append(
+                {
+                    "broker": address,
+                    "producerGroup": item["producerGroup"],
+                    "topic": item["topic"],
+                    "transactionId": item["transactionId"],
+                    "halfOffset": item["halfOffset"],
+                    "born": born,
+                    "checkTimes": item["checkTimes"],
+                }
+            )
+    return rows
 
 
 async def wipe_write_perm(client: AdminClient, args: argparse.Namespace) -> list[str]:

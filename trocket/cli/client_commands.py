@@ -22,6 +22,8 @@ from trocket.client import (
     Producer,
     PushConsumer,
     ReceivedMessage,
+    TransactionProducer,
+    TransactionState,
 )
 from trocket.client.errors import ClientError
 
@@ -50,6 +52,20 @@ def add_parsers(sub: Any) -> None:
     )
     produce.add_argument("-g", "--group", default="TROCKET_CLI_PRODUCER", help="producer group")
     produce.add_argument("--json", action="store_true", help="one JSON object per send result")
+    produce.add_argument(
+        "--transactional",
+        nargs="?",
+        const="commit",
+        choices=sorted(STATES),
+        help="send each message as a transaction and end it so (default commit; unknown leaves it "
+        "to the broker's check-back)",
+    )
+    produce.add_argument(
+        "--check",
+        choices=sorted(STATES),
+        default="commit",
+        help="with --transactional: the answer to check-backs that arrive while this runs",
+    )
     produce.set_defaults(handler=cmd_produce)
 
     consume = sub.add_parser("consume", help="print a topic's messages as a push consumer of a group")
@@ -79,6 +95,12 @@ def add_parsers(sub: Any) -> None:
 
 # --- produce ----------------------------------------------------------------------------------
 
+STATES = {
+    "commit": TransactionState.COMMIT,
+    "rollback": TransactionState.ROLLBACK,
+    "unknown": TransactionState.UNKNOW,
+}
+
 
 def cmd_produce(args: argparse.Namespace) -> int:
     bodies = _bodies(args)
@@ -103,31 +125,38 @@ def _bodies(args: argparse.Namespace) -> list[bytes]:
 async def _produce(args: argparse.Namespace, bodies: list[bytes]) -> int:
     keys = [k for k in args.keys.split(",") if k]
     started = time.monotonic()
-    async with Producer(args.group, args.namesrv) as producer:
+    producer: Producer | TransactionProducer = Producer(args.group, args.namesrv)
+    if args.transactional:
+        decided, checked = STATES[args.transactional], STATES[args.check]
+        producer = TransactionProducer(args.group, args.namesrv, check_listener=lambda _: checked)
+    async with producer:
         for i, body in enumerate(bodies):
             if args.rate > 0:
                 await trio.sleep_until(
                     trio.current_time() + max(0.0, started + i / args.rate - time.monotonic())
                 )
-            result = await producer.send(Message(args.topic, body, tags=args.tag, keys=keys))
+            message = Message(args.topic, body, tags=args.tag, keys=keys)
+            state = ""
+            if isinstance(producer, TransactionProducer):
+                sent = await producer.send_message_in_transaction(message, lambda _m, _a: decided)
+                result, state = sent.send_result, sent.local_state.name
+            else:
+                result = await producer.send(message)
             if args.json:
-                print(
-                    json.dumps(
-                        {
-                            "status": result.status.value,
-                            "msgId": result.msg_id,
-                            "offsetMsgId": result.offset_msg_id,
-                            "brokerName": result.queue.broker_name,
-                            "queueId": result.queue.queue_id,
-                            "queueOffset": result.queue_offset,
-                        }
-                    ),
-                    flush=True,
-                )
+                row = {
+                    "status": result.status.value,
+                    "msgId": result.msg_id,
+                    "offsetMsgId": result.offset_msg_id,
+                    "brokerName": result.queue.broker_name,
+                    "queueId": result.queue.queue_id,
+                    "queueOffset": result.queue_offset,
+                }
+                print(json.dumps({**row, "transaction": state} if state else row), flush=True)
             else:
                 print(
                     f"{result.status.value} {result.msg_id} "
-                    f"{result.queue.broker_name}:{result.queue.queue_id}@{result.queue_offset}",
+                    f"{result.queue.broker_name}:{result.queue.queue_id}@{result.queue_offset}"
+                    f"{' ' + state if state else ''}",
                     flush=True,
                 )
     elapsed = time.monotonic() - started

@@ -3,14 +3,17 @@ check-back, give-up, repeated ends, admin figures."""
 
 from __future__ import annotations
 
+import json
+
 import trio
 import trio.lowlevel
 
 from kernel.model import PROPERTY_REAL_TOPIC, TRANSACTION_HALF_TOPIC
-from kernel.record import parse_offset_msg_id
-from kernel.remoting import RequestCode
+from kernel.record import decode_record, parse_offset_msg_id
+from kernel.remoting import RemotingClient, RemotingCommand, RequestCode, Router
 from plugins.transaction import TRANSACTIONS
 from plugins.transaction.half import CHECK_MAX_TOPIC, OP_TOPIC, PROPERTY_CHECK_TIMES, op_offsets
+from tests.network.wire import send_request
 from tests.plugins.transaction.conftest import stored, until, visible
 from trocket import Message, TransactionProducer, TransactionState
 
@@ -132,3 +135,65 @@ async def test_a_repeated_commit_is_answered_and_stored_once(tx_cluster):
         assert nowhere.code == 1 and "Find prepared transaction message failed" in nowhere.remark
         runtime = await cluster.call(RequestCode.GET_BROKER_RUNTIME_INFO)
         assert b"transactionCommitted" in runtime.body
+
+
+async def test_wire_frames_as_the_java_client_sends_and_receives_them(tx_cluster):
+    """A raw remoting client playing RocketMQ's Java producer: heartbeat, a SEND_MESSAGE_V2 half
+    message (sysFlag 4, TRAN_MSG, PGROUP), then the broker's CHECK_TRANSACTION_STATE frame, and
+    an END_TRANSACTION answer with Java's string-typed header values."""
+    checks: list[RemotingCommand] = []
+    arrived = trio.Event()
+
+    async def on_check(connection, request):
+        checks.append(request)
+        arrived.set()
+
+    router = Router(name="java producer")
+    router.register(RequestCode.CHECK_TRANSACTION_STATE, on_check)
+    async with tx_cluster() as cluster, RemotingClient.open(router) as java:
+        heartbeat = {
+            "clientID": "10.0.0.1@4242",
+            "producerDataSet": [{"groupName": "PG_java"}],
+            "consumerDataSet": [],
+        }
+        request = RemotingCommand.request(RequestCode.HEART_BEAT, {}, json.dumps(heartbeat).encode())
+        assert (await java.invoke(cluster.broker_addr, request, 5)).code == 0
+        half = send_request(
+            "JavaTx",
+            b"java half",
+            queue_id=1,
+            code=RequestCode.SEND_MESSAGE_V2,
+            group="PG_java",
+            properties={"TRAN_MSG": "true", "PGROUP": "PG_java", "UNIQ_KEY": "AC1100010000JAVA"},
+        )
+        half.ext["f"] = "4"  # sysFlag: TRANSACTION_PREPARED_TYPE
+        sent = await java.invoke(cluster.broker_addr, half, 5)
+        assert sent.code == 0 and sent.ext["queueId"] == "1" and sent.ext["queueOffset"] == "0"
+        with trio.fail_after(10):
+            await arrived.wait()
+        (check,) = checks[:1]
+        assert check.is_oneway
+        ext = check.ext
+        assert ext["tranStateTableOffset"] == "0" and ext["transactionId"] == "AC1100010000JAVA"
+        assert ext["msgId"] == "AC1100010000JAVA" and ext["offsetMsgId"] == sent.ext["msgId"]
+        assert int(ext["commitLogOffset"]) == parse_offset_msg_id(sent.ext["msgId"])[1]
+        shown = decode_record(check.body)
+        assert (shown.topic, shown.queue_id, shown.body) == ("JavaTx", 1, b"java half")
+        assert shown.properties[PROPERTY_CHECK_TIMES] == "1"
+        end = RemotingCommand.request(
+            RequestCode.END_TRANSACTION,
+            {
+                "producerGroup": "PG_java",
+                "tranStateTableOffset": ext["tranStateTableOffset"],
+                "commitLogOffset": ext["commitLogOffset"],
+                "commitOrRollback": "8",
+                "fromTransactionCheck": "true",
+                "msgId": ext["msgId"],
+                "transactionId": ext["transactionId"],
+            },
+        )
+        (await java.connection(cluster.broker_addr)).send_oneway(end)
+        service = cluster.broker.ctx.stash[TRANSACTIONS]
+        await until(lambda: service.stats.committed == 1)
+        (visible_message,) = await visible(cluster, "JavaTx")
+        assert visible_message.body == b"java half" and visible_message.queue_id == 1

@@ -1,0 +1,169 @@
+"""Transactions against a real ``trocket up`` process (default plugins, store_mmap), as an
+application uses them: a mix of outcomes, a broker SIGKILLed between prepare and end, a
+producer that is gone when the broker checks back."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+
+import pytest
+import trio
+
+from kernel import record
+from kernel.remoting import RemotingClient, RemotingCommand, RequestCode
+from tests.interop.conftest import RunningBroker, start_broker, subprocess_env
+from tests.network.wire import pull_request
+from tests.support import start_logged
+from trocket import Message, TransactionProducer, TransactionState
+
+FAST = """
+[transaction]
+check_interval = "500ms"
+timeout = "300ms"
+check_max = 3
+op_batch_interval = "200ms"
+"""
+
+
+async def visible_bodies(broker: RunningBroker, topic: str) -> list[bytes]:
+    """Every message of the topic's four queues, by pulling as a consumer would."""
+    out: list[bytes] = []
+    async with RemotingClient.open() as client:
+        for queue in range(4):
+            offset = 0
+            while True:
+                response = await client.invoke(
+                    broker.broker, pull_request(topic, queue, offset, max_msgs=32), 10
+                )
+                if response.code != 0:
+                    break
+                found = record.decode_records(response.body)
+                out += [m.body for m in found]
+                offset += len(found)
+    return sorted(out)
+
+
+async def figures(broker: RunningBroker) -> dict[str, str]:
+    """The broker's runtime figures (what ``trocket admin brokerStatus`` shows)."""
+    async with RemotingClient.open() as client:
+        request = RemotingCommand.request(RequestCode.GET_BROKER_RUNTIME_INFO)
+        response = await client.invoke(broker.broker, request, 10)
+    return dict(json.loads(response.body)["table"])
+
+
+async def until_figure(broker: RunningBroker, name: str, wanted: int, timeout: float = 60) -> None:
+    with trio.fail_after(timeout):
+        while int((await figures(broker)).get(name, "0")) < wanted:  # noqa: ASYNC110 - polls a process
+            await trio.sleep(0.2)
+
+
+def decide(state: TransactionState):
+    return lambda message, arg: state
+
+
+@pytest.fixture
+def broker(tmp_path):
+    running = start_broker(tmp_path, tables=FAST)
+    try:
+        yield running
+    finally:
+        running.stop()
+
+
+async def test_committed_transactions_become_visible_once_and_the_rest_never(broker):
+    """120 transactions: 30 commit, 30 roll back, 20 commit when checked, 20 roll back when
+    checked, 20 never answer and are given up after the maximum checks."""
+    plan = (
+        [(f"commit-{i}", TransactionState.COMMIT, None) for i in range(30)]
+        + [(f"rollback-{i}", TransactionState.ROLLBACK, None) for i in range(30)]
+        + [(f"check-commit-{i}", TransactionState.UNKNOW, TransactionState.COMMIT) for i in range(20)]
+        + [(f"check-rollback-{i}", TransactionState.UNKNOW, TransactionState.ROLLBACK) for i in range(20)]
+        + [(f"unknown-{i}", TransactionState.UNKNOW, TransactionState.UNKNOW) for i in range(20)]
+    )
+    on_check = {body.encode(): checked for body, _, checked in plan}
+    checks: list[bytes] = []
+
+    def check(message):
+        checks.append(message.body)
+        return on_check[message.body]
+
+    async with TransactionProducer(
+        "PG_mix", broker.namesrv, check_listener=check, heartbeat_interval=1.0
+    ) as producer:
+        async with trio.open_nursery() as nursery:
+            for body, local, _ in plan:
+                nursery.start_soon(
+                    producer.send_message_in_transaction, Message("Mixed", body.encode()), decide(local)
+                )
+        await until_figure(broker, "transactionGivenUp", 20)
+    assert await visible_bodies(broker, "Mixed") == sorted(
+        body.encode() for body, local, checked in plan if TransactionState.COMMIT in (local, checked)
+    )
+    table = await figures(broker)
+    assert table["transactionCommitted"] == "50" and table["transactionRolledBack"] == "50"
+    assert table["transactionHalfOpen"] == "0"
+    assert checks.count(b"unknown-0") == 3 and checks.count(b"check-commit-0") == 1
+    assert not any(body.startswith(b"commit-") for body in checks)
+    assert broker.admin_json("pendingTransactions", "-g", "PG_mix") == []
+
+
+async def test_a_broker_killed_between_prepare_and_end_resolves_every_transaction_after_restart(
+    broker, tmp_path
+):
+    database: dict[bytes, TransactionState] = {}
+
+    def check(message):
+        return database[message.body]
+
+    async with TransactionProducer(
+        "PG_kill", broker.namesrv, check_listener=check, heartbeat_interval=0.5
+    ) as producer:
+        for i in range(10):  # ended before the crash
+            state = TransactionState.COMMIT if i % 2 == 0 else TransactionState.ROLLBACK
+            database[f"before-{i}".encode()] = state
+            await producer.send_message_in_transaction(
+                Message("Killed", f"before-{i}".encode()), decide(state)
+            )
+        for i in range(10):  # prepared; the end never reaches the broker
+            database[f"open-{i}".encode()] = TransactionState.COMMIT if i < 6 else TransactionState.ROLLBACK
+            await producer.send_message_in_transaction(
+                Message("Killed", f"open-{i}".encode()), decide(TransactionState.UNKNOW)
+            )
+        open_now = broker.admin_json("pendingTransactions", "-g", "PG_kill")
+        assert len(open_now) >= 1  # the check-back may already be at work
+        broker.process.send_signal(signal.SIGKILL)
+        broker.process.wait(timeout=30)
+        config = tmp_path / "trocket.toml"
+        broker.process = start_logged("broker", ["up", "-c", str(config)], broker.log, fresh=False)
+        with trio.fail_after(60):
+            while broker.admin_json("pendingTransactions", "-g", "PG_kill"):  # noqa: ASYNC110
+                await trio.sleep(0.3)
+    expected = sorted(body for body, state in database.items() if state is TransactionState.COMMIT)
+    assert await visible_bodies(broker, "Killed") == expected
+
+
+async def test_the_check_back_goes_to_another_producer_of_the_group(broker):
+    """The producer that prepared is a `trocket produce` process that has exited; a second
+    producer of the same group answers the check-back."""
+    sent = subprocess.run(  # noqa: ASYNC221 - the test waits for the command, as a shell would
+        [sys.executable, "-m", "trocket", "produce", "-n", broker.namesrv, "-t", "Orphan", "-g", "PG_orphan",
+         "-b", "orphan-{i}", "-c", "3", "--transactional", "unknown", "--json"],
+        capture_output=True, text=True, timeout=60, env=subprocess_env(),
+    )  # fmt: skip
+    assert sent.returncode == 0, sent.stderr
+    rows = [json.loads(line) for line in sent.stdout.splitlines() if line.startswith("{")]
+    assert [r["transaction"] for r in rows] == ["UNKNOW"] * 3
+    assert await visible_bodies(broker, "Orphan") == []
+    async with TransactionProducer(
+        "PG_orphan", broker.namesrv, check_listener=lambda m: TransactionState.COMMIT, heartbeat_interval=0.5
+    ) as survivor:
+        await survivor.send_message_in_transaction(
+            Message("Orphan", b"own"), decide(TransactionState.ROLLBACK)
+        )
+        with trio.fail_after(30):
+            while len(await visible_bodies(broker, "Orphan")) < 3:  # noqa: ASYNC110
+                await trio.sleep(0.2)
+    assert await visible_bodies(broker, "Orphan") == [b"orphan-0", b"orphan-1", b"orphan-2"]
