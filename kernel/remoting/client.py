@@ -108,6 +108,12 @@ class RemotingClient:
         connection = await self.connection(address)
         connection.send_oneway(request)
 
+    async def flush_all(self, timeout: float = 3.0) -> None:
+        """Write what every connection has queued (oneway requests) before a deliberate close."""
+        deadline = trio.current_time() + timeout
+        for connection in list(self._connections.values()):
+            await connection.flush(max(0.0, deadline - trio.current_time()))
+
     def close(self, address: str, reason: str = "closed by client") -> None:
         connection = self._connections.pop(address, None)
         if connection is not None:

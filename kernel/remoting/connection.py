@@ -142,6 +142,8 @@ class Connection:
     close_reason: str = ""
     _outbox: list[bytes] = attrs.field(factory=list, init=False)
     _outbox_bytes: int = attrs.field(default=0, init=False)
+    _written: trio.Event = attrs.field(factory=trio.Event, init=False)
+    """Set after each completed write (and at close), for :meth:`flush`."""
     _wakeup: trio.Event = attrs.field(factory=trio.Event, init=False)
     _drained: trio.Event = attrs.field(factory=trio.Event, init=False)
     _writing: bool = attrs.field(default=False, init=False)
@@ -176,6 +178,17 @@ class Connection:
             with trio.CancelScope(shield=True):
                 await trio.aclose_forcefully(self.stream)
 
+    async def flush(self, timeout: float) -> bool:
+        """Wait until every queued frame was written (oneway requests included), at most
+        ``timeout`` seconds; whether it was. Called before a deliberate close, so a oneway
+        request sent just before (a transaction's end) is not dropped with the outbox."""
+        with trio.move_on_after(timeout):
+            while (self._outbox or self._writing) and not self.closed:
+                self._written = trio.Event()
+                await self._written.wait()
+            return True
+        return False
+
     def close(self, reason: str) -> None:
         """Close from any task; pending requests fail with :class:`RemotingClosedError`."""
         if not self.close_reason:
@@ -187,6 +200,7 @@ class Connection:
         if self._closed.is_set():
             return
         self._closed.set()
+        self._written.set()
         for pending in self._pending.values():
             pending.done.set()
         for callback in self.on_close:
@@ -349,6 +363,7 @@ class Connection:
             self.close(f"send failed: {error}")
         finally:
             self._writing = False
+            self._written.set()
             if self._outbox:
                 self._wakeup.set()
         self._last_activity = trio.current_time()
@@ -382,6 +397,7 @@ class Connection:
                 return
             finally:
                 self._writing = False
+                self._written.set()
             self._last_activity = trio.current_time()
 
     # --- requests from this end -------------------------------------------------------------

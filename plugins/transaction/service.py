@@ -6,7 +6,7 @@ In memory the service keeps ``ended``, the open window's ended offsets (at or ab
 ``halfOffset``, see :mod:`plugins.transaction.progress`), rebuilt at start from the op records.
 
 **End.** A commit appends the rebuilt message *and* its op record in one store append, the
-message first: a torn append can lose the op record (the message is then checked again, and a
+message first (commits that arrive while an append runs are grouped into the next one): a torn append can lose the op record (the message is then checked again, and a
 second commit of it is recognised and not stored twice while the broker runs) but never keeps an
 op record whose message is gone. A rollback's op record waits up to ``op_batch_interval`` (or
 ``op_msg_max_size`` bytes) to be written with others: losing it in a crash costs one more
@@ -72,6 +72,14 @@ class EndOutcome:
     remark: str = ""
 
 
+@attrs.define(eq=False)
+class _PendingCommit:
+    found: StoredMessage
+    offset: int
+    done: trio.Event = attrs.field(factory=trio.Event)
+    outcome: EndOutcome = EndOutcome(ResponseCode.SYSTEM_ERROR, "the broker stopped before the commit")
+
+
 @attrs.define
 class TransactionStatistics:
     """Counters since start, and the open window (``brokerStatus`` shows them)."""
@@ -125,6 +133,8 @@ class TransactionService:
     _pending_ops: list[int] = attrs.field(factory=list, init=False)
     _pending_bytes: int = attrs.field(default=0, init=False)
     _ops_due: trio.Event = attrs.field(factory=trio.Event, init=False)
+    _commits: list[_PendingCommit] = attrs.field(factory=list, init=False)
+    _commits_due: trio.Event = attrs.field(factory=trio.Event, init=False)
     _unsent_groups: set[str] = attrs.field(factory=set, init=False)
 
     def __attrs_post_init__(self) -> None:
@@ -140,6 +150,7 @@ class TransactionService:
         try:
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(self._write_ops_periodically)
+                nursery.start_soon(self._commit_queued)
                 nursery.start_soon(self._check_periodically)
                 nursery.start_soon(self._persist_periodically)
                 task_status.started()
@@ -256,27 +267,53 @@ class TransactionService:
         return None
 
     async def _commit(self, found: StoredMessage, offset: int) -> EndOutcome:
-        """The committed message and every waiting op record (this one included), one append."""
+        """Queue the commit for the committer and wait for its append."""
+        pending = _PendingCommit(found, offset)
+        self._commits.append(pending)
+        self._commits_due.set()
+        await pending.done.wait()
+        return pending.outcome
+
+    async def _commit_queued(self) -> None:
+        """Group commit: every commit queued meanwhile, with every waiting op record (theirs
+        included), in one store append. While one append runs the next group gathers, so
+        concurrent ends cost one append per round instead of one each."""
+        while True:
+            await self._commits_due.wait()
+            self._commits_due = trio.Event()
+            commits, self._commits = self._commits, []
+            if commits:
+                await self._append_commits(commits)
+
+    async def _append_commits(self, commits: list[_PendingCommit]) -> None:
         waiting, self._pending_ops, self._pending_bytes = self._pending_ops, [], 0
-        group = found.properties.get(halves.PROPERTY_PRODUCER_GROUP, "")
+        offsets = [*waiting, *(c.offset for c in commits)]
         batches = [
-            MessageBatch([halves.committed(found)], group),
-            MessageBatch(halves.op_records([*waiting, offset], self.config.op_msg_max_size, self._host())),
-        ]
-        results = await self.runtime.put_group(batches)
-        done, op = results
-        if not op.status.stored:
-            for pending in [*waiting, offset] if done.status.stored else waiting:
-                self._queue_op(pending)
-        else:
-            self.stats.op_records += len(batches[1])
-        if not done.status.stored:
-            self.ended.discard(offset)
-            return EndOutcome(
-                ResponseCode.SYSTEM_ERROR, f"the committed message was not stored: {_why(done)}"
+            MessageBatch(
+                [halves.committed(c.found)], c.found.properties.get(halves.PROPERTY_PRODUCER_GROUP, "")
             )
-        self.stats.committed += 1
-        return EndOutcome(ResponseCode.SUCCESS)
+            for c in commits
+        ]
+        ops = MessageBatch(halves.op_records(offsets, self.config.op_msg_max_size, self._host()))
+        results = await self.runtime.put_group([*batches, ops])
+        op = results[-1]
+        if op.status.stored:
+            self.stats.op_records += len(ops)
+        else:
+            for offset in waiting:
+                self._queue_op(offset)
+        for pending, done in zip(commits, results, strict=False):
+            if done.status.stored:
+                self.stats.committed += 1
+                if not op.status.stored:
+                    self._queue_op(pending.offset)
+                pending.outcome = EndOutcome(ResponseCode.SUCCESS)
+            else:
+                self.ended.discard(pending.offset)
+                pending.outcome = EndOutcome(
+                    ResponseCode.SYSTEM_ERROR, f"the committed message was not stored: {_why(done)}"
+                )
+            pending.done.set()
 
     def _queue_op(self, offset: int) -> None:
         self._pending_ops.append(offset)

@@ -111,12 +111,15 @@ class Producer:
             raise ClientError(f"producer {self.group!r} is already started")
         stack = AsyncExitStack()
         self._remoting = await stack.enter_async_context(RemotingClient.open(self._router()))
+        # Runs after the nursery below has waited for background sends, before the close.
+        stack.push_async_callback(self._remoting.flush_all, self.send_timeout)
         self._nursery = await stack.enter_async_context(trio.open_nursery())
         self._routes = RouteCache(self._remoting, _split(self.namesrv_addr), self.default_topic_queue_nums)
         self._stack = stack
 
     async def shutdown(self) -> None:
-        """Waits for ``send_async`` sends still running, then closes connections."""
+        """Waits for ``send_async`` sends still running, writes what oneway sends queued (up to
+        ``send_timeout``), then closes connections."""
         if self._stack is not None:
             stack, self._stack = self._stack, None
             await stack.aclose()
