@@ -67,7 +67,7 @@ async def transaction_rate(namesrv: str, body: bytes, total: int, in_flight: int
 async def broker_figures(namesrv: str) -> dict[str, str]:
     async with RemotingClient.open() as client:
         route = await client.invoke(
-            namesrv, RemotingCommand.request(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "BenchCheck"}), 10
+            namesrv, RemotingCommand.request(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "BenchTx"}), 10
         )
         address = json.loads(route.body)["brokerDatas"][0]["brokerAddrs"]["0"]
         response = await client.invoke(

@@ -6,9 +6,10 @@ In memory the service keeps ``ended``, the open window's ended offsets (at or ab
 ``halfOffset``, see :mod:`plugins.transaction.progress`), rebuilt at start from the op records.
 
 **End.** A commit appends the rebuilt message *and* its op record in one store append, the
-message first (commits that arrive while an append runs are grouped into the next one): a torn append can lose the op record (the message is then checked again, and a
-second commit of it is recognised and not stored twice while the broker runs) but never keeps an
-op record whose message is gone. A rollback's op record waits up to ``op_batch_interval`` (or
+message first (commits that arrive while an append runs are grouped into the next one): a
+torn append can lose the op record (the message is then checked again, and a second commit
+of it is recognised and not stored twice while the broker runs) but never keeps an op record
+whose message is gone. A rollback's op record waits up to ``op_batch_interval`` (or
 ``op_msg_max_size`` bytes) to be written with others: losing it in a crash costs one more
 check-back, never a message. An end for a message already ended is answered SUCCESS and changes
 nothing (RocketMQ would store a commit twice).
