@@ -81,18 +81,8 @@ def committed(half: StoredMessage) -> Message:
     properties = dict(half.properties)
     for name in (PROPERTY_REAL_TOPIC, PROPERTY_REAL_QUEUE_ID, PROPERTY_TRANSACTION_PREPARED):
         properties.pop(name, None)
-    return Message(
-        topic,
-        half.body,
-        queue,
-        half.flag,
-        properties,
-        (half.sys_flag & ~_TRANSACTION_BITS) | SYSFLAG_TRANSACTION_COMMIT,
-        half.born_timestamp,
-        half.born_host,
-        half.reconsume_times,
-        half.physical_offset,
-    )
+    sys_flag = (half.sys_flag & ~_TRANSACTION_BITS) | SYSFLAG_TRANSACTION_COMMIT
+    return _rebuilt(half, topic, queue, properties, sys_flag, half.physical_offset)
 
 
 def for_check(half: StoredMessage, check_times: int) -> Message:
@@ -101,18 +91,7 @@ def for_check(half: StoredMessage, check_times: int) -> Message:
     topic, queue = real_destination(half)
     properties = dict(half.properties)
     properties[PROPERTY_CHECK_TIMES] = str(check_times)
-    return Message(
-        topic,
-        half.body,
-        queue,
-        half.flag,
-        properties,
-        half.sys_flag,
-        half.born_timestamp,
-        half.born_host,
-        half.reconsume_times,
-        half.prepared_transaction_offset,
-    )
+    return _rebuilt(half, topic, queue, properties, half.sys_flag, half.prepared_transaction_offset)
 
 
 def given_up(half: StoredMessage, check_times: int) -> Message:
@@ -122,17 +101,24 @@ def given_up(half: StoredMessage, check_times: int) -> Message:
     properties = dict(half.properties)
     properties.pop(PROPERTY_TRANSACTION_PREPARED, None)
     properties[PROPERTY_CHECK_TIMES] = str(check_times)
+    return _rebuilt(half, CHECK_MAX_TOPIC, 0, properties, half.sys_flag, half.physical_offset)
+
+
+def _rebuilt(
+    half: StoredMessage, topic: str, queue: int, properties: dict[str, str], sys_flag: int, prepared: int
+) -> Message:
+    """``half``'s body, flag, birth and reconsume count under a new address and properties."""
     return Message(
-        CHECK_MAX_TOPIC,
+        topic,
         half.body,
-        0,
+        queue,
         half.flag,
         properties,
-        half.sys_flag,
+        sys_flag,
         half.born_timestamp,
         half.born_host,
         half.reconsume_times,
-        half.physical_offset,
+        prepared,
     )
 
 
