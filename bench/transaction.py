@@ -12,11 +12,11 @@
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import tempfile
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import trio
@@ -25,55 +25,48 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from bench.trocket_process import running_trocket  # noqa: E402
-from kernel.remoting import RemotingClient, RemotingCommand, RequestCode  # noqa: E402
 from trocket import Message, Producer, TransactionProducer, TransactionState  # noqa: E402
+from trocket.admin.client import AdminClient  # noqa: E402
 
 TARGET_RATIO_64 = 0.40
 
 
+async def rate(send: Callable[[], Awaitable[object]], total: int, in_flight: int) -> float:
+    """Calls of ``send`` per second with ``in_flight`` tasks calling it ``total`` times in all."""
+
+    async def sender(count: int) -> None:
+        for _ in range(count):
+            await send()
+
+    per_task = total // in_flight
+    started = time.perf_counter()
+    async with trio.open_nursery() as nursery:
+        for _ in range(in_flight):
+            nursery.start_soon(sender, per_task)
+    return per_task * in_flight / (time.perf_counter() - started)
+
+
 async def plain_rate(namesrv: str, body: bytes, total: int, in_flight: int) -> float:
     async with Producer("PG_bench_plain", namesrv, send_timeout=30) as producer:
-        await producer.send(Message("BenchPlain", body))
-
-        async def sender(count: int) -> None:
-            for _ in range(count):
-                await producer.send(Message("BenchPlain", body))
-
-        per_task = total // in_flight
-        started = time.perf_counter()
-        async with trio.open_nursery() as nursery:
-            for _ in range(in_flight):
-                nursery.start_soon(sender, per_task)
-        return per_task * in_flight / (time.perf_counter() - started)
+        await producer.send(Message("BenchPlain", body))  # route and connection warm
+        return await rate(lambda: producer.send(Message("BenchPlain", body)), total, in_flight)
 
 
 async def transaction_rate(namesrv: str, body: bytes, total: int, in_flight: int) -> float:
-    commit = TransactionState.COMMIT
+    def commit(message: Message, arg: object) -> TransactionState:
+        return TransactionState.COMMIT
+
     async with TransactionProducer("PG_bench_tx", namesrv, send_timeout=30) as producer:
-        await producer.send_message_in_transaction(Message("BenchTx", body), lambda m, a: commit)
-
-        async def sender(count: int) -> None:
-            for _ in range(count):
-                await producer.send_message_in_transaction(Message("BenchTx", body), lambda m, a: commit)
-
-        per_task = total // in_flight
-        started = time.perf_counter()
-        async with trio.open_nursery() as nursery:
-            for _ in range(in_flight):
-                nursery.start_soon(sender, per_task)
-        return per_task * in_flight / (time.perf_counter() - started)
+        await producer.send_message_in_transaction(Message("BenchTx", body), commit)
+        return await rate(
+            lambda: producer.send_message_in_transaction(Message("BenchTx", body), commit), total, in_flight
+        )
 
 
 async def broker_figures(namesrv: str) -> dict[str, str]:
-    async with RemotingClient.open() as client:
-        route = await client.invoke(
-            namesrv, RemotingCommand.request(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "BenchTx"}), 10
-        )
-        address = json.loads(route.body)["brokerDatas"][0]["brokerAddrs"]["0"]
-        response = await client.invoke(
-            address, RemotingCommand.request(RequestCode.GET_BROKER_RUNTIME_INFO), 10
-        )
-    return dict(json.loads(response.body)["table"])
+    async with AdminClient.open([namesrv]) as admin:
+        (address,) = (await admin.master_addrs()).values()
+        return await admin.broker_runtime_info(address)
 
 
 async def check_back_rate(namesrv: str, body: bytes, pending: int) -> tuple[float, float]:
@@ -91,14 +84,11 @@ async def check_back_rate(namesrv: str, body: bytes, pending: int) -> tuple[floa
         "PG_bench_check", namesrv, check_listener=check, send_timeout=30
     ) as producer:
         await producer.send_message_in_transaction(Message("BenchCheck", body), lambda m, a: unknown)
-
-        async def sender(count: int) -> None:
-            for _ in range(count):
-                await producer.send_message_in_transaction(Message("BenchCheck", body), lambda m, a: unknown)
-
-        async with trio.open_nursery() as nursery:
-            for _ in range(64):
-                nursery.start_soon(sender, (pending - 1) // 64)
+        await rate(
+            lambda: producer.send_message_in_transaction(Message("BenchCheck", body), lambda m, a: unknown),
+            pending - 1,
+            64,
+        )
         total = 1 + (pending - 1) // 64 * 64
         print(f"  {total} half messages sent; waiting for the check-back", flush=True)
         deadline = trio.current_time() + 300

@@ -361,11 +361,7 @@ class TransactionService:
 
     def _advance(self, new_half_offset: int) -> None:
         progress = self.progress
-        if new_half_offset - progress.half_offset <= len(self.ended):
-            for offset in range(progress.half_offset, new_half_offset):
-                self.ended.discard(offset)
-        else:
-            self.ended = {o for o in self.ended if o >= new_half_offset}
+        self.ended = {o for o in self.ended if o >= new_half_offset}
         progress.checks = {o: c for o, c in progress.checks.items() if o >= new_half_offset}
         progress.half_offset = new_half_offset
         spans = self._op_spans

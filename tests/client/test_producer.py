@@ -14,21 +14,9 @@ from kernel import record
 from kernel.remoting import RequestCode
 from tests.interop.conftest import subprocess_env
 from tests.interop.test_namesrv_expiry import start
-from tests.network.conftest import free_port
-from tests.network.wire import pull_request
+from tests.network.conftest import free_port, pulled
 from trocket import ClientError, InvalidMessage, Message, Producer, SendError, SendStatus, select_by_hash
 from trocket.client.selectors import java_string_hash
-
-
-async def pulled(cluster, topic: str, queue_id: int) -> list[record.StoredMessage]:
-    """Everything in the queue (a pull returns at most 32)."""
-    await cluster.broker.wait_dispatched()
-    out: list[record.StoredMessage] = []
-    while True:
-        response = await cluster.call_raw(pull_request(topic, queue_id, len(out), max_msgs=32))
-        if response.code != 0:
-            return out
-        out += record.decode_records(response.body)
 
 
 async def test_send_returns_where_the_message_was_stored(cluster_factory):

@@ -12,10 +12,11 @@ import attrs
 import pytest
 import trio
 
-from kernel import Broker
+from kernel import Broker, record
 from kernel.remoting import RemotingClient, RemotingCommand
 from kernel.testing import make_config
 from plugins.remoting import NETWORK, BrokerNetwork
+from tests.network.wire import pull_request
 
 MEMORY_STORE = "kernel.testing.memory_store"
 
@@ -50,6 +51,17 @@ class Cluster:
 
 
 ClusterFactory = Callable[..., Any]
+
+
+async def pulled(cluster: Cluster, topic: str, queue_id: int) -> list[record.StoredMessage]:
+    """Everything in the queue now, pulled as a consumer would (a pull returns at most 32)."""
+    await cluster.broker.wait_dispatched()
+    out: list[record.StoredMessage] = []
+    while True:
+        response = await cluster.call_raw(pull_request(topic, queue_id, len(out), max_msgs=32))
+        if response.code != 0:
+            return out
+        out += record.decode_records(response.body)
 
 
 @pytest.fixture

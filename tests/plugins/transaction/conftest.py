@@ -11,8 +11,7 @@ import pytest
 import trio
 
 from kernel import record
-from tests.network.conftest import Cluster, cluster_factory  # noqa: F401
-from tests.network.wire import pull_request
+from tests.network.conftest import Cluster, cluster_factory, pulled  # noqa: F401
 
 FAST_CHECKS = {"check_interval": "300ms", "timeout": "200ms", "op_batch_interval": "100ms"}
 
@@ -33,17 +32,6 @@ def tx_cluster(cluster_factory) -> Callable[..., Any]:  # noqa: F811
             yield cluster
 
     return factory
-
-
-async def pulled(cluster: Cluster, topic: str, queue_id: int) -> list[record.StoredMessage]:
-    """Everything in the queue now (pulls of 32)."""
-    await cluster.broker.wait_dispatched()
-    out: list[record.StoredMessage] = []
-    while True:
-        response = await cluster.call_raw(pull_request(topic, queue_id, len(out), max_msgs=32))
-        if response.code != 0:
-            return out
-        out += record.decode_records(response.body)
 
 
 async def stored(cluster: Cluster, topic: str, queue_id: int = 0) -> list[record.StoredMessage]:

@@ -12,12 +12,12 @@ import sys
 import pytest
 import trio
 
-from kernel import record
-from kernel.remoting import RemotingClient, RemotingCommand, RequestCode
+from kernel.remoting import RemotingClient
 from tests.interop.conftest import RunningBroker, start_broker, subprocess_env
-from tests.network.wire import pull_request
+from tests.network.wire import pulled_bodies
 from tests.support import start_logged
 from trocket import Message, TransactionProducer, TransactionState
+from trocket.admin.client import AdminClient
 
 FAST = """
 [transaction]
@@ -30,28 +30,14 @@ op_batch_interval = "200ms"
 
 async def visible_bodies(broker: RunningBroker, topic: str) -> list[bytes]:
     """Every message of the topic's four queues, by pulling as a consumer would."""
-    out: list[bytes] = []
     async with RemotingClient.open() as client:
-        for queue in range(4):
-            offset = 0
-            while True:
-                response = await client.invoke(
-                    broker.broker, pull_request(topic, queue, offset, max_msgs=32), 10
-                )
-                if response.code != 0:
-                    break
-                found = record.decode_records(response.body)
-                out += [m.body for m in found]
-                offset += len(found)
-    return sorted(out)
+        return sorted((await pulled_bodies(client, broker.broker, topic, 4)).elements())
 
 
 async def figures(broker: RunningBroker) -> dict[str, str]:
     """The broker's runtime figures (what ``trocket admin brokerStatus`` shows)."""
-    async with RemotingClient.open() as client:
-        request = RemotingCommand.request(RequestCode.GET_BROKER_RUNTIME_INFO)
-        response = await client.invoke(broker.broker, request, 10)
-    return dict(json.loads(response.body)["table"])
+    async with AdminClient.open([broker.namesrv]) as admin:
+        return await admin.broker_runtime_info(broker.broker)
 
 
 async def until_figure(broker: RunningBroker, name: str, wanted: int, timeout: float = 60) -> None:
