@@ -32,11 +32,14 @@ log = logging.getLogger(__name__)
 
 RECEIVE_CHUNK = 256 * 1024
 OUTBOX_HIGH_WATER = 64 * 1024 * 1024
+"""Handlers wait before queueing more once this many response bytes are unsent (a peer that
+does not read cannot make the broker buffer without bound)."""
 DIRECT_SEND_LIMIT = 60.0
 """Longest a task may spend writing a frame itself (see ``Connection._send``) when the
 connection has no frame timeout."""
-"""Handlers wait before queueing more once this many response bytes are unsent (a peer that
-does not read cannot make the broker buffer without bound)."""
+ONEWAY_DRAIN_LIMIT = 10.0
+"""Longest a connection whose peer closed it waits for oneway requests it already read to be
+handled before cancelling them (see ``Connection.run``)."""
 
 Handler = Callable[["Connection", RemotingCommand], Awaitable[RemotingCommand | None]]
 GroupHandler = Callable[
@@ -154,6 +157,8 @@ class Connection:
     _cancel: trio.CancelScope | None = attrs.field(default=None, init=False)
     _last_activity: float = attrs.field(factory=trio.current_time, init=False)
     _in_flight: int = attrs.field(default=0, init=False)
+    _oneway_in_flight: int = attrs.field(default=0, init=False)
+    _oneway_done: trio.Event = attrs.field(factory=trio.Event, init=False)
     requests_handled: int = attrs.field(default=0, init=False)
 
     @property
@@ -165,18 +170,36 @@ class Connection:
 
     async def run(self, *, task_status: trio.TaskStatus[Connection] = trio.TASK_STATUS_IGNORED) -> None:
         """Serve the connection until the peer closes it, a frame is malformed, or
-        :meth:`close` is called. Handlers still running are cancelled then."""
+        :meth:`close` is called. Handlers still running are cancelled then, except that a
+        peer's orderly close first lets the oneway requests it sent before closing finish (a
+        producer that sends oneway and exits at once expects them served, as RocketMQ's
+        brokers do; requests with a response have nobody left to answer)."""
         try:
             with trio.CancelScope() as self._cancel:
                 async with trio.open_nursery() as nursery:
                     nursery.start_soon(self._write_loop)
                     task_status.started(self)
                     await self._read_loop(nursery)
+                    if self.close_reason == "closed by peer":
+                        await self._drain_oneway()
                     nursery.cancel_scope.cancel()
         finally:
             self._finish()
             with trio.CancelScope(shield=True):
                 await trio.aclose_forcefully(self.stream)
+
+    async def _drain_oneway(self) -> None:
+        with trio.move_on_after(ONEWAY_DRAIN_LIMIT) as waited:
+            while self._oneway_in_flight:
+                self._oneway_done = trio.Event()
+                await self._oneway_done.wait()
+        if waited.cancelled_caught:
+            log.warning(
+                "%s closed the connection; %d oneway requests it sent were still unhandled after %gs",
+                self.peer,
+                self._oneway_in_flight,
+                ONEWAY_DRAIN_LIMIT,
+            )
 
     async def flush(self, timeout: float) -> bool:
         """Wait until every queued frame was written (oneway requests included), at most
@@ -280,21 +303,28 @@ class Connection:
                     except trio.WouldBlock:
                         await limiter.acquire_on_behalf_of(token)
                     tokens.append(token)
+                # Counted here, not when the task first runs: a task started just before the
+                # peer's close must already count as in flight for the drain in ``run``.
+                self._in_flight += len(run)
+                self._oneway_in_flight += sum(request.is_oneway for request in run)
                 if len(run) == 1:
                     nursery.start_soon(self._serve_request, run[0], limiter, tokens[0])
                 else:
                     nursery.start_soon(self._serve_group, run, limiter, tokens)
 
     def _runs(self, requests: list[RemotingCommand]) -> list[list[RemotingCommand]]:
-        """``requests`` in order, consecutive ones sharing a group handler kept together."""
+        """``requests`` in order, consecutive ones sharing a group handler kept together, at
+        most ``max_in_flight`` to a run: a run is started once it holds a token per request,
+        so a longer one could never start and would stall the connection for good."""
         groups = self.router.group_handlers if self.router is not None else {}
         if len(requests) < 2 or not groups:
             return [[request] for request in requests]
+        longest = self.limits.max_in_flight
         runs: list[list[RemotingCommand]] = []
         previous = None
         for request in requests:
             handler = groups.get(request.code)
-            if handler is not None and handler is previous:
+            if handler is not None and handler is previous and len(runs[-1]) < longest:
                 runs[-1].append(request)
             else:
                 runs.append([request])
@@ -304,7 +334,7 @@ class Connection:
     async def _serve_group(
         self, requests: list[RemotingCommand], limiter: trio.CapacityLimiter, tokens: list[object]
     ) -> None:
-        self._in_flight += len(requests)
+        oneway = sum(request.is_oneway for request in requests)
         try:
             assert self.router is not None
             responses = await self.router.handle_group(self, requests)
@@ -318,6 +348,7 @@ class Connection:
                 await self._send(b"".join(frames))
         finally:
             self._in_flight -= len(requests)
+            self._oneway_finished(oneway)
             self._last_activity = trio.current_time()
             for token in tokens:
                 limiter.release_on_behalf_of(token)
@@ -325,7 +356,7 @@ class Connection:
     async def _serve_request(
         self, request: RemotingCommand, limiter: trio.CapacityLimiter, token: object
     ) -> None:
-        self._in_flight += 1
+        oneway = int(request.is_oneway)
         try:
             if self.router is None:
                 response: RemotingCommand | None = request.response(
@@ -338,8 +369,15 @@ class Connection:
                 await self._send(response.encode())
         finally:
             self._in_flight -= 1
+            self._oneway_finished(oneway)
             self._last_activity = trio.current_time()
             limiter.release_on_behalf_of(token)
+
+    def _oneway_finished(self, count: int) -> None:
+        if count:
+            self._oneway_in_flight -= count
+            if not self._oneway_in_flight:
+                self._oneway_done.set()
 
     async def _send(self, data: bytes) -> None:
         """Send one frame. When nothing else is being written (an idle connection: one request

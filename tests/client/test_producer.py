@@ -150,11 +150,6 @@ async def test_sends_go_to_the_second_broker_when_the_first_is_down(tmp_path):
                 process.wait(timeout=60)
 
 
-@pytest.mark.xfail(
-    reason="known bug, open: a burst of oneway sends right before shutdown loses most of them "
-    "(measured 290-564 of 2000 stored) although shutdown now waits for the outbox to be written; "
-    "the broker side of the close is the next suspect",
-)
 async def test_oneway_sends_right_before_shutdown_are_written_not_dropped(cluster_factory):
     """Shutdown writes what oneway sends queued before it closes the connections (a
     transaction's END_TRANSACTION is oneway too)."""

@@ -6,6 +6,7 @@ import struct
 
 import pytest
 import trio
+import trio.lowlevel
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -19,6 +20,7 @@ from kernel.remoting import (
     Router,
     TransportLimits,
 )
+from kernel.remoting.command import FLAG_ONEWAY, FrameDecoder
 
 ECHO, SLOW, BOOM, NOTIFY = 900, 901, 902, 903
 
@@ -211,3 +213,66 @@ async def test_callers_cancelled_while_sending_large_frames_never_corrupt_the_st
             for i in range(50):
                 calls.start_soon(call, i)
         assert sorted(answers) == [(i, i) for i in range(50)]
+
+
+async def serve(nursery: trio.Nursery, router: Router, limits: TransportLimits) -> RemotingServer:
+    server = RemotingServer("test", "127.0.0.1", 0, router, limits)
+    await nursery.start(server.run)
+    return server
+
+
+async def test_a_run_of_grouped_requests_longer_than_max_in_flight_is_answered(nursery):
+    """Requests read together go to a group handler in runs; a run needs a token per request,
+    so one longer than ``max_in_flight`` must be split or the connection stalls for good."""
+
+    async def one(connection: Connection, request: RemotingCommand) -> RemotingCommand:
+        return request.response(0, request.ext)
+
+    async def group(connection: Connection, requests):
+        await trio.lowlevel.checkpoint()
+        return [request.response(0, request.ext) for request in requests]
+
+    router = Router(name="grouping")
+    router.register(ECHO, one)
+    router.register_group(ECHO, group)
+    server = await serve(nursery, router, TransportLimits(max_in_flight=16))
+    stream = await raw_connection(server)
+    frames = []
+    for i in range(600):
+        request = RemotingCommand.request(ECHO, {"i": str(i)})
+        request.opaque = i
+        frames.append(request.encode())
+    await stream.send_all(b"".join(frames))  # one write: the server reads them together
+    decoder = FrameDecoder()
+    answered: list[int] = []
+    with trio.fail_after(10):
+        while len(answered) < 600:
+            answered += [command.opaque for command in decoder.feed(await stream.receive_some(65536))]
+    await stream.aclose()
+    assert sorted(answered) == list(range(600))
+
+
+async def test_oneway_requests_sent_just_before_the_peer_closes_are_all_handled(nursery):
+    """A peer that sends oneway requests and closes at once (a producer's last oneway sends,
+    a transaction's END) expects them served: the close must not cancel them."""
+    handled: list[int] = []
+
+    async def record(connection: Connection, request: RemotingCommand) -> None:
+        await trio.sleep(0.01)
+        handled.append(int(request.ext["i"]))
+
+    router = Router(name="oneway")
+    router.register(ECHO, record)
+    server = await serve(nursery, router, TransportLimits(max_in_flight=32))
+    stream = await raw_connection(server)
+    frames = []
+    for i in range(300):
+        request = RemotingCommand.request(ECHO, {"i": str(i)})
+        request.flag = FLAG_ONEWAY
+        frames.append(request.encode())
+    await stream.send_all(b"".join(frames))
+    await stream.aclose()
+    with trio.fail_after(10):
+        while len(handled) < 300:  # noqa: ASYNC110 - polling a plain list
+            await trio.sleep(0.01)
+    assert sorted(handled) == list(range(300))
