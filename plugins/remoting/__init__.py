@@ -14,6 +14,7 @@ from kernel import ConfigSection, DispatchRecord, Phase, ServiceSpec, hookimpl
 from kernel.clients import CLIENT_DIRECTORY
 from kernel.context import BrokerContext, BrokerRuntime
 from kernel.dispatch_batch import queue_keys
+from kernel.topics import TOPIC_DIRECTORY
 from plugins.remoting.config import PROPERTIES, RemotingConfig
 from plugins.remoting.service import NETWORK, BrokerNetwork
 
@@ -31,6 +32,7 @@ def trocket_register_services(ctx: BrokerContext) -> list[ServiceSpec]:
         network = BrokerNetwork.make(runtime)
         runtime.ctx.stash[NETWORK] = network
         runtime.ctx.stash[CLIENT_DIRECTORY] = network.clients
+        runtime.ctx.stash[TOPIC_DIRECTORY] = network
         return network
 
     return [ServiceSpec("remoting", Phase.INGRESS, make)]

@@ -28,7 +28,7 @@ from plugins.remoting.offsets import ConsumerOffsetManager
 from plugins.remoting.registration import NameServerRegistration
 from plugins.remoting.slave_sync import SlaveSynchronizer
 from plugins.remoting.subscriptions import SubscriptionGroupManager
-from plugins.remoting.topics import TopicConfig, TopicConfigManager
+from plugins.remoting.topics import PERM_READ, PERM_WRITE, TopicConfig, TopicConfigManager
 
 log = logging.getLogger(__name__)
 
@@ -214,6 +214,14 @@ class BrokerNetwork:
 
     async def topics_changed(self) -> None:
         await self.topics.persist()
+
+    async def create_system_topic(self, topic: str, queue_nums: int) -> None:
+        """A topic the broker writes and clients read (:class:`kernel.topics.TopicDirectory`,
+        for plugins): created readable and writable, persisted and, through the table's change
+        event, registered with the NameServers."""
+        if self.topics.get(topic) is None:
+            self.topics.create_system_topic(topic, queue_nums, PERM_READ | PERM_WRITE)
+            await self.topics_changed()
 
 
 def _physical_memory() -> int:

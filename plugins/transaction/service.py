@@ -41,6 +41,7 @@ from kernel.errors import CorruptRecord, OffsetOutOfRange
 from kernel.model import BrokerRole, MessageBatch, PutResult
 from kernel.record import StoredMessage, decode_record, encode_record
 from kernel.remoting import RemotingCommand, RequestCode, ResponseCode
+from kernel.topics import TOPIC_DIRECTORY
 from plugins.transaction import half as halves
 from plugins.transaction.config import TransactionConfig
 from plugins.transaction.progress import CheckState, Progress, ProgressFile
@@ -471,6 +472,7 @@ class TransactionService:
         return True
 
     async def _give_up(self, offset: int, found: StoredMessage, times: int) -> bool:
+        await self._create_check_max_topic()
         self.ended.add(offset)
         kept, op = await self.runtime.put_group(
             [
@@ -494,6 +496,14 @@ class TransactionService:
             halves.CHECK_MAX_TOPIC,
         )
         return True
+
+    async def _create_check_max_topic(self) -> None:
+        """Give ``TRANS_CHECK_MAX_TIME_TOPIC`` a topic config and a route, as RocketMQ does on
+        the first give-up, so an operator reads what was given up with the usual tools
+        (``queryMsgByKey``, a consumer of the topic)."""
+        directory = self.runtime.ctx.stash.get(TOPIC_DIRECTORY, None)
+        if directory is not None:
+            await directory.create_system_topic(halves.CHECK_MAX_TOPIC, 1)
 
     async def pending(self, group: str | None = None) -> list[PendingTransaction]:
         """Open transactions (of ``group`` when given), oldest first."""

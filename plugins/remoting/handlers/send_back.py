@@ -23,7 +23,7 @@ from kernel.model import (
 )
 from kernel.remoting import Connection, RemotingCommand, ResponseCode
 from plugins.remoting.handlers.common import PUT_STATUS_CODES, int_field, record_at, required
-from plugins.remoting.topics import DLQ_PREFIX, PERM_READ, PERM_WRITE, RETRY_PREFIX, TopicConfig
+from plugins.remoting.topics import DLQ_PREFIX, RETRY_PREFIX, TopicConfig
 
 if TYPE_CHECKING:
     from plugins.remoting.service import BrokerNetwork
@@ -108,6 +108,7 @@ async def handle_send_back(
 
 
 async def _create(net: BrokerNetwork, topic: str, queue_nums: int) -> TopicConfig:
-    config = net.topics.create_system_topic(topic, queue_nums, PERM_READ | PERM_WRITE)
-    await net.topics_changed()
+    await net.create_system_topic(topic, queue_nums)
+    config = net.topics.get(topic)
+    assert config is not None
     return config

@@ -17,7 +17,7 @@ from tests.interop.conftest import RunningBroker, start_broker, subprocess_env
 from tests.network.wire import pulled_bodies
 from tests.support import start_logged
 from trocket import Message, TransactionProducer, TransactionState
-from trocket.admin.client import AdminClient
+from trocket.admin.client import AdminClient, AdminError
 
 FAST = """
 [transaction]
@@ -28,10 +28,10 @@ op_batch_interval = "200ms"
 """
 
 
-async def visible_bodies(broker: RunningBroker, topic: str) -> list[bytes]:
-    """Every message of the topic's four queues, by pulling as a consumer would."""
+async def visible_bodies(broker: RunningBroker, topic: str, queues: int = 4) -> list[bytes]:
+    """Every message of the topic's first ``queues`` queues, by pulling as a consumer would."""
     async with RemotingClient.open() as client:
-        return sorted((await pulled_bodies(client, broker.broker, topic, 4)).elements())
+        return sorted((await pulled_bodies(client, broker.broker, topic, queues)).elements())
 
 
 async def figures(broker: RunningBroker) -> dict[str, str]:
@@ -44,6 +44,13 @@ async def until_figure(broker: RunningBroker, name: str, wanted: int, timeout: f
     with trio.fail_after(timeout):
         while int((await figures(broker)).get(name, "0")) < wanted:  # noqa: ASYNC110 - polls a process
             await trio.sleep(0.2)
+
+
+async def routed(admin: AdminClient, topic: str) -> bool:
+    try:
+        return bool((await admin.route(topic))["queueDatas"])
+    except AdminError:  # no route yet
+        return False
 
 
 def decide(state: TransactionState):
@@ -94,6 +101,12 @@ async def test_committed_transactions_become_visible_once_and_the_rest_never(bro
     assert checks.count(b"unknown-0") == 3 and checks.count(b"check-commit-0") == 1
     assert not any(body.startswith(b"commit-") for body in checks)
     assert broker.admin_json("pendingTransactions", "-g", "PG_mix") == []
+    given_up = await visible_bodies(broker, "TRANS_CHECK_MAX_TIME_TOPIC", queues=1)
+    assert given_up == sorted(f"unknown-{i}".encode() for i in range(20))
+    async with AdminClient.open([broker.namesrv]) as admin:  # registered: an operator finds it
+        with trio.fail_after(10):
+            while not await routed(admin, "TRANS_CHECK_MAX_TIME_TOPIC"):  # noqa: ASYNC110
+                await trio.sleep(0.1)
 
 
 async def test_a_broker_killed_between_prepare_and_end_resolves_every_transaction_after_restart(

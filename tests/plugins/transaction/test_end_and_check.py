@@ -14,8 +14,9 @@ from kernel.remoting import RemotingClient, RemotingCommand, RequestCode, Router
 from plugins.transaction import TRANSACTIONS
 from plugins.transaction.half import CHECK_MAX_TOPIC, OP_TOPIC, PROPERTY_CHECK_TIMES, op_offsets
 from tests.network.wire import send_request
-from tests.plugins.transaction.conftest import stored, until, visible
+from tests.plugins.transaction.conftest import pulled, stored, until, visible
 from trocket import Message, TransactionProducer, TransactionState
+from trocket.admin import AdminClient, AdminError
 
 
 def decide(state: TransactionState):
@@ -95,17 +96,29 @@ async def test_a_transaction_never_resolved_is_given_up_after_the_maximum_checks
         async with TransactionProducer(
             "PG_unknown", cluster.namesrv_addr, check_listener=lambda m: TransactionState.UNKNOW
         ) as producer:
-            await producer.send_message_in_transaction(
+            sent = await producer.send_message_in_transaction(
                 Message("Never", b"?"), decide(TransactionState.UNKNOW)
             )
             service = cluster.broker.ctx.stash[TRANSACTIONS]
             await until(lambda: service.stats.given_up >= 1, 15)
         assert service.stats.checks_sent == 3
         assert await visible(cluster, "Never") == []
-        (kept,) = await stored(cluster, CHECK_MAX_TOPIC)
+        (kept,) = await pulled(cluster, CHECK_MAX_TOPIC, 0)  # readable by a client, as in RocketMQ
         assert kept.body == b"?" and kept.properties[PROPERTY_CHECK_TIMES] == "3"
         assert kept.properties[PROPERTY_REAL_TOPIC] == "Never"
         assert (await service.pending()) == []
+        async with AdminClient.open([cluster.namesrv_addr]) as admin:  # routed: an operator finds it
+            with trio.fail_after(10):
+                while not (found := await _query_when_routed(admin, CHECK_MAX_TOPIC, sent.transaction_id)):  # noqa: ASYNC110
+                    await trio.sleep(0.05)
+        assert [message.body for message in found] == [b"?"]
+
+
+async def _query_when_routed(admin: AdminClient, topic: str, unique_key: str) -> list:
+    try:
+        return await admin.query_by_key(topic, unique_key, unique=True)
+    except AdminError:  # no route yet: the broker registers its new topic shortly
+        return []
 
 
 async def test_a_repeated_commit_is_answered_and_stored_once(tx_cluster):
