@@ -10,6 +10,7 @@ import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import attrs
 
@@ -76,14 +77,17 @@ class HaCluster:
         ha: str = "",
         extra: str = "",
         tables: str = "",
+        plugins: tuple[str, ...] = (),
     ) -> tuple[Path, str, str, Path]:
+        """The broker's TOML config, written; ``plugins`` are added to the pair's usual set,
+        ``extra`` lines go in ``[broker]``, ``tables`` after the others."""
         port, ha_port = free_port(), free_port()
         data_dir = self.root / name
         config = self.root / f"{name}.toml"
         config.write_text(
             f"""
 [broker]
-plugins = ["store_mmap", "flush_async", "remoting", "ha", "retry_dlq"]
+plugins = {json.dumps(["store_mmap", "flush_async", "remoting", "ha", "retry_dlq", *plugins])}
 replicator = "ha"
 broker_role = "{role}"
 broker_id = {broker_id}
@@ -109,7 +113,7 @@ reconnect_interval = "500ms"
         )
         return config, f"127.0.0.1:{port}", f"127.0.0.1:{ha_port}", data_dir
 
-    def start_broker(self, name: str, role: str, broker_id: int, **options: str) -> Process:
+    def start_broker(self, name: str, role: str, broker_id: int, **options: Any) -> Process:
         config, addr, ha_addr, data_dir = self.broker_config(name, role, broker_id, **options)
         return self.run_broker(name, config, addr, ha_addr, data_dir)
 
