@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 import trio
 import trio.lowlevel
 
@@ -26,8 +27,14 @@ def decide(state: TransactionState):
     return executor
 
 
-async def test_commit_makes_the_message_visible_and_rollback_discards_it(tx_cluster):
-    async with tx_cluster() as cluster, TransactionProducer("PG_tx", cluster.namesrv_addr) as producer:
+@pytest.mark.parametrize("flush", ["async", "sync"])
+async def test_commit_makes_the_message_visible_and_rollback_discards_it(tx_cluster, flush):
+    """On store_mmap under either flush policy (a commit and its op record are one append,
+    which SYNC_FLUSH acknowledges only once on disk)."""
+    async with (
+        tx_cluster(flush=flush) as cluster,
+        TransactionProducer("PG_tx", cluster.namesrv_addr) as producer,
+    ):
         committed = await producer.send_message_in_transaction(
             Message("Orders", b"paid", tags="t", keys=["o-1"]), decide(TransactionState.COMMIT)
         )
