@@ -39,6 +39,7 @@ if TYPE_CHECKING:
         Redelivery,
         Rejection,
         ReplicatorProvider,
+        RequestGuardSpec,
         RequestHandlerSpec,
         ServiceSpec,
         StoreProvider,
@@ -224,6 +225,24 @@ def trocket_register_request_handlers(ctx: BrokerContext) -> Iterable[RequestHan
     Firstresult: no.
     Colour: sync; assembly time (when the port opens). The handlers are async.
     Since: 0.1
+    """
+
+
+@hookspec
+def trocket_register_request_guards(ctx: BrokerContext) -> Iterable[RequestGuardSpec]:
+    """Check every request on the broker's port before its handler runs (access control).
+
+    The plugin serving the port collects these when it starts listening; each request of a
+    code the broker answers passes every guard in plugin order, and the first refusal is the
+    answer (a oneway request refused is dropped). A guard's ``check`` is a plain function
+    called once per request, never through pluggy.
+
+    :param ctx: the broker context.
+    :returns: :class:`~kernel.model.RequestGuardSpec` records.
+
+    Firstresult: no.
+    Colour: sync; assembly time (when the port opens). The checks are sync, once per request.
+    Since: 0.2
     """
 
 

@@ -138,6 +138,17 @@ class RequestHandlerSpec:
     handle: Callable[[BrokerRuntime, Connection, RemotingCommand], Awaitable[RemotingCommand | None]]
 
 
+@attrs.frozen
+class RequestGuardSpec:
+    """A check every request on the broker's port passes before its handler runs (the acl
+    plugin's permission check). ``check(connection, request)`` returns ``None`` to let the
+    request through, or the response that refuses it (the handler then never runs). It is
+    called once per request, synchronously: keep it to a dictionary lookup and a hash."""
+
+    name: str
+    check: Callable[[Connection, RemotingCommand], RemotingCommand | None]
+
+
 def flatten(results: Iterable[Iterable[Any] | None]) -> list[Any]:
     """Flatten the per-plugin lists a ``register_*`` hook returns (``None`` entries skipped)."""
     out: list[Any] = []

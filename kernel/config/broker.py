@@ -32,6 +32,9 @@ class PluginDefaults:
     list; naming a role is asking for RocketMQ's master/slave replication)."""
     replicator: str | None = None
     """The replicator provider selected along with :attr:`replication_plugin`."""
+    switches: Mapping[str, str] = attrs.field(factory=dict)
+    """Properties key -> the plugin it loads when set to ``true`` (``aclEnable`` -> the ACL
+    plugin): RocketMQ turns features on with a flag where a TOML config lists the plugin."""
 
 
 NO_PLUGIN_DEFAULTS = PluginDefaults()

@@ -136,7 +136,8 @@ def load_properties(
 
     A properties file has no plugin list: the plugins are ``defaults.plugins``, less the flush
     plugins of the policies ``flushDiskType`` did not choose, plus the replication plugin when
-    the file names a ``brokerRole``.
+    the file names a ``brokerRole``, plus the plugins of ``defaults.switches`` keys set to
+    ``true`` (``aclEnable``).
 
     :raises ConfigError: unknown key, bad value, or unreadable file; naming file and key.
     """
@@ -147,7 +148,15 @@ def load_properties(
     ignored: list[str] = []
     installed = available_plugins()
     declared, import_notes = declared_properties(installed)
+    switched: list[str] = []
     for key, raw in props.items():
+        if key in defaults.switches:
+            try:
+                if rocketmq.boolean(raw):
+                    switched.append(defaults.switches[key])
+            except ValueError as error:
+                errors.append(ConfigError(source, key, f"{error} (expected true|false)"))
+            continue
         targets = declared.get(key)
         if targets is None and key in ROCKETMQ_KEYS:
             ignored.append(key)  # a RocketMQ setting Trocket has no use for: start anyway
@@ -171,6 +180,7 @@ def load_properties(
         wanted.append(defaults.replication_plugin)
         if defaults.replicator:
             tables["broker"].setdefault("replicator", defaults.replicator)
+    wanted += [plugin for plugin in switched if plugin not in wanted]
     plugins = [p for p in wanted if p in installed]
     missing = [p for p in wanted if p not in installed]
     tables["broker"]["plugins"] = plugins

@@ -14,10 +14,11 @@ from kernel.remoting.command import (
     parse_bool,
     string_fields,
 )
-from kernel.remoting.connection import Connection, Handler, Router, TransportLimits
+from kernel.remoting.connection import Connection, Guard, Handler, Router, TransportLimits
 from kernel.remoting.server import RemotingServer, format_address
 
 __all__ = [
+    "Guard",
     "FLAG_ONEWAY",
     "FLAG_RESPONSE",
     "SERIALIZE_JSON",

@@ -45,6 +45,7 @@ Handler = Callable[["Connection", RemotingCommand], Awaitable[RemotingCommand | 
 GroupHandler = Callable[
     ["Connection", Sequence[RemotingCommand]], Awaitable[Sequence[RemotingCommand | None]]
 ]
+Guard = Callable[["Connection", RemotingCommand], "RemotingCommand | None"]
 
 
 @attrs.frozen
@@ -77,6 +78,10 @@ class Router:
     in one receive whose codes share a group handler are given to it together (a client with
     many sends in flight), one response each, in order. A lone request still goes to its
     ordinary handler."""
+    guards: list[Guard] = attrs.field(factory=list)
+    """Checks every request of a known code passes before its handler runs (ACL): a guard
+    returns ``None`` to let it through or the refusal to answer instead; a refused request
+    never reaches its handler. Synchronous and cheap: they run once per request."""
 
     def register(self, code: int, handler: Handler) -> None:
         if code in self.handlers:
@@ -90,7 +95,28 @@ class Router:
             raise ValueError(f"{self.name}: a group handler for {code_name(code)} is already registered")
         self.group_handlers[code] = handler
 
+    def refusal(self, connection: Connection, request: RemotingCommand) -> RemotingCommand | None:
+        """The first guard's refusal of ``request``, or ``None`` when every guard lets it through."""
+        for guard in self.guards:
+            refused = guard(connection, request)
+            if refused is not None:
+                return refused
+        return None
+
     async def handle_group(
+        self, connection: Connection, requests: Sequence[RemotingCommand]
+    ) -> list[RemotingCommand | None]:
+        if self.guards:
+            refusals = [self.refusal(connection, request) for request in requests]
+            if any(refused is not None for refused in refusals):
+                allowed = [
+                    request for request, refused in zip(requests, refusals, strict=True) if refused is None
+                ]
+                answers = iter(await self._handle_group(connection, allowed) if allowed else [])
+                return [next(answers) if refused is None else refused for refused in refusals]
+        return await self._handle_group(connection, requests)
+
+    async def _handle_group(
         self, connection: Connection, requests: Sequence[RemotingCommand]
     ) -> list[RemotingCommand | None]:
         handler = self.group_handlers[requests[0].code]
@@ -114,6 +140,10 @@ class Router:
             return request.response(
                 ResponseCode.REQUEST_CODE_NOT_SUPPORTED, remark=f" request type {request.code} not supported"
             )
+        if self.guards:
+            refused = self.refusal(connection, request)
+            if refused is not None:
+                return refused
         try:
             return await handler(connection, request)
         except trio.Cancelled:
@@ -476,4 +506,4 @@ class Connection:
         self._enqueue(command.encode())
 
 
-__all__ = ["Connection", "Handler", "RequestCode", "Router", "TransportLimits"]
+__all__ = ["Connection", "Guard", "Handler", "RequestCode", "Router", "TransportLimits"]

@@ -99,6 +99,9 @@ class BrokerNetwork:
                 )
             router.register(spec.code, functools.partial(spec.handle, self.runtime))
             claimed[spec.code] = spec.name
+        router.guards.extend(
+            spec.check for spec in flatten(ctx.hook.trocket_register_request_guards(ctx=ctx))
+        )
         return router
 
     async def run(self, *, task_status: trio.TaskStatus[BrokerNetwork] = trio.TASK_STATUS_IGNORED) -> None:
