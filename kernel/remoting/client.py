@@ -18,6 +18,7 @@ from kernel.errors import RemotingConnectError
 from kernel.remoting.command import RemotingCommand
 from kernel.remoting.connection import Connection, Router, TransportLimits
 from kernel.remoting.server import format_address
+from kernel.remoting.signature import SessionCredentials
 
 log = logging.getLogger(__name__)
 
@@ -39,6 +40,8 @@ class RemotingClient:
     """Serves requests the server sends on our connections (e.g. NOTIFY_CONSUMER_IDS_CHANGED)."""
     limits: TransportLimits = TransportLimits()
     connect_timeout: float = 3.0
+    credentials: SessionCredentials | None = None
+    """When set, every request this client sends is signed (RocketMQ ACL)."""
     _connections: dict[str, Connection] = attrs.field(factory=dict, init=False)
     _locks: dict[str, trio.Lock] = attrs.field(factory=dict, init=False)
 
@@ -50,10 +53,11 @@ class RemotingClient:
         *,
         connect_timeout: float = 3.0,
         limits: TransportLimits | None = None,
+        credentials: SessionCredentials | None = None,
     ) -> AsyncIterator[RemotingClient]:
         try:
             async with trio.open_nursery() as nursery:
-                client = cls(nursery, router, limits or TransportLimits(), connect_timeout)
+                client = cls(nursery, router, limits or TransportLimits(), connect_timeout, credentials)
                 try:
                     yield client
                 finally:
@@ -102,11 +106,18 @@ class RemotingClient:
         :raises RemotingConnectError, RemotingTimeoutError, RemotingClosedError: see names.
         """
         connection = await self.connection(address)
-        return await connection.request(request, timeout)
+        return await connection.request(self.signed(request), timeout)
 
     async def invoke_oneway(self, address: str, request: RemotingCommand) -> None:
         connection = await self.connection(address)
-        connection.send_oneway(request)
+        connection.send_oneway(self.signed(request))
+
+    def signed(self, request: RemotingCommand) -> RemotingCommand:
+        """``request``, signed with this client's credentials when it has any (for requests
+        sent on a connection directly rather than through :meth:`invoke`)."""
+        if self.credentials is not None:
+            self.credentials.sign(request)
+        return request
 
     async def flush_all(self, timeout: float = 3.0) -> None:
         """Write what every connection has queued (oneway requests) before a deliberate close."""

@@ -19,6 +19,9 @@ from kernel.record import StoredMessage
 from kernel.remoting import RemotingClient, RemotingCommand, RequestCode, ResponseCode, code_name
 from kernel.remoting.admin_json import loads as loads_admin_json
 from kernel.remoting.admin_json import split_queue_key
+from kernel.remoting.signature import SessionCredentials
+from trocket.client.credentials import resolve_credentials
+from trocket.client.errors import ClientError
 
 TIMEOUT = 5.0
 TOOLS_CONSUMER = "TOOLS_CONSUMER"
@@ -46,11 +49,21 @@ class AdminClient:
     @classmethod
     @asynccontextmanager
     async def open(
-        cls, namesrv_addrs: Sequence[str], *, timeout: float = TIMEOUT
+        cls,
+        namesrv_addrs: Sequence[str],
+        *,
+        timeout: float = TIMEOUT,
+        credentials: SessionCredentials | None = None,
     ) -> AsyncIterator[AdminClient]:
+        """``credentials`` (default: ``TROCKET_ACCESS_KEY``/``TROCKET_SECRET_KEY`` when set)
+        sign every request, for brokers with ACL on."""
         if not namesrv_addrs:
             raise AdminError("no NameServer address given (use -n host:port)")
-        async with RemotingClient.open() as remoting:
+        try:
+            signing = resolve_credentials(credentials)
+        except ClientError as error:
+            raise AdminError(str(error)) from None
+        async with RemotingClient.open(credentials=signing) as remoting:
             yield cls(tuple(namesrv_addrs), remoting, timeout)
 
     # --- plumbing ---------------------------------------------------------------------------

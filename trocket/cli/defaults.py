@@ -23,8 +23,9 @@ TROCKET_DEFAULTS = PluginDefaults(
     flush_plugins={"async": "flush_async", "sync": "flush_sync"},
     replication_plugin="ha",
     replicator="ha",
+    switches={"aclEnable": "acl"},
 )
 """RocketMQ's broker as it ships: mmap store, both flush policies (``flush`` picks one),
 remoting, a NameServer role, queue allocation, retries/delays/DLQ and transactional messages
 (every RocketMQ broker accepts them); a ``brokerRole`` in a
-properties file adds master/slave replication."""
+properties file adds master/slave replication, ``aclEnable=true`` the plain ACL."""

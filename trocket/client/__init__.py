@@ -1,5 +1,6 @@
 """The client SDK: applications produce and consume with it as with RocketMQ's clients."""
 
+from kernel.remoting.signature import SessionCredentials
 from trocket.client.consumer.listener import ConsumeContext, ConsumeStatus, OrderlyStatus
 from trocket.client.consumer.lite_pull import LitePullConsumer
 from trocket.client.consumer.modes import ConsumeFromWhere, MessageModel
@@ -28,6 +29,7 @@ __all__ = [
     "SendError",
     "SendResult",
     "SendStatus",
+    "SessionCredentials",
     "TransactionProducer",
     "TransactionSendResult",
     "TransactionState",

@@ -34,7 +34,9 @@ from kernel.model import (
     encode_properties,
 )
 from kernel.remoting import RemotingClient, RemotingCommand, RequestCode, ResponseCode, Router
+from kernel.remoting.signature import SessionCredentials
 from trocket.client.batch import encode_messages
+from trocket.client.credentials import resolve_credentials
 from trocket.client.errors import ClientError, InvalidMessage, SendError
 from trocket.client.fault import LatencyFaultTolerance
 from trocket.client.message import Message, SendResult, SendStatus
@@ -91,6 +93,9 @@ class Producer:
     max_message_size: int = 4 * 1024 * 1024
     default_topic_queue_nums: int = 4
     latency_fault_tolerance: bool = True
+    credentials: SessionCredentials | None = None
+    """ACL credentials every request is signed with (default: ``TROCKET_ACCESS_KEY`` and
+    ``TROCKET_SECRET_KEY`` when set)."""
     _remoting: RemotingClient | None = attrs.field(default=None, init=False)
     _routes: RouteCache | None = attrs.field(default=None, init=False)
     _nursery: trio.Nursery | None = attrs.field(default=None, init=False)
@@ -110,7 +115,9 @@ class Producer:
         if self._stack is not None:
             raise ClientError(f"producer {self.group!r} is already started")
         stack = AsyncExitStack()
-        self._remoting = await stack.enter_async_context(RemotingClient.open(self._router()))
+        self._remoting = await stack.enter_async_context(
+            RemotingClient.open(self._router(), credentials=resolve_credentials(self.credentials))
+        )
         # Runs after the nursery below has waited for background sends, before the close.
         stack.push_async_callback(self._remoting.flush_all, self.send_timeout)
         self._nursery = await stack.enter_async_context(trio.open_nursery())

@@ -217,8 +217,8 @@ class TransactionProducer(Producer):
         }
         answer = RemotingCommand.request(RequestCode.END_TRANSACTION, header)
         answer.remark = remark
-        if not connection.closed:
-            connection.send_oneway(answer)
+        if not connection.closed and self._remoting is not None:
+            connection.send_oneway(self._remoting.signed(answer))
 
     # --- heartbeats -------------------------------------------------------------------------
 
@@ -250,7 +250,7 @@ class TransactionProducer(Producer):
                 }
             ).encode()
             response = await connection.request(
-                RemotingCommand.request(RequestCode.HEART_BEAT, {}, body), 3.0
+                remoting.signed(RemotingCommand.request(RequestCode.HEART_BEAT, {}, body)), 3.0
             )
         except RemotingError as error:
             log.warning("heartbeat of producer group %s to %s failed: %s", self.group, address, error)

@@ -12,12 +12,14 @@ import attrs
 import trio
 
 from kernel.protocols import AllocateStrategyFn
+from kernel.remoting.signature import SessionCredentials
 from kernel.subscription import Subscription
 from trocket.client.consumer.allocation import resolve_strategy
 from trocket.client.consumer.modes import ConsumeFromWhere, MessageModel
 from trocket.client.consumer.offset_store import OffsetStore, offset_store_for
 from trocket.client.consumer.rebalance import REBALANCE_INTERVAL, Rebalancer, half_hour_ago_ms
 from trocket.client.consumer.session import HEARTBEAT_INTERVAL, ConsumerSession, open_session
+from trocket.client.credentials import resolve_credentials
 from trocket.client.errors import ClientError
 from trocket.client.producer import _split
 
@@ -44,6 +46,9 @@ class ConsumerBase:
     instance_name: str | None = None
     offset_store_dir: Path | None = None
     """Broadcasting: where offsets are kept (default ``~/.rocketmq_offsets``)."""
+    credentials: SessionCredentials | None = None
+    """ACL credentials every request is signed with (default: ``TROCKET_ACCESS_KEY`` and
+    ``TROCKET_SECRET_KEY`` when set)."""
 
     _subscriptions: dict[str, Subscription] = attrs.field(factory=dict, init=False)
     _session: ConsumerSession | None = attrs.field(default=None, init=False)
@@ -77,6 +82,7 @@ class ConsumerBase:
         session = await open_session(
             stack, self.group, addresses, self.message_model.value, consume_type,
             self.consume_from_where.value, subscriptions, self.instance_name,
+            resolve_credentials(self.credentials),
         )  # fmt: skip
         self._session = session
         self._offsets = offset_store_for(

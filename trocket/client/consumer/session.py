@@ -21,6 +21,7 @@ from kernel.errors import RemotingError
 from kernel.model import MessageQueue
 from kernel.remoting import Connection, RemotingClient, RemotingCommand, RequestCode, ResponseCode
 from kernel.remoting.connection import Router
+from kernel.remoting.signature import SessionCredentials
 from kernel.subscription import Subscription
 from trocket.client.errors import ClientError
 from trocket.client.routes import RouteCache
@@ -248,10 +249,11 @@ async def open_session(
     consume_from_where: str,
     subscriptions: dict[str, Subscription],
     instance_name: str | None,
+    credentials: SessionCredentials | None = None,
 ) -> ConsumerSession:
     """A session whose connections ``stack`` closes, listening for membership changes."""
     router, holder = ConsumerSession.router()
-    remoting = await stack.enter_async_context(RemotingClient.open(router))
+    remoting = await stack.enter_async_context(RemotingClient.open(router, credentials=credentials))
     client_id = f"{local_ip()}@{instance_name or default_instance_name()}"
     session = ConsumerSession(
         group, namesrv_addrs, client_id, message_model, consume_type, consume_from_where, remoting,

@@ -1,0 +1,94 @@
+"""The permission check every request passes before its handler (RocketMQ's
+``PlainPermissionManager.validate``), in RocketMQ's order:
+
+1. a peer in ``globalWhiteRemoteAddresses`` passes;
+2. a request without ``AccessKey``, or with a key the file does not list, is refused;
+3. a peer in the account's ``whiteRemoteAddress`` passes without a signature;
+4. the signature must match (HMAC-SHA1 with the account's secret);
+5. an admin-only request needs ``admin: true``;
+6. every topic and group the request touches needs its permission, from the account's
+   ``topicPerms``/``groupPerms`` or else its defaults.
+
+A refusal is ``NO_PERMISSION`` with a remark naming the key, the resource and what is
+missing; the handler never runs, so nothing refused touches the store.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import attrs
+
+from kernel.remoting import Connection, RemotingCommand, ResponseCode, code_name
+from kernel.remoting.signature import ACCESS_KEY, SIGNATURE, signature_matches
+from plugins.acl.addresses import peer_ip
+from plugins.acl.plain_acl import RETRY_PREFIX, PlainAcl, allows, perm_name
+from plugins.acl.resources import ADMIN_CODES, UnreadableRequest, needed
+
+log = logging.getLogger(__name__)
+
+
+@attrs.define
+class AclStatistics:
+    allowed: int = 0
+    refused: int = 0
+
+
+@attrs.define(eq=False)
+class AclGuard:
+    """Holds the file's current parse; :meth:`check` is the request guard."""
+
+    acl: PlainAcl
+    stats: AclStatistics = attrs.field(factory=AclStatistics)
+
+    def check(self, connection: Connection, request: RemotingCommand) -> RemotingCommand | None:
+        problem = self.problem(peer_ip(connection.peer), request)
+        if problem is None:
+            self.stats.allowed += 1
+            return None
+        self.stats.refused += 1
+        log.info("ACL: %s from %s refused: %s", code_name(request.code), connection.peer, problem)
+        return request.response(ResponseCode.NO_PERMISSION, remark=problem)
+
+    def problem(self, address: str, request: RemotingCommand) -> str | None:
+        """Why ``request`` from ``address`` is refused, or ``None``."""
+        acl = self.acl
+        if any(match(address) for match in acl.global_white):
+            return None
+        ext = request.ext
+        access_key = ext.get(ACCESS_KEY)
+        if not access_key:
+            return "No accessKey is configured: the request is not signed (ACL is on)"
+        account = acl.accounts.get(access_key)
+        if account is None:
+            return f"No acl config for {_shown(access_key)}"
+        if account.white(address):
+            return None
+        if SIGNATURE not in ext or not signature_matches(ext, request.body, account.secret_key):
+            return f"Check signature failed for accessKey={_shown(access_key)}"
+        if request.code in ADMIN_CODES and not account.admin:
+            return (
+                f"Need admin permission for request code={int(request.code)} "
+                f"({code_name(request.code)}), but accessKey={_shown(access_key)} is not"
+            )
+        try:
+            resources = needed(request)
+        except UnreadableRequest as error:
+            return f"accessKey={_shown(access_key)}: {error}"
+        for resource, perm in resources.items():
+            owned = account.owned(resource)
+            if not allows(perm, owned):
+                kind, name = (
+                    ("group", resource[len(RETRY_PREFIX) :])
+                    if resource.startswith(RETRY_PREFIX)
+                    else ("topic", resource)
+                )
+                return (
+                    f"No permission for {kind} {_shown(name)}: accessKey={_shown(access_key)} needs "
+                    f"{perm_name(perm)} and has {perm_name(owned)}"
+                )
+        return None
+
+
+def _shown(text: str, limit: int = 80) -> str:
+    return repr(text) if len(text) <= limit else f"{text[:limit]!r}... ({len(text)} characters)"
