@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import trio
 
-from kernel.remoting import RemotingCommand, ResponseCode
+from kernel.remoting import ResponseCode
 from kernel.remoting.command import FLAG_ONEWAY
 from tests.network.conftest import pulled
 from tests.network.wire import pull_request, send_request
@@ -77,16 +77,13 @@ async def test_consuming_needs_sub_on_the_topic_and_the_group(acl_cluster):
         async with Producer("PG", cluster.namesrv_addr, credentials=ADMIN) as producer:
             await producer.send(Message("ReadOnly", b"r"))
         cluster.client.credentials = WRITER
-        pull = await cluster.call_raw(pull_of("ReadOnly", "CG_other"))
+        pull = await cluster.call_raw(pull_request("ReadOnly", 0, 0, group="CG_other"))
         assert pull.code == ResponseCode.NO_PERMISSION
         assert "group 'CG_other': accessKey='writer-key' needs SUB and has DENY" in pull.remark
-        assert (await cluster.call_raw(pull_of("ReadOnly", "CG_orders"))).code == ResponseCode.SUCCESS
-
-
-def pull_of(topic: str, group: str) -> RemotingCommand:
-    request = pull_request(topic, 0, 0)
-    request.ext["consumerGroup"] = group
-    return request
+        codes = [
+            (await cluster.call_raw(pull_request("ReadOnly", q, 0, group="CG_orders"))).code for q in range(4)
+        ]
+        assert sorted(codes) == [ResponseCode.SUCCESS] + [ResponseCode.PULL_NOT_FOUND] * 3
 
 
 async def test_only_an_admin_creates_or_deletes_topics(acl_cluster):
