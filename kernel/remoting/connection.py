@@ -189,6 +189,8 @@ class Connection:
     _in_flight: int = attrs.field(default=0, init=False)
     _oneway_in_flight: int = attrs.field(default=0, init=False)
     _oneway_done: trio.Event = attrs.field(factory=trio.Event, init=False)
+    _peer_finished: bool = attrs.field(default=False, init=False)
+    """The peer closed its side in order (EOF): the oneway requests it sent are drained."""
     requests_handled: int = attrs.field(default=0, init=False)
 
     @property
@@ -210,7 +212,7 @@ class Connection:
                     nursery.start_soon(self._write_loop)
                     task_status.started(self)
                     await self._read_loop(nursery)
-                    if self.close_reason == "closed by peer":
+                    if self._peer_finished:
                         await self._drain_oneway()
                     nursery.cancel_scope.cancel()
         finally:
@@ -303,6 +305,7 @@ class Connection:
                 return
             if not data:
                 self.close_reason = self.close_reason or "closed by peer"
+                self._peer_finished = True
                 return
             self._last_activity = now = trio.current_time()
             try:

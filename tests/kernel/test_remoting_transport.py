@@ -221,6 +221,16 @@ async def serve(nursery: trio.Nursery, router: Router, limits: TransportLimits) 
     return server
 
 
+def echo_frames(count: int, *, flag: int = 0) -> bytes:
+    """``count`` ECHO requests numbered by ``i`` (and by opaque), encoded back to back."""
+    frames = []
+    for i in range(count):
+        request = RemotingCommand.request(ECHO, {"i": str(i)})
+        request.opaque, request.flag = i, flag
+        frames.append(request.encode())
+    return b"".join(frames)
+
+
 async def test_a_run_of_grouped_requests_longer_than_max_in_flight_is_answered(nursery):
     """Requests read together go to a group handler in runs; a run needs a token per request,
     so one longer than ``max_in_flight`` must be split or the connection stalls for good."""
@@ -237,12 +247,7 @@ async def test_a_run_of_grouped_requests_longer_than_max_in_flight_is_answered(n
     router.register_group(ECHO, group)
     server = await serve(nursery, router, TransportLimits(max_in_flight=16))
     stream = await raw_connection(server)
-    frames = []
-    for i in range(600):
-        request = RemotingCommand.request(ECHO, {"i": str(i)})
-        request.opaque = i
-        frames.append(request.encode())
-    await stream.send_all(b"".join(frames))  # one write: the server reads them together
+    await stream.send_all(echo_frames(600))  # one write: the server reads them together
     decoder = FrameDecoder()
     answered: list[int] = []
     with trio.fail_after(10):
@@ -265,12 +270,7 @@ async def test_oneway_requests_sent_just_before_the_peer_closes_are_all_handled(
     router.register(ECHO, record)
     server = await serve(nursery, router, TransportLimits(max_in_flight=32))
     stream = await raw_connection(server)
-    frames = []
-    for i in range(300):
-        request = RemotingCommand.request(ECHO, {"i": str(i)})
-        request.flag = FLAG_ONEWAY
-        frames.append(request.encode())
-    await stream.send_all(b"".join(frames))
+    await stream.send_all(echo_frames(300, flag=FLAG_ONEWAY))
     await stream.aclose()
     with trio.fail_after(10):
         while len(handled) < 300:  # noqa: ASYNC110 - polling a plain list
