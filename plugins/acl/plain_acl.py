@@ -56,8 +56,7 @@ def allows(needed: int, owned: int) -> bool:
 @attrs.frozen
 class Account:
     access_key: str
-    secret_key: str
-    white_remote_address: str
+    secret_key: str = attrs.field(repr=False)
     white: AddressMatch = attrs.field(repr=False, eq=False)
     admin: bool
     default_topic_perm: int
@@ -77,10 +76,7 @@ class PlainAcl:
     """One parse of the file: the global white list and the accounts by access key."""
 
     global_white: tuple[AddressMatch, ...] = attrs.field(repr=False, eq=False)
-    global_white_patterns: tuple[str, ...]
     accounts: Mapping[str, Account]
-    raw: dict[str, Any] = attrs.field(repr=False, eq=False)
-    """The document as read (the admin requests edit it and write it back)."""
 
 
 def read_plain_acl(path: Path) -> PlainAcl:
@@ -112,12 +108,7 @@ def parse_plain_acl(document: object, source: str) -> PlainAcl:
         if account.access_key in accounts:
             raise AclFileError(f"{where}.accessKey: {account.access_key!r} is listed twice")
         accounts[account.access_key] = account
-    return PlainAcl(
-        tuple(_pattern(p, f"{source}: globalWhiteRemoteAddresses") for p in patterns),
-        patterns,
-        accounts,
-        document,
-    )
+    return PlainAcl(tuple(_pattern(p, f"{source}: globalWhiteRemoteAddresses") for p in patterns), accounts)
 
 
 def _account(entry: dict[str, Any], where: str) -> Account:
@@ -138,7 +129,6 @@ def _account(entry: dict[str, Any], where: str) -> Account:
     return Account(
         access_key,
         secret_key,
-        white,
         _pattern(white, f"{where}.whiteRemoteAddress"),
         admin,
         _perm(entry.get("defaultTopicPerm"), f"{where}.defaultTopicPerm"),

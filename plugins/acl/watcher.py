@@ -18,7 +18,7 @@ from plugins.acl.plain_acl import AclFileError, read_plain_acl
 log = logging.getLogger(__name__)
 
 
-def _stamp(path: Path) -> tuple[int, int, int] | None:
+def _file_stamp(path: Path) -> tuple[int, int, int] | None:
     try:
         stat = path.stat()
     except OSError:
@@ -36,7 +36,7 @@ class AclFileWatcher:
     _stamp: tuple[int, int, int] | None = attrs.field(default=None, init=False)
 
     def __attrs_post_init__(self) -> None:
-        self._stamp = _stamp(self.path)
+        self._stamp = _file_stamp(self.path)
 
     async def run(self, *, task_status: trio.TaskStatus[Any] = trio.TASK_STATUS_IGNORED) -> None:
         task_status.started()
@@ -46,7 +46,7 @@ class AclFileWatcher:
 
     async def reload_if_changed(self) -> bool:
         """Whether a changed file was read and put in force."""
-        stamp = await trio.to_thread.run_sync(_stamp, self.path)
+        stamp = await trio.to_thread.run_sync(_file_stamp, self.path)
         if stamp == self._stamp:
             return False
         self._stamp = stamp
