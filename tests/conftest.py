@@ -83,3 +83,20 @@ def broker_factory(tmp_path: Path) -> BrokerFactory:
                 await instance.wait_stopped()
 
     return factory
+
+
+@pytest.fixture
+def pki(tmp_path: Path) -> dict[str, Path]:
+    """A CA, a server certificate for 127.0.0.1 signed by it, a client certificate, and a
+    second CA nobody uses (to show verification fails against the wrong one)."""
+    import trustme  # a test dependency only these tests need
+
+    ca, stranger = trustme.CA(), trustme.CA()
+    server = ca.issue_cert("127.0.0.1", "localhost")
+    client = ca.issue_cert("client@example.com")
+    paths = {name: tmp_path / f"{name}.pem" for name in ("ca", "stranger", "server", "client")}
+    ca.cert_pem.write_to_path(paths["ca"])
+    stranger.cert_pem.write_to_path(paths["stranger"])
+    server.private_key_and_cert_chain_pem.write_to_path(paths["server"])
+    client.private_key_and_cert_chain_pem.write_to_path(paths["client"])
+    return paths

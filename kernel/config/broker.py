@@ -89,6 +89,32 @@ class BrokerConfig:
     """``flushConsumeQueueThoroughInterval``: how often every view is flushed completely and the
     store's checkpoint is written (also at shutdown). Abnormal recovery re-dispatches the log
     written since the last thorough persist."""
+    tls_server_mode: str = fields.choice("disabled", ("disabled", "permissive", "enforcing"))
+    """``tls.server.mode`` of every port this process listens on (broker, NameServer, HA):
+    ``permissive`` serves TLS and plain clients, ``enforcing`` TLS only."""
+    tls_server_cert_path: Path | None = fields.path(None)
+    """``tls.server.certPath``: the PEM certificate chain (needed unless disabled)."""
+    tls_server_key_path: Path | None = fields.path(None)
+    """``tls.server.keyPath``: its PEM private key."""
+    tls_server_key_password: str | None = fields.optional_string(None)
+    tls_server_need_client_auth: str = fields.choice("none", ("none", "optional", "require"))
+    """``tls.server.need.client.auth``: ask TLS clients for a certificate."""
+    tls_server_trust_cert_path: Path | None = fields.path(None)
+    """``tls.server.trustCertPath``: CAs that client certificates must chain to."""
+    tls_enable: bool = fields.boolean(False)
+    """``tls.enable``: the broker's own connections (to NameServers, a slave's to its master)
+    speak TLS."""
+    tls_client_auth_server: bool = fields.boolean(False)
+    """``tls.client.authServer``: verify the servers' certificates (RocketMQ's default: no)."""
+    tls_client_trust_cert_path: Path | None = fields.path(None)
+    tls_client_cert_path: Path | None = fields.path(None)
+    tls_client_key_path: Path | None = fields.path(None)
+    tls_client_key_password: str | None = fields.optional_string(None)
+    inner_access_key: str | None = fields.optional_string(None)
+    """With :attr:`inner_secret_key`: the ACL account the broker signs its own requests with
+    (registration, a slave's metadata sync) when the servers it talks to have ACL on
+    (RocketMQ 5's ``innerClientAuthenticationCredentials``)."""
+    inner_secret_key: str | None = fields.optional_string(None)
 
 
 @attrs.frozen(kw_only=True)

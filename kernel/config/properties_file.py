@@ -56,6 +56,20 @@ BROKER_PROPERTIES: dict[str, PropertyAlias] = {
     "flushIntervalConsumeQueue": rocketmq.milliseconds_alias("view_persist_interval"),
     "flushConsumeQueueThoroughInterval": rocketmq.milliseconds_alias("view_persist_thorough_interval"),
     "brokerIP1": PropertyAlias("listen_host", rocketmq.text, "the address clients reach"),
+    "tls.server.mode": PropertyAlias("tls_server_mode", rocketmq.text, "disabled|permissive|enforcing"),
+    "tls.server.certPath": PropertyAlias("tls_server_cert_path", rocketmq.text, "a PEM file"),
+    "tls.server.keyPath": PropertyAlias("tls_server_key_path", rocketmq.text, "a PEM file"),
+    "tls.server.keyPassword": PropertyAlias("tls_server_key_password", rocketmq.text, "a password"),
+    "tls.server.need.client.auth": PropertyAlias(
+        "tls_server_need_client_auth", rocketmq.text, "none|optional|require"
+    ),
+    "tls.server.trustCertPath": PropertyAlias("tls_server_trust_cert_path", rocketmq.text, "a PEM file"),
+    "tls.enable": rocketmq.boolean_alias("tls_enable"),
+    "tls.client.authServer": rocketmq.boolean_alias("tls_client_auth_server"),
+    "tls.client.trustCertPath": PropertyAlias("tls_client_trust_cert_path", rocketmq.text, "a PEM file"),
+    "tls.client.certPath": PropertyAlias("tls_client_cert_path", rocketmq.text, "a PEM file"),
+    "tls.client.keyPath": PropertyAlias("tls_client_key_path", rocketmq.text, "a PEM file"),
+    "tls.client.keyPassword": PropertyAlias("tls_client_key_password", rocketmq.text, "a password"),
 }
 """The RocketMQ keys of the kernel's ``[broker]`` table. Plugins declare theirs with their
 table (:class:`~kernel.model.ConfigSection`)."""

@@ -8,6 +8,7 @@ a closed one is replaced on the next request.
 from __future__ import annotations
 
 import logging
+import ssl
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
@@ -19,6 +20,7 @@ from kernel.remoting.command import RemotingCommand
 from kernel.remoting.connection import Connection, Router, TransportLimits
 from kernel.remoting.server import format_address
 from kernel.remoting.signature import SessionCredentials
+from kernel.remoting.tls import open_client_stream
 
 log = logging.getLogger(__name__)
 
@@ -42,6 +44,8 @@ class RemotingClient:
     connect_timeout: float = 3.0
     credentials: SessionCredentials | None = None
     """When set, every request this client sends is signed (RocketMQ ACL)."""
+    tls: ssl.SSLContext | None = None
+    """When set, every connection speaks TLS (``tls.enable``; see :mod:`kernel.remoting.tls`)."""
     _connections: dict[str, Connection] = attrs.field(factory=dict, init=False)
     _locks: dict[str, trio.Lock] = attrs.field(factory=dict, init=False)
 
@@ -54,10 +58,11 @@ class RemotingClient:
         connect_timeout: float = 3.0,
         limits: TransportLimits | None = None,
         credentials: SessionCredentials | None = None,
+        tls: ssl.SSLContext | None = None,
     ) -> AsyncIterator[RemotingClient]:
         try:
             async with trio.open_nursery() as nursery:
-                client = cls(nursery, router, limits or TransportLimits(), connect_timeout, credentials)
+                client = cls(nursery, router, limits or TransportLimits(), connect_timeout, credentials, tls)
                 try:
                     yield client
                 finally:
@@ -86,15 +91,19 @@ class RemotingClient:
             host, port = split_address(address)
             try:
                 with trio.fail_after(self.connect_timeout):
-                    stream = await trio.open_tcp_stream(host, port)
+                    stream, socket_stream = await open_client_stream(host, port, self.tls)
             except (OSError, trio.TooSlowError) as error:
                 raise RemotingConnectError(f"cannot connect to {address}: {error or 'timed out'}") from None
+            except trio.BrokenResourceError as error:
+                raise RemotingConnectError(
+                    f"cannot connect to {address}: TLS handshake failed: {error.__cause__ or error}"
+                ) from None
             connection = Connection(
                 stream,
                 address,
                 self.router,
                 self.limits,
-                local=format_address(stream.socket.getsockname()),
+                local=format_address(socket_stream.socket.getsockname()),
             )
             await self.nursery.start(connection.run)
             self._connections[address] = connection

@@ -9,6 +9,7 @@ import attrs
 import trio
 
 from kernel.remoting.connection import Connection, Router, TransportLimits
+from kernel.remoting.tls import ServerTls
 
 log = logging.getLogger(__name__)
 
@@ -48,6 +49,8 @@ class RemotingServer:
     limits: TransportLimits = TransportLimits()
     on_connect: list[Callable[[Connection], None]] = attrs.field(factory=list)
     on_close: list[Callable[[Connection], None]] = attrs.field(factory=list)
+    tls: ServerTls | None = None
+    """TLS as ``tls.server.mode`` says; ``None`` is plain TCP (``disabled``)."""
     connections: set[Connection] = attrs.field(factory=set, init=False)
     refused: int = attrs.field(default=0, init=False)
     accepted: int = attrs.field(default=0, init=False)
@@ -76,9 +79,15 @@ class RemotingServer:
             )
             await trio.aclose_forcefully(stream)
             return
+        served: trio.abc.Stream | None = stream
+        if self.tls is not None:
+            served = await self.tls.accept(stream, self.name, peer)
+            if served is None:
+                self.refused += 1
+                return
         self.accepted += 1
         connection = Connection(
-            stream,
+            served,
             peer,
             self.router,
             self.limits,

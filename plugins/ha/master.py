@@ -19,6 +19,7 @@ import trio
 from kernel.errors import OffsetOutOfRange
 from kernel.protocols import MessageStore, ReplicableStore
 from kernel.remoting.server import format_address, open_listeners
+from kernel.remoting.tls import ServerTls
 from kernel.sync import Watermark
 from plugins.ha.config import HaConfig
 from plugins.ha.wire import HaFrameError, ReportDecoder, encode_header
@@ -50,7 +51,7 @@ class SlaveConnection:
     """One slave's connection: reports in, frames out."""
 
     server: HaServer
-    stream: trio.SocketStream
+    stream: trio.abc.Stream
     address: str
     ack_offset: int = -1
     transferred: int = 0
@@ -188,6 +189,8 @@ class HaServer:
     config: HaConfig
     host: str
     port: int
+    tls: ServerTls | None = None
+    """TLS as ``tls.server.mode`` says (``None``: plain TCP)."""
     acked: Watermark = attrs.field(factory=Watermark, init=False)
     """The highest offset any connected slave holds (``push2SlaveMaxOffset``)."""
     connections: list[SlaveConnection] = attrs.field(factory=list, init=False)
@@ -205,8 +208,14 @@ class HaServer:
             task_status.started()
             await trio.serve_listeners(self._serve, listeners, handler_nursery=nursery)
 
-    async def _serve(self, stream: trio.SocketStream) -> None:
-        connection = SlaveConnection(self, stream, format_address(stream.socket.getpeername()))
+    async def _serve(self, socket_stream: trio.SocketStream) -> None:
+        peer = format_address(socket_stream.socket.getpeername())
+        stream: trio.abc.Stream | None = socket_stream
+        if self.tls is not None:
+            stream = await self.tls.accept(socket_stream, "ha", peer)
+            if stream is None:
+                return
+        connection = SlaveConnection(self, stream, peer)
         self.connections.append(connection)
         log.info("HA: slave connected from %s", connection.address)
         try:

@@ -19,6 +19,7 @@ from kernel.context import BrokerContext
 from kernel.errors import ConfigError
 from kernel.model import AppendResult, BrokerRole, Replication
 from kernel.protocols import MessageStore, ReplicableStore
+from kernel.remoting.tls_config import client_tls, server_tls
 from plugins.ha.config import HaConfig
 from plugins.ha.master import HaServer, SlaveStatistics
 from plugins.ha.slave import HaClient, SlaveSideStatistics
@@ -57,9 +58,10 @@ class HaReplicator:
             )
         role = ctx.broker.broker_role
         if role is BrokerRole.SLAVE:
-            return cls(role, config, client=HaClient(store, config))
+            return cls(role, config, client=HaClient(store, config, tls=client_tls(ctx.config)))
         port = config.listen_port if config.listen_port is not None else ctx.broker.listen_port + 1
-        return cls(role, config, server=HaServer(store, store, config, ctx.broker.listen_host, port))
+        server = HaServer(store, store, config, ctx.broker.listen_host, port, tls=server_tls(ctx.config))
+        return cls(role, config, server=server)
 
     async def run(self, *, task_status: trio.TaskStatus[Any] = trio.TASK_STATUS_IGNORED) -> None:
         service = self.server if self.server is not None else self.client

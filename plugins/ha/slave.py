@@ -10,6 +10,7 @@ that appended bytes, and every ``heartbeat_interval``; a master silent for
 from __future__ import annotations
 
 import logging
+import ssl
 from typing import Any
 
 import attrs
@@ -17,6 +18,7 @@ import trio
 
 from kernel.errors import ReplicaMismatch, StoreNotWritable
 from kernel.protocols import ReplicableStore
+from kernel.remoting.tls import open_client_stream
 from plugins.ha.config import HaConfig
 from plugins.ha.wire import HaFrameError, TransferDecoder, encode_report
 
@@ -54,6 +56,8 @@ class HaClient:
     received_bytes: int = 0
     connects: int = 0
     last_error: str = ""
+    tls: ssl.SSLContext | None = None
+    """TLS to the master's HA port (``tls.enable``)."""
     _address_changed: trio.Event = attrs.field(factory=trio.Event, init=False)
     _send_lock: trio.Lock = attrs.field(factory=trio.Lock, init=False)
 
@@ -97,9 +101,11 @@ class HaClient:
         host, _, port = address.rpartition(":")
         try:
             with trio.fail_after(CONNECT_TIMEOUT):
-                stream = await trio.open_tcp_stream(host, int(port))
+                stream, _ = await open_client_stream(host, int(port), self.tls)
         except (OSError, trio.TooSlowError) as error:
             raise _Dropped(f"cannot connect: {error or 'timed out'}") from None
+        except trio.BrokenResourceError as error:
+            raise _Dropped(f"TLS handshake failed: {error.__cause__ or error}") from None
         self.connects += 1
         self.connected = True
         log.info("HA: connected to master %s; this log ends at %d", address, self.store.received_end())
@@ -117,7 +123,7 @@ class HaClient:
                 nursery.cancel_scope.cancel()
             raise _Dropped(reason)
 
-    async def _heartbeats(self, stream: trio.SocketStream) -> None:
+    async def _heartbeats(self, stream: trio.abc.Stream) -> None:
         """Report every ``heartbeat_interval``; a failed send ends only this task (the receive
         loop sees the broken connection)."""
         while True:
@@ -127,12 +133,12 @@ class HaClient:
             except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
                 return
 
-    async def _report(self, stream: trio.SocketStream) -> None:
+    async def _report(self, stream: trio.abc.Stream) -> None:
         """Send the end of this log (two tasks report: one send at a time)."""
         async with self._send_lock:
             await stream.send_all(encode_report(self.store.received_end()))
 
-    async def _receive(self, stream: trio.SocketStream) -> None:
+    async def _receive(self, stream: trio.abc.Stream) -> None:
         decoder = TransferDecoder(MAX_FRAME_BODY)
         silence = self.config.housekeeping_interval
         while True:

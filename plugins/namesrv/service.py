@@ -22,6 +22,8 @@ from kernel.remoting import (
     parse_bool,
 )
 from kernel.remoting.register_body import RegisterBodyError, decode_register_body
+from kernel.remoting.tls import ServerTls
+from kernel.remoting.tls_config import server_tls
 from plugins.namesrv.config import NamesrvConfig
 from plugins.namesrv.kv_config import KvConfig
 from plugins.namesrv.route_table import Registration, RouteTable
@@ -42,13 +44,14 @@ class NameServer:
     config: NamesrvConfig
     kv: KvConfig
     routes: RouteTable = attrs.field(factory=RouteTable)
+    tls: ServerTls | None = None
     server: RemotingServer | None = None
 
     @classmethod
     def make(cls, runtime: BrokerRuntime) -> NameServer:
         config = runtime.ctx.plugin_config(NamesrvConfig)
         path = config.kv_config_path or runtime.ctx.data_dir / "namesrv" / "kvConfig.json"
-        return cls(config, KvConfig.load(path))
+        return cls(config, KvConfig.load(path), tls=server_tls(runtime.ctx.config))
 
     @property
     def address(self) -> str:
@@ -88,6 +91,7 @@ class NameServer:
                 frame_timeout=self.config.frame_read_timeout,
             ),
             on_close=[self._connection_closed],
+            tls=self.tls,
         )
         async with trio.open_nursery() as nursery:
             await nursery.start(self.server.run)

@@ -13,6 +13,7 @@ import trio
 from kernel.errors import RemotingError
 from kernel.remoting import RemotingClient, RemotingCommand, RequestCode, ResponseCode
 from kernel.remoting.register_body import encode_register_body
+from plugins.remoting.outgoing import OutgoingConnections
 from plugins.remoting.topics import TopicConfigManager
 
 log = logging.getLogger(__name__)
@@ -34,13 +35,14 @@ class NameServerRegistration:
     """Called with (master address, master HA address) when the NameServer names them (slaves)."""
     master_addr: str = ""
     """The master's broker address, as the NameServer last named it (slaves)."""
+    outgoing: OutgoingConnections = attrs.field(factory=OutgoingConnections)
     registrations: int = 0
     failures: int = 0
     last_error: str = ""
     _client: RemotingClient | None = None
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        async with RemotingClient.open() as client:
+        async with self.outgoing.open() as client:
             self._client = client
             # The change event is taken before each registration, so a topic created while one
             # is under way (a retry topic on a first heartbeat) is registered right after it,

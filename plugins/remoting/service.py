@@ -20,11 +20,13 @@ from kernel.context import BrokerRuntime, StashKey
 from kernel.errors import PluginError
 from kernel.model import BrokerRole, flatten
 from kernel.remoting import Connection, RemotingServer, Router, TransportLimits, code_name
+from kernel.remoting.tls_config import client_tls, inner_credentials, server_tls
 from plugins.remoting.clients import ClientManager
 from plugins.remoting.config import RemotingConfig
 from plugins.remoting.locks import QueueLocks
 from plugins.remoting.long_polling import PullWaiters
 from plugins.remoting.offsets import ConsumerOffsetManager
+from plugins.remoting.outgoing import OutgoingConnections
 from plugins.remoting.registration import NameServerRegistration
 from plugins.remoting.slave_sync import SlaveSynchronizer
 from plugins.remoting.subscriptions import SubscriptionGroupManager
@@ -43,6 +45,8 @@ class BrokerNetwork:
     clients: ClientManager = attrs.field(factory=ClientManager)
     waiters: PullWaiters = attrs.field(factory=PullWaiters)
     locks: QueueLocks = attrs.field(factory=QueueLocks)
+    outgoing: OutgoingConnections = attrs.field(factory=OutgoingConnections)
+    """How the broker's own requests travel (TLS, ACL signature)."""
     server: RemotingServer | None = None
     registration: NameServerRegistration | None = None
     started_at: float = 0.0
@@ -67,6 +71,7 @@ class BrokerNetwork:
             ConsumerOffsetManager.load(config_dir / "consumerOffset.json"),
             SubscriptionGroupManager.load(config_dir / "subscriptionGroup.json"),
             locks=QueueLocks(config.lock_expiry),
+            outgoing=OutgoingConnections(client_tls(ctx.config), inner_credentials(ctx.config)),
         )
 
     @property
@@ -121,6 +126,7 @@ class BrokerNetwork:
                 frame_timeout=self.config.frame_read_timeout,
             ),
             on_close=[self._connection_closed],
+            tls=server_tls(self.runtime.ctx.config),
         )
         await self.topics.persist()
         async with trio.open_nursery() as nursery:
@@ -135,6 +141,7 @@ class BrokerNetwork:
                 self.config.register_period,
                 ha_address=self._ha_address,
                 on_master=self._master_learned,
+                outgoing=self.outgoing,
             )
             if broker.namesrv_addr:
                 await nursery.start(self.registration.run)

@@ -37,7 +37,7 @@ class SlaveSynchronizer:
     last_error: str = ""
 
     async def run(self) -> None:
-        async with RemotingClient.open() as client:
+        async with self.net.outgoing.open() as client:
             while True:
                 master = self.net.registration.master_addr if self.net.registration else ""
                 if master:

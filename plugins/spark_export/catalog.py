@@ -16,6 +16,7 @@ import attrs
 import trio
 
 from kernel.remoting import RequestCode
+from plugins.spark_export.options import ClusterSecurity
 from trocket.admin.client import AdminClient, AdminError
 
 log = logging.getLogger(__name__)
@@ -55,6 +56,7 @@ def is_system_topic(topic: str) -> bool:
 @attrs.frozen
 class BrokerCatalog:
     namesrv: tuple[str, ...]
+    security: ClusterSecurity = ClusterSecurity()
     timeout: float = 10.0
 
     def topics(self, names: Sequence[str], pattern: re.Pattern[str] | None) -> list[str]:
@@ -143,7 +145,12 @@ class BrokerCatalog:
 
     def _run(self, ask: Callable[[AdminClient], Awaitable[T]]) -> T:
         async def main() -> T:
-            async with AdminClient.open(self.namesrv, timeout=self.timeout) as admin:
+            async with AdminClient.open(
+                self.namesrv,
+                timeout=self.timeout,
+                credentials=self.security.credentials(),
+                tls=self.security.tls_context() or False,
+            ) as admin:
                 return await ask(admin)
 
         try:

@@ -14,6 +14,7 @@ from typing import Any
 from kernel.config import load_config
 from kernel.errors import TrocketError
 from kernel.host import PluginHost
+from trocket.cli.connection_options import add_connection_options, credentials_of, tls_of
 
 DEFAULT_NAMESRV = "127.0.0.1:9876"
 FORMATS = ("parquet",)
@@ -63,6 +64,7 @@ def add_parsers(sub: Any) -> None:
         "--skip-lost", action="store_true", help="skip offsets retention deleted (failOnDataLoss=false)"
     )
     export.add_argument("--master", default=None, help="Spark master (default local[*])")
+    add_connection_options(export)
     export.set_defaults(handler=cmd_export)
 
 
@@ -107,6 +109,7 @@ def cmd_export(args: argparse.Namespace) -> int:
         master=args.master or defaults.get("master", "local[*]"),
         driver_memory=defaults.get("driver_memory", "2g"),
         spark_conf=tuple(defaults.get("spark_conf", ())),
+        security=_security(args),
     )
     run_export(spec)
     return 0
@@ -153,3 +156,14 @@ def _config_defaults(path: Path | None) -> dict[str, Any]:
         "max_offsets_per_trigger": section.max_offsets_per_trigger,
         "trigger_interval": section.trigger_interval,
     }
+
+
+def _security(args: argparse.Namespace) -> dict[str, str]:
+    """The source options that carry ``--authKey``/``--tls`` (the environment's keys are read
+    by the source itself)."""
+    credentials = credentials_of(args)
+    tls_of(args)  # an unusable CA file is reported here, before Spark starts
+    options = {"tlsCaFile": args.tls_ca_file or "", "tls": "true" if args.tls or args.tls_ca_file else ""}
+    if credentials is not None:
+        options |= {"accessKey": credentials.access_key, "secretKey": credentials.secret_key}
+    return options

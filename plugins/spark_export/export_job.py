@@ -19,6 +19,7 @@ import json
 import sys
 import threading
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -36,6 +37,8 @@ class ExportError(TrocketError):
 @attrs.frozen
 class ExportSpec:
     namesrv: tuple[str, ...]
+    security: Mapping[str, str] = attrs.field(factory=dict, repr=False, kw_only=True)
+    """Source options ``accessKey``, ``secretKey``, ``tls``, ``tlsCaFile`` (see ClusterSecurity)."""
     output: Path
     topics: tuple[str, ...] = ()
     topic_pattern: str | None = None
@@ -93,7 +96,7 @@ def source_options(spec: ExportSpec) -> dict[str, str]:
         "namesrv": ",".join(spec.namesrv),
         "tagExpression": spec.tag_expression,
         "failOnDataLoss": str(spec.fail_on_data_loss).lower(),
-    }
+    } | {name: value for name, value in spec.security.items() if value}
     if spec.topic_pattern:
         options["topicPattern"] = spec.topic_pattern
     else:
@@ -168,7 +171,8 @@ def _batch(spark: Any, spec: ExportSpec, out: TextIO) -> ExportResult:
     from plugins.spark_export.planning import batch_ranges, to_offset_dict
 
     options = source_options(spec)
-    planned = batch_ranges(parse_source_options(options), BrokerCatalog(spec.namesrv))
+    parsed = parse_source_options(options)
+    planned = batch_ranges(parsed, BrokerCatalog(spec.namesrv, parsed.read.security))
     total = sum(r.count for r in planned)
     ends = {r.key: r.end for r in planned}
     starts = {r.key: r.start for r in planned}

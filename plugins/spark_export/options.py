@@ -11,13 +11,19 @@ means earliest and -1 latest.
 from __future__ import annotations
 
 import json
+import os
 import re
+import ssl
 from collections.abc import Mapping
 from typing import Any
 
 import attrs
 
 from kernel.errors import TrocketError
+from kernel.remoting.signature import SessionCredentials
+from trocket.client.credentials import resolve_credentials
+from trocket.client.errors import ClientError
+from trocket.client.tls import ENV_TLS, ENV_TLS_CA_FILE, tls_context
 
 EARLIEST = -2
 LATEST = -1
@@ -35,10 +41,33 @@ OffsetSpec = int | dict[str, dict[str, dict[int, int]]]
 
 
 @attrs.frozen
+class ClusterSecurity:
+    """How executors and the driver reach a cluster with ACL or TLS on: options ``accessKey``
+    and ``secretKey`` (else the driver's ``TROCKET_ACCESS_KEY``/``TROCKET_SECRET_KEY``, read
+    once when the options are parsed, so executors need no environment of their own),
+    ``tls`` (true/false) and ``tlsCaFile``. Plain values, since they are pickled into every
+    partition; the SSL context is built where it is used."""
+
+    access_key: str | None = None
+    secret_key: str | None = attrs.field(default=None, repr=False)
+    tls: bool = False
+    tls_ca_file: str | None = None
+
+    def credentials(self) -> SessionCredentials | None:
+        if self.access_key and self.secret_key:
+            return SessionCredentials(self.access_key, self.secret_key)
+        return None
+
+    def tls_context(self) -> ssl.SSLContext | None:
+        return tls_context(self.tls_ca_file) if self.tls else None
+
+
+@attrs.frozen
 class ReadSettings:
     """What an executor needs to read a range (pickled into every partition)."""
 
     namesrv: tuple[str, ...]
+    security: ClusterSecurity = ClusterSecurity()
     tag_expression: str = "*"
     fail_on_data_loss: bool = True
     pull_batch_size: int = DEFAULT_PULL_BATCH
@@ -72,6 +101,7 @@ class SourceOptions:
 @attrs.frozen
 class SinkOptions:
     namesrv: tuple[str, ...]
+    security: ClusterSecurity = ClusterSecurity()
     topic: str | None = None
     producer_group: str = "TROCKET_SPARK_SINK"
     batch_size: int = 128
@@ -88,6 +118,7 @@ def parse_source_options(options: Mapping[str, str]) -> SourceOptions:
     topics, pattern = _topics(opts)
     read = ReadSettings(
         namesrv=_namesrv(opts),
+        security=_security(opts),
         tag_expression=opts.get("tagexpression", "*").strip() or "*",
         fail_on_data_loss=_bool(opts, "failOnDataLoss", True),
         pull_batch_size=_int(opts, "pullBatchSize", DEFAULT_PULL_BATCH, minimum=1),
@@ -120,6 +151,7 @@ def parse_sink_options(options: Mapping[str, str]) -> SinkOptions:
     opts = _lower(options)
     return SinkOptions(
         namesrv=_namesrv(opts),
+        security=_security(opts),
         topic=opts.get("topic") or None,
         producer_group=opts.get("producergroup", "TROCKET_SPARK_SINK"),
         batch_size=_int(opts, "sendBatchSize", 128, minimum=1),
@@ -154,6 +186,26 @@ def _namesrv(opts: dict[str, str]) -> tuple[str, ...]:
         if not sep or not host or not port.isdigit():
             raise SparkOptionError(f'option "namesrv": {address!r} is not host:port')
     return addresses
+
+
+def _security(opts: dict[str, str]) -> ClusterSecurity:
+    try:
+        credentials = resolve_credentials(access_key=opts.get("accesskey"), secret_key=opts.get("secretkey"))
+    except ClientError as error:
+        raise SparkOptionError(f'options "accessKey"/"secretKey": {error}') from None
+    ca_file = opts.get("tlscafile") or os.environ.get(ENV_TLS_CA_FILE) or None
+    use_tls = _bool(opts, "tls", bool(ca_file) or os.environ.get(ENV_TLS, "").lower() == "true")
+    if use_tls:
+        try:
+            tls_context(ca_file)  # a bad file is named on the driver, before any task starts
+        except ClientError as error:
+            raise SparkOptionError(f'option "tlsCaFile": {error}') from None
+    return ClusterSecurity(
+        credentials.access_key if credentials else None,
+        credentials.secret_key if credentials else None,
+        use_tls,
+        ca_file,
+    )
 
 
 def _topics(opts: dict[str, str]) -> tuple[tuple[str, ...], re.Pattern[str] | None]:

@@ -74,7 +74,12 @@ class _SpanReader:
         results: list[list[bytes]] = [[] for _ in edges]
         limiter = trio.CapacityLimiter(self.settings.pull_concurrency)
         try:
-            async with RemotingClient.open() as remoting, trio.open_nursery() as nursery:
+            async with (
+                RemotingClient.open(
+                    credentials=self.settings.security.credentials(), tls=self.settings.security.tls_context()
+                ) as remoting,
+                trio.open_nursery() as nursery,
+            ):
                 for index, low in enumerate(edges):
                     high = min(stop, low + step)
                     nursery.start_soon(self._pull_sub_range, remoting, limiter, low, high, results[index])

@@ -125,7 +125,11 @@ def _partition_id() -> int:
 async def _send_all(options: SinkOptions, batches: Iterator[pa.RecordBatch]) -> int:
     sent = 0
     async with Producer(
-        options.producer_group, options.namesrv, send_timeout=options.send_timeout
+        options.producer_group,
+        options.namesrv,
+        send_timeout=options.send_timeout,
+        credentials=options.security.credentials(),
+        tls=options.security.tls_context() or False,
     ) as producer:
         queues_by_topic: dict[str, tuple[MessageQueue, ...]] = {}
         for batch in batches:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import socket
+import ssl
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -66,7 +67,8 @@ async def pulled(cluster: Cluster, topic: str, queue_id: int) -> list[record.Sto
 
 @pytest.fixture
 def cluster_factory(tmp_path: Path) -> ClusterFactory:
-    """``async with cluster_factory(store="memory", plugins=[...], **tables) as cluster``."""
+    """``async with cluster_factory(store="memory", plugins=[...], **tables) as cluster``
+    (``client_tls``: the context ``cluster.client`` connects with)."""
 
     @asynccontextmanager
     async def factory(
@@ -77,6 +79,7 @@ def cluster_factory(tmp_path: Path) -> ClusterFactory:
         plugin_objects: list[tuple[str, object]] | None = None,
         data_dir: Path | None = None,
         extra_namesrvs: list[str] | None = None,
+        client_tls: ssl.SSLContext | None = None,
         **tables: dict[str, Any],
     ) -> AsyncIterator[Cluster]:
         namesrv_port, broker_port = free_port(), free_port()
@@ -104,7 +107,7 @@ def cluster_factory(tmp_path: Path) -> ClusterFactory:
         async with trio.open_nursery() as nursery:
             await nursery.start(instance.run)
             try:
-                async with RemotingClient.open() as client:
+                async with RemotingClient.open(tls=client_tls) as client:
                     yield Cluster(instance, client, f"127.0.0.1:{namesrv_port}", f"127.0.0.1:{broker_port}")
             finally:
                 instance.request_stop("test finished")

@@ -7,6 +7,7 @@ RocketMQ admin tool does, so it works against Trocket and RocketMQ brokers alike
 from __future__ import annotations
 
 import json
+import ssl
 from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
@@ -22,6 +23,7 @@ from kernel.remoting.admin_json import split_queue_key
 from kernel.remoting.signature import SessionCredentials
 from trocket.client.credentials import resolve_credentials
 from trocket.client.errors import ClientError
+from trocket.client.tls import resolve_tls
 
 TIMEOUT = 5.0
 TOOLS_CONSUMER = "TOOLS_CONSUMER"
@@ -54,16 +56,19 @@ class AdminClient:
         *,
         timeout: float = TIMEOUT,
         credentials: SessionCredentials | None = None,
+        tls: ssl.SSLContext | bool | None = None,
     ) -> AsyncIterator[AdminClient]:
         """``credentials`` (default: ``TROCKET_ACCESS_KEY``/``TROCKET_SECRET_KEY`` when set)
-        sign every request, for brokers with ACL on."""
+        sign every request, for brokers with ACL on; ``tls`` as the SDK's (default:
+        ``TROCKET_TLS``/``TROCKET_TLS_CA_FILE``)."""
         if not namesrv_addrs:
             raise AdminError("no NameServer address given (use -n host:port)")
         try:
             signing = resolve_credentials(credentials)
+            secure = resolve_tls(tls)
         except ClientError as error:
             raise AdminError(str(error)) from None
-        async with RemotingClient.open(credentials=signing) as remoting:
+        async with RemotingClient.open(credentials=signing, tls=secure) as remoting:
             yield cls(tuple(namesrv_addrs), remoting, timeout)
 
     # --- plumbing ---------------------------------------------------------------------------

@@ -18,6 +18,7 @@ import trio
 from kernel.record import StoredMessage
 from trocket.admin import retries
 from trocket.admin.client import AdminClient, AdminError
+from trocket.cli.connection_options import add_connection_options, credentials_of, tls_of
 from trocket.cli.usage import list_subcommands
 
 Command = Callable[[AdminClient, argparse.Namespace], Awaitable[Any]]
@@ -40,6 +41,7 @@ def add_parsers(sub: Any) -> None:
             help="NameServer(s), ';'-separated",
         )
         parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
+        add_connection_options(parser)
         parser.set_defaults(handler=_runner(handler, render))
         return parser
 
@@ -166,8 +168,10 @@ def _runner(handler: Command, render: Callable[[Any], None]) -> Callable[[argpar
     def run(args: argparse.Namespace) -> int:
         addrs = [a.strip() for a in args.namesrv.replace(",", ";").split(";") if a.strip()]
 
+        credentials, tls = credentials_of(args), tls_of(args)
+
         async def main() -> Any:
-            async with AdminClient.open(addrs) as client:
+            async with AdminClient.open(addrs, credentials=credentials, tls=tls) as client:
                 return await handler(client, args)
 
         try:

@@ -14,6 +14,7 @@ from typing import Any
 
 import trio
 
+from trocket.cli.connection_options import add_connection_options, credentials_of, tls_of
 from trocket.client import (
     ConsumeFromWhere,
     ConsumeStatus,
@@ -66,6 +67,7 @@ def add_parsers(sub: Any) -> None:
         default="commit",
         help="with --transactional: the answer to check-backs that arrive while this runs",
     )
+    add_connection_options(produce)
     produce.set_defaults(handler=cmd_produce)
 
     consume = sub.add_parser("consume", help="print a topic's messages as a push consumer of a group")
@@ -90,6 +92,7 @@ def add_parsers(sub: Any) -> None:
     consume.add_argument("-c", "--count", type=int, default=None, help="exit after this many messages")
     consume.add_argument("--broadcast", action="store_true", help="broadcasting instead of clustering")
     consume.add_argument("--json", action="store_true", help="one JSON object per message")
+    add_connection_options(consume)
     consume.set_defaults(handler=cmd_consume)
 
 
@@ -125,10 +128,11 @@ def _bodies(args: argparse.Namespace) -> list[bytes]:
 async def _produce(args: argparse.Namespace, bodies: list[bytes]) -> int:
     keys = [k for k in args.keys.split(",") if k]
     started = time.monotonic()
-    producer: Producer | TransactionProducer = Producer(args.group, args.namesrv)
+    security = {"credentials": credentials_of(args), "tls": tls_of(args)}
+    producer: Producer | TransactionProducer = Producer(args.group, args.namesrv, **security)
     if args.transactional:
         decided, checked = STATES[args.transactional], STATES[args.check]
-        producer = TransactionProducer(args.group, args.namesrv, check_listener=lambda _: checked)
+        producer = TransactionProducer(args.group, args.namesrv, check_listener=lambda _: checked, **security)
     async with producer:
         for i, body in enumerate(bodies):
             if args.rate > 0:
@@ -219,6 +223,8 @@ async def _consume(args: argparse.Namespace) -> int:
         consume_from_where=FROM_WHERE[args.from_where],
         consume_timestamp_ms=_timestamp(args.timestamp),
         consume_thread_max=1,
+        credentials=credentials_of(args),
+        tls=tls_of(args),
     )
     consumer.subscribe(args.topic, args.expression)
     printed = 0

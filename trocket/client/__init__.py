@@ -10,6 +10,7 @@ from trocket.client.errors import ClientError, InvalidMessage, SendError
 from trocket.client.message import Message, SendResult, SendStatus
 from trocket.client.producer import PendingSend, Producer
 from trocket.client.selectors import select_by_hash, select_by_index
+from trocket.client.tls import tls_context
 from trocket.client.transaction import TransactionProducer, TransactionSendResult, TransactionState
 
 __all__ = [
@@ -35,4 +36,5 @@ __all__ = [
     "TransactionState",
     "select_by_hash",
     "select_by_index",
+    "tls_context",
 ]

@@ -14,6 +14,7 @@ message gets a client unique id (``UNIQ_KEY``).
 from __future__ import annotations
 
 import random
+import ssl
 import time
 import zlib
 from collections.abc import Callable, Sequence
@@ -43,6 +44,7 @@ from trocket.client.message import Message, SendResult, SendStatus
 from trocket.client.message_id import new_message_id
 from trocket.client.routes import RouteCache
 from trocket.client.selectors import QueueSelector
+from trocket.client.tls import resolve_tls
 
 RETRY_TOPIC_PREFIX = "%RETRY%"
 PROPERTY_RECONSUME_TIME = "RECONSUME_TIME"
@@ -96,6 +98,9 @@ class Producer:
     credentials: SessionCredentials | None = None
     """ACL credentials every request is signed with (default: ``TROCKET_ACCESS_KEY`` and
     ``TROCKET_SECRET_KEY`` when set)."""
+    tls: ssl.SSLContext | bool | None = None
+    """TLS to NameServers and brokers: a context (:func:`trocket.client.tls_context`),
+    ``True`` (the system's CAs), or ``None``: ``TROCKET_TLS``/``TROCKET_TLS_CA_FILE`` decide."""
     _remoting: RemotingClient | None = attrs.field(default=None, init=False)
     _routes: RouteCache | None = attrs.field(default=None, init=False)
     _nursery: trio.Nursery | None = attrs.field(default=None, init=False)
@@ -116,7 +121,9 @@ class Producer:
             raise ClientError(f"producer {self.group!r} is already started")
         stack = AsyncExitStack()
         self._remoting = await stack.enter_async_context(
-            RemotingClient.open(self._router(), credentials=resolve_credentials(self.credentials))
+            RemotingClient.open(
+                self._router(), credentials=resolve_credentials(self.credentials), tls=resolve_tls(self.tls)
+            )
         )
         # Runs after the nursery below has waited for background sends, before the close.
         stack.push_async_callback(self._remoting.flush_all, self.send_timeout)

@@ -14,12 +14,21 @@ from tests.network.conftest import free_port
 FILE_SIZE = 64 * 1024
 
 
-def member(broker_factory, data_dir: Path, role: str, broker_id: int, **ha: Any):
-    """One broker of the pair, through the shared fixture (its own data dir, the ha plugin)."""
+def member(
+    broker_factory, data_dir: Path, role: str, broker_id: int, broker: dict[str, Any] | None = None, **ha: Any
+):
+    """One broker of the pair, through the shared fixture (its own data dir, the ha plugin;
+    ``broker``: more ``[broker]`` keys)."""
     return broker_factory(
         plugins=["store_mmap", "ha"],
         store="mmap",
-        broker={"data_dir": str(data_dir), "broker_role": role, "broker_id": broker_id, "replicator": "ha"},
+        broker={
+            "data_dir": str(data_dir),
+            "broker_role": role,
+            "broker_id": broker_id,
+            "replicator": "ha",
+            **(broker or {}),
+        },
         store_mmap={"commit_log_file_size": FILE_SIZE},
         ha={"heartbeat_interval": "200ms", "reconnect_interval": "100ms", **ha},
     )
@@ -68,3 +77,40 @@ async def test_sync_master_without_a_slave_answers_slave_not_available(broker_fa
         result = await master.put(MessageBatch([Message("T", b"alone")]))
         assert result.status is PutStatus.SLAVE_NOT_AVAILABLE
         assert result.append is not None  # stored on the master all the same
+
+
+async def test_replication_over_tls_and_a_plain_slave_refused_by_an_enforcing_master(
+    broker_factory, tmp_path, pki
+):
+    ha_port = free_port()
+    enforcing = {
+        "tls_server_mode": "enforcing",
+        "tls_server_cert_path": str(pki["server"]),
+        "tls_server_key_path": str(pki["server"]),
+    }
+    secure_slave = {
+        "tls_enable": True,
+        "tls_client_auth_server": True,
+        "tls_client_trust_cert_path": str(pki["ca"]),
+    }
+    master_address = f"127.0.0.1:{ha_port}"
+    async with member(
+        broker_factory, tmp_path / "m", "SYNC_MASTER", 0, enforcing, listen_port=ha_port
+    ) as master:
+        async with member(
+            broker_factory, tmp_path / "plain", "SLAVE", 1, master_address=master_address
+        ) as plain:
+            await _wait_until(
+                lambda: plain.replicator.client.connects >= 1 and plain.replicator.client.last_error
+            )
+            assert not master.replicator.statistics().slaves
+        async with member(
+            broker_factory, tmp_path / "s", "SLAVE", 1, secure_slave, master_address=master_address
+        ) as slave:
+            await _wait_until(lambda: master.replicator.statistics().slaves)
+            for i in range(20):
+                result = await master.put(MessageBatch([Message("T", f"secret-{i}".encode())]))
+                assert result.status is PutStatus.PUT_OK, result.remark
+            end = master.store.positions.wrote.value
+            await _wait_until(lambda: slave.store.positions.wrote.value == end)
+    assert _log_bytes(tmp_path / "s")[:end] == _log_bytes(tmp_path / "m")[:end]

@@ -4,6 +4,7 @@ joins a group (resolve the strategy, open a session, pick the offset store)."""
 from __future__ import annotations
 
 import logging
+import ssl
 from collections.abc import Iterable, Mapping, Sequence
 from contextlib import AsyncExitStack
 from pathlib import Path
@@ -22,6 +23,7 @@ from trocket.client.consumer.session import HEARTBEAT_INTERVAL, ConsumerSession,
 from trocket.client.credentials import resolve_credentials
 from trocket.client.errors import ClientError
 from trocket.client.producer import _split
+from trocket.client.tls import resolve_tls
 
 log = logging.getLogger(__name__)
 RETRY_SOON = 1.0
@@ -49,6 +51,9 @@ class ConsumerBase:
     credentials: SessionCredentials | None = None
     """ACL credentials every request is signed with (default: ``TROCKET_ACCESS_KEY`` and
     ``TROCKET_SECRET_KEY`` when set)."""
+    tls: ssl.SSLContext | bool | None = None
+    """TLS to NameServers and brokers: a context (:func:`trocket.client.tls_context`),
+    ``True`` (the system's CAs), or ``None``: ``TROCKET_TLS``/``TROCKET_TLS_CA_FILE`` decide."""
 
     _subscriptions: dict[str, Subscription] = attrs.field(factory=dict, init=False)
     _session: ConsumerSession | None = attrs.field(default=None, init=False)
@@ -82,7 +87,7 @@ class ConsumerBase:
         session = await open_session(
             stack, self.group, addresses, self.message_model.value, consume_type,
             self.consume_from_where.value, subscriptions, self.instance_name,
-            resolve_credentials(self.credentials),
+            resolve_credentials(self.credentials), resolve_tls(self.tls),
         )  # fmt: skip
         self._session = session
         self._offsets = offset_store_for(

@@ -9,6 +9,7 @@ import json
 import logging
 import os
 import socket
+import ssl
 import time
 from collections.abc import Iterable, Sequence
 from contextlib import AsyncExitStack
@@ -250,10 +251,11 @@ async def open_session(
     subscriptions: dict[str, Subscription],
     instance_name: str | None,
     credentials: SessionCredentials | None = None,
+    tls: ssl.SSLContext | None = None,
 ) -> ConsumerSession:
     """A session whose connections ``stack`` closes, listening for membership changes."""
     router, holder = ConsumerSession.router()
-    remoting = await stack.enter_async_context(RemotingClient.open(router, credentials=credentials))
+    remoting = await stack.enter_async_context(RemotingClient.open(router, credentials=credentials, tls=tls))
     client_id = f"{local_ip()}@{instance_name or default_instance_name()}"
     session = ConsumerSession(
         group, namesrv_addrs, client_id, message_model, consume_type, consume_from_where, remoting,
