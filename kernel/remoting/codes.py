@@ -94,6 +94,9 @@ class ResponseCode(enum.IntEnum):
     SUBSCRIPTION_GROUP_NOT_EXIST = 26
     CONSUMER_NOT_ONLINE = 206
     NO_MESSAGE = 208
+    UPDATE_AND_CREATE_ACL_CONFIG_FAILED = 209
+    DELETE_ACL_CONFIG_FAILED = 210
+    UPDATE_GLOBAL_WHITE_ADDRS_CONFIG_FAILED = 211
     ILLEGAL_OPERATION = 604
     """An end of a transaction the broker refuses (its producer's own end came after the
     message's ``CHECK_IMMUNITY_TIME_IN_SECONDS``; the check-back decides instead)."""

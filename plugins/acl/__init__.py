@@ -7,6 +7,8 @@ Hooks:
   request before its handler (see that module for the rules and their order);
 - ``trocket_register_services``: :class:`~plugins.acl.watcher.AclFileWatcher` re-reads the
   file when it changes;
+- ``trocket_register_request_handlers``: the ACL admin requests (``updateAclConfig``, ...),
+  written to the file (:mod:`plugins.acl.admin_requests`, :mod:`plugins.acl.editing`);
 - ``trocket_runtime_figures``: ``acl*`` lines in ``brokerStatus``.
 """
 
@@ -14,10 +16,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from kernel import ConfigSection, Phase, RequestGuardSpec, ServiceSpec, hookimpl
+from kernel import ConfigSection, Phase, RequestGuardSpec, RequestHandlerSpec, ServiceSpec, hookimpl
 from kernel.context import BrokerContext, BrokerRuntime, StashKey
 from kernel.errors import ConfigError
+from kernel.remoting import RequestCode
+from plugins.acl import admin_requests
+from plugins.acl.admin_requests import ACL_EDITOR
 from plugins.acl.config import PROPERTIES, AclConfig
+from plugins.acl.editing import AclFileEditor
 from plugins.acl.guard import AclGuard
 from plugins.acl.plain_acl import AclFileError, read_plain_acl
 from plugins.acl.watcher import AclFileWatcher
@@ -50,6 +56,7 @@ def _guard(ctx: BrokerContext) -> AclGuard:
         except AclFileError as error:
             raise ConfigError(str(path), None, f"ACL is on and its file cannot be used: {error}") from None
         ctx.stash[ACL_GUARD] = guard
+        ctx.stash[ACL_EDITOR] = AclFileEditor(path, guard)
     return guard
 
 
@@ -61,6 +68,20 @@ def trocket_config_sections() -> list[ConfigSection]:
 @hookimpl
 def trocket_register_request_guards(ctx: BrokerContext) -> list[RequestGuardSpec]:
     return [RequestGuardSpec("acl", _guard(ctx).check)]
+
+
+@hookimpl
+def trocket_register_request_handlers(ctx: BrokerContext) -> list[RequestHandlerSpec]:
+    return [
+        RequestHandlerSpec(
+            RequestCode.UPDATE_AND_CREATE_ACL_CONFIG, "acl", admin_requests.handle_update_account
+        ),
+        RequestHandlerSpec(RequestCode.DELETE_ACL_CONFIG, "acl", admin_requests.handle_delete_account),
+        RequestHandlerSpec(
+            RequestCode.UPDATE_GLOBAL_WHITE_ADDRS_CONFIG, "acl", admin_requests.handle_update_global_white
+        ),
+        RequestHandlerSpec(RequestCode.GET_BROKER_CLUSTER_ACL_INFO, "acl", admin_requests.handle_acl_info),
+    ]
 
 
 @hookimpl

@@ -77,6 +77,16 @@ class PlainAcl:
 
     global_white: tuple[AddressMatch, ...] = attrs.field(repr=False, eq=False)
     accounts: Mapping[str, Account]
+    version: DataVersion = attrs.field(factory=lambda: DataVersion(0, 0))
+    """The file's ``dataVersion`` (bumped by every admin edit; 0 for a file never edited so)."""
+
+
+@attrs.frozen
+class DataVersion:
+    """RocketMQ's ``DataVersion`` of the file, as ``clusterAclConfigVersion`` shows it."""
+
+    counter: int
+    timestamp: int
 
 
 def read_plain_acl(path: Path) -> PlainAcl:
@@ -108,7 +118,25 @@ def parse_plain_acl(document: object, source: str) -> PlainAcl:
         if account.access_key in accounts:
             raise AclFileError(f"{where}.accessKey: {account.access_key!r} is listed twice")
         accounts[account.access_key] = account
-    return PlainAcl(tuple(_pattern(p, f"{source}: globalWhiteRemoteAddresses") for p in patterns), accounts)
+    return PlainAcl(
+        tuple(_pattern(p, f"{source}: globalWhiteRemoteAddresses") for p in patterns),
+        accounts,
+        data_version(document, source),
+    )
+
+
+def data_version(document: Mapping[str, Any], source: str) -> DataVersion:
+    """``dataVersion: [{counter: N, timestamp: ms}]`` as RocketMQ writes it (absent: 0, 0)."""
+    listed = document.get("dataVersion")
+    if listed is None:
+        return DataVersion(0, 0)
+    entry = listed[0] if isinstance(listed, list) and listed else listed
+    if not isinstance(entry, dict):
+        raise AclFileError(f"{source}: dataVersion: must be a list of {{counter, timestamp}} mappings")
+    counter, timestamp = entry.get("counter", 0), entry.get("timestamp", 0)
+    if not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in (counter, timestamp)):
+        raise AclFileError(f"{source}: dataVersion: counter and timestamp must be whole numbers")
+    return DataVersion(counter, timestamp)
 
 
 def _account(entry: dict[str, Any], where: str) -> Account:

@@ -139,6 +139,49 @@ class AdminClient:
                 out[name] = addrs["0"]
         return out
 
+    async def broker_addrs(self, cluster: str) -> list[str]:
+        """Every broker address of a cluster, masters and slaves (ACL files live on each)."""
+        info = await self.cluster_info()
+        names = info["clusterAddrTable"].get(cluster, [])
+        if not names:
+            raise AdminError(f"cluster {cluster!r} is unknown to the NameServer")
+        return [
+            address
+            for name in sorted(names)
+            for _, address in sorted(
+                info["brokerAddrTable"][name]["brokerAddrs"].items(), key=lambda i: int(i[0])
+            )
+        ]
+
+    # --- ACL (plain_acl.yml on each broker) ----------------------------------------------------
+
+    async def update_acl_config(self, broker_addr: str, account: Mapping[str, object]) -> str:
+        """Create or change an account (``accessKey`` and the fields to set); "created" or
+        "updated"."""
+        response = await self.call(broker_addr, RequestCode.UPDATE_AND_CREATE_ACL_CONFIG, account)
+        return response.remark or "updated"
+
+    async def delete_acl_config(self, broker_addr: str, access_key: str) -> None:
+        await self.call(broker_addr, RequestCode.DELETE_ACL_CONFIG, {"accessKey": access_key})
+
+    async def update_global_white_addrs(self, broker_addr: str, addresses: Sequence[str]) -> None:
+        await self.call(
+            broker_addr,
+            RequestCode.UPDATE_GLOBAL_WHITE_ADDRS_CONFIG,
+            {"globalWhiteAddrs": ",".join(addresses)},
+        )
+
+    async def acl_config_version(self, broker_addr: str) -> dict[str, Any]:
+        """``clusterName``, ``brokerName``, ``brokerAddr`` and the file's ``version``
+        (``counter``, ``timestamp``)."""
+        ext = (await self.call(broker_addr, RequestCode.GET_BROKER_CLUSTER_ACL_INFO)).ext
+        return {
+            "clusterName": ext.get("clusterName", ""),
+            "brokerName": ext.get("brokerName", ""),
+            "brokerAddr": ext.get("brokerAddr", broker_addr),
+            "version": json.loads(ext.get("version") or "{}"),
+        }
+
     async def set_write_perm(self, broker_name: str, writable: bool) -> dict[str, int]:
         """Wipe or add write permission on every NameServer; returns topics touched per server."""
         code = RequestCode.ADD_WRITE_PERM_OF_BROKER if writable else RequestCode.WIPE_WRITE_PERM_OF_BROKER

@@ -149,11 +149,50 @@ def add_parsers(sub: Any) -> None:
     p.add_argument("-b", "--brokerAddr", help="one broker ip:port (default: every master)")
     p.add_argument("-g", "--producerGroup", help="only this producer group's")
 
+    p = command(
+        "updateAclConfig", "create or change an ACL account in plain_acl.yml", update_acl_config, _print_lines
+    )
+    _acl_target(p)
+    p.add_argument("-a", "--accessKey", required=True, help="the account edited")
+    p.add_argument("-s", "--secretKey", help="its secret (required for a new account)")
+    p.add_argument("-w", "--whiteRemoteAddress", help="peers of this account that need no signature")
+    p.add_argument("-m", "--admin", type=_bool, help="true: may send admin requests")
+    p.add_argument("-i", "--defaultTopicPerm", help="DENY, PUB, SUB or PUB|SUB")
+    p.add_argument("-u", "--defaultGroupPerm", help="DENY, PUB, SUB or PUB|SUB")
+    p.add_argument("-t", "--topicPerms", help="comma-separated topic=PERM (replaces the list)")
+    p.add_argument("-g", "--groupPerms", help="comma-separated group=PERM (replaces the list)")
+
+    p = command(
+        "deleteAclConfig", "delete an ACL account from plain_acl.yml", delete_acl_config, _print_lines
+    )
+    _acl_target(p)
+    p.add_argument("-a", "--accessKey", required=True)
+
+    p = command(
+        "updateGlobalWhiteAddr",
+        "replace plain_acl.yml's globalWhiteRemoteAddresses",
+        update_global_white_addr,
+        _print_lines,
+    )
+    _acl_target(p)
+    p.add_argument("-g", "--globalWhiteRemoteAddresses", required=True, help="comma-separated patterns")
+
+    p = command(
+        "clusterAclConfigVersion", "the version of each broker's plain_acl.yml", acl_versions, _print_table
+    )
+    _acl_target(p)
+
     p = command("wipeWritePerm", "stop producers from writing to a broker", wipe_write_perm, _print_lines)
     p.add_argument("-b", "--brokerName", required=True)
 
     p = command("addWritePerm", "let producers write to a broker again", add_write_perm, _print_lines)
     p.add_argument("-b", "--brokerName", required=True)
+
+
+def _acl_target(parser: argparse.ArgumentParser) -> None:
+    target = parser.add_mutually_exclusive_group(required=True)
+    target.add_argument("-b", "--brokerAddr", help="one broker ip:port")
+    target.add_argument("-c", "--clusterName", help="every broker of a cluster, slaves included")
 
 
 def _bool(text: str) -> bool:
@@ -431,6 +470,62 @@ async def pending_transactions(client: AdminClient, args: argparse.Namespace) ->
                     "checkTimes": item["checkTimes"],
                 }
             )
+    return rows
+
+
+async def _acl_targets(client: AdminClient, args: argparse.Namespace) -> list[str]:
+    return [args.brokerAddr] if args.brokerAddr else await client.broker_addrs(args.clusterName)
+
+
+async def update_acl_config(client: AdminClient, args: argparse.Namespace) -> list[str]:
+    fields = {
+        "accessKey": args.accessKey,
+        "secretKey": args.secretKey,
+        "whiteRemoteAddress": args.whiteRemoteAddress,
+        "admin": None if args.admin is None else str(args.admin).lower(),
+        "defaultTopicPerm": args.defaultTopicPerm,
+        "defaultGroupPerm": args.defaultGroupPerm,
+        "topicPerms": args.topicPerms,
+        "groupPerms": args.groupPerms,
+    }
+    account = {key: value for key, value in fields.items() if value is not None}
+    lines = []
+    for address in await _acl_targets(client, args):
+        done = await client.update_acl_config(address, account)
+        lines.append(f"{done} plain access config {args.accessKey} on {address} success.")
+    return lines
+
+
+async def delete_acl_config(client: AdminClient, args: argparse.Namespace) -> list[str]:
+    lines = []
+    for address in await _acl_targets(client, args):
+        await client.delete_acl_config(address, args.accessKey)
+        lines.append(f"delete plain access config {args.accessKey} from {address} success.")
+    return lines
+
+
+async def update_global_white_addr(client: AdminClient, args: argparse.Namespace) -> list[str]:
+    addresses = [a.strip() for a in args.globalWhiteRemoteAddresses.split(",") if a.strip()]
+    lines = []
+    for address in await _acl_targets(client, args):
+        await client.update_global_white_addrs(address, addresses)
+        lines.append(f"update global white remote addresses on {address} success.")
+    return lines
+
+
+async def acl_versions(client: AdminClient, args: argparse.Namespace) -> list[dict[str, Any]]:
+    rows = []
+    for address in await _acl_targets(client, args):
+        info = await client.acl_config_version(address)
+        rows.append(
+            {
+                "#Cluster Name": info["clusterName"],
+                "#Broker Name": info["brokerName"],
+                "#Broker Addr": info["brokerAddr"],
+                "#AclConfigVersionNum": info["version"].get("counter", 0),
+                "#AclLastUpdateTime": _time(info["version"].get("timestamp", 0)),
+            }
+        )
     return rows
 
 
