@@ -38,13 +38,16 @@ class RunningBroker:
             self.process.send_signal(signal.SIGTERM)
             self.process.wait(timeout=60)
 
-    def admin(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    def admin(
+        self, *args: str, check: bool = True, env: dict[str, str] | None = None
+    ) -> subprocess.CompletedProcess[str]:
+        """``trocket admin`` as a user runs it; ``env`` adds environment variables."""
         result = subprocess.run(
             [sys.executable, "-m", "trocket", "admin", args[0], "-n", self.namesrv, *args[1:]],
             capture_output=True,
             text=True,
             timeout=60,
-            env=subprocess_env(),
+            env=subprocess_env() | (env or {}),
         )
         if check and result.returncode != 0:
             raise AssertionError(f"trocket admin {' '.join(args)} failed:\n{result.stdout}\n{result.stderr}")
@@ -54,13 +57,17 @@ class RunningBroker:
         return json.loads(self.admin(*args, "--json").stdout)
 
 
-def run_client(*args: str, timeout: float = 120) -> list[dict]:
+def run_client(*args: str, timeout: float = 120, credentials: tuple[str, str] | None = None) -> list[dict]:
+    """The official client's results; ``credentials`` (access key, secret) make it sign."""
+    env = subprocess_env()
+    if credentials is not None:
+        env |= {"CPP_CLIENT_ACCESS_KEY": credentials[0], "CPP_CLIENT_SECRET_KEY": credentials[1]}
     result = subprocess.run(
         [sys.executable, str(CPP_CLIENT), *args],
         capture_output=True,
         text=True,
         timeout=timeout,
-        env=subprocess_env(),
+        env=env,
     )
     assert result.returncode == 0, (
         f"official client failed ({result.returncode}):\n{result.stdout}\n{result.stderr}"

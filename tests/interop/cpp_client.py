@@ -8,11 +8,16 @@ line per result so the test can check exactly what the official client saw.
 
 MODE ``reconsume_first`` fails each message once; ``always_fail`` fails every delivery and
 EXPECTED counts failures instead of distinct messages received.
+
+With ``CPP_CLIENT_ACCESS_KEY`` and ``CPP_CLIENT_SECRET_KEY`` set, both sign with
+``set_session_credentials`` (RocketMQ ACL), and a refused send ends ``produce`` with a
+``refused`` line instead of an error.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import sys
 import threading
 import time
@@ -25,6 +30,7 @@ def produce(namesrv: str, topic: str, count: int) -> None:
 
     producer = Producer("PG_interop")
     producer.set_namesrv_addr(namesrv)
+    _sign(producer)
     producer.start()
     try:
         for i in range(count):
@@ -34,7 +40,11 @@ def produce(namesrv: str, topic: str, count: int) -> None:
             message.set_tags(tag)
             message.set_property("seq", str(i))
             message.set_body(f"sync-{i}" if i % 10 else "x" * 5000 + f"-{i}")  # some bodies get zlib'd
-            result = producer.send_sync(message)
+            try:
+                result = producer.send_sync(message)
+            except Exception as error:  # noqa: BLE001 - the refusal is the result being tested
+                emit({"kind": "refused", "i": i, "error": str(error)})
+                return
             emit(
                 {
                     "kind": "sync",
@@ -78,6 +88,7 @@ def consume(
 
     consumer = PushConsumer(group)
     consumer.set_namesrv_addr(namesrv)
+    _sign(consumer)
     seen: list[dict] = []
     failed_once: set[str] = set()
     rejected: list[str] = []
@@ -122,6 +133,12 @@ def consume(
         time.sleep(0.1)
     time.sleep(1.0)  # anything arriving late (a duplicate) is still recorded
     consumer.shutdown()
+
+
+def _sign(client: object) -> None:
+    access_key = os.environ.get("CPP_CLIENT_ACCESS_KEY")
+    if access_key:
+        client.set_session_credentials(access_key, os.environ["CPP_CLIENT_SECRET_KEY"], "ALIYUN")
 
 
 def emit(record: dict) -> None:
