@@ -55,10 +55,11 @@ class HaCluster:
     namesrv_addr: str = ""
     processes: list[Process] = attrs.field(factory=list)
 
-    def start_namesrv(self) -> Process:
+    def start_namesrv(self, broker: str = "") -> Process:
+        """The NameServer; ``broker`` lines go in its ``[broker]`` table (TLS keys)."""
         port = free_port()
         config = self.root / "namesrv.toml"
-        config.write_text(f"[namesrv]\nlisten_port = {port}\n")
+        config.write_text(f"[broker]\n{broker}\n[namesrv]\nlisten_port = {port}\n")
         log = self.root / "namesrv.log"
         process = Process(
             "namesrv", start_logged("namesrv", ["namesrv", "-c", str(config)], log, fresh=False), log
@@ -159,10 +160,11 @@ reconnect_interval = "500ms"
 
 
 @contextmanager
-def ha_cluster(root: Path) -> Iterator[HaCluster]:
+def ha_cluster(root: Path, namesrv: str = "") -> Iterator[HaCluster]:
+    """``namesrv``: ``[broker]`` lines of the NameServer's config."""
     cluster = HaCluster(root)
     try:
-        cluster.start_namesrv()
+        cluster.start_namesrv(namesrv)
         yield cluster
     finally:
         cluster.stop_all()
