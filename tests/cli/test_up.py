@@ -8,6 +8,11 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
+from tests.network.conftest import free_port
+from tests.support import start_logged
+
 REPO = Path(__file__).resolve().parents[2]
 
 
@@ -95,3 +100,28 @@ def test_a_second_up_on_the_same_data_dir_is_refused_in_one_line(tmp_path):
         first.send_signal(signal.SIGTERM)
         first.communicate(timeout=60)
     assert first.returncode == 0
+
+
+@pytest.mark.parametrize(
+    ("host", "acl", "warned"),
+    [("0.0.0.0", False, True), ("0.0.0.0", True, False), ("127.0.0.1", False, False)],
+)
+def test_up_warns_when_it_opens_a_port_beyond_loopback_with_acl_off(tmp_path, host, acl, warned):
+    if acl:
+        (tmp_path / "plain_acl.yml").write_text("accounts: []\n")
+    config = tmp_path / "broker.properties"
+    config.write_text(
+        f"brokerIP1={host}\nlistenPort={free_port()}\nnamesrvAddr=127.0.0.1:{free_port()}\n"
+        f"storePathRootDir={tmp_path / 'data'}\nmapedFileSizeCommitLog=16777216\n"
+        + ("aclEnable=true\n" if acl else "")
+    )
+    log = tmp_path / "up.log"
+    process = start_logged("broker", ["broker", "-c", str(config)], log)
+    try:
+        text = log.read_text()
+    finally:
+        process.send_signal(signal.SIGTERM)
+        process.wait(timeout=60)
+    assert ("WARNING: the broker listens on 0.0.0.0, beyond this machine, with ACL off" in text) is warned, (
+        text
+    )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ipaddress
 from pathlib import Path
 from typing import Any
 
@@ -67,6 +68,29 @@ def describe_broker(broker: Broker) -> list[str]:
     for note in broker.config.notes:
         lines.append(f"note: {note}")
     return lines
+
+
+def security_warnings(broker: Broker) -> list[str]:
+    """What an operator must hear before a broker opens a port beyond this machine without
+    ACL: anyone who reaches it may send, consume, and create or delete topics."""
+    cfg = broker.config.broker
+    acl_plugin = TROCKET_DEFAULTS.switches.get("aclEnable", "acl")
+    if "broker" not in cfg.roles or _loopback(cfg.listen_host) or acl_plugin in broker.host.names:
+        return []
+    return [
+        f"the broker listens on {cfg.listen_host}, beyond this machine, with ACL off: anyone who "
+        "reaches the port can send, consume and create or delete topics. Turn on aclEnable=true "
+        f"(or list the {acl_plugin!r} plugin) and TLS (tls_server_mode); see docs/security.md"
+    ]
+
+
+def _loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False  # a name: it may resolve to anything
 
 
 def section_lines(broker: Broker) -> list[str]:

@@ -12,7 +12,7 @@ import trio
 from kernel import Broker, Config
 from kernel.lifecycle import run_until_signalled
 from kernel.plugin import available_plugins
-from trocket.cli.assembly import describe_broker, embedded, load
+from trocket.cli.assembly import describe_broker, embedded, load, security_warnings
 from trocket.cli.defaults import TROCKET_DEFAULTS
 
 log = logging.getLogger("trocket")
@@ -97,6 +97,8 @@ def serve(*brokers: Broker) -> int:
             print(line, flush=True)
         for line in missing_roles(broker):
             print(f"not available: {line}", flush=True)
+        for line in security_warnings(broker):
+            print(f"WARNING: {line}", flush=True)
     trio.run(_serve, brokers)
     clean = all(broker.clean_stop for broker in brokers)
     print("stopped cleanly" if clean else "stopped (abort marker kept: next start recovers)", flush=True)
