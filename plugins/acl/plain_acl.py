@@ -26,6 +26,7 @@ from typing import Any
 import attrs
 import yaml
 
+from kernel.remoting.signature import Signer
 from plugins.acl.addresses import AddressMatch, AddressPatternError, compile_pattern
 
 DENY, ANY, PUB, SUB = 1, 2, 4, 8
@@ -63,6 +64,11 @@ class Account:
     default_group_perm: int
     perms: Mapping[str, int]
     """Topic → perm, and ``%RETRY%group`` → perm."""
+    signer: Signer = attrs.field(init=False, repr=False, eq=False)
+
+    @signer.default
+    def _keyed(self) -> Signer:
+        return Signer(self.secret_key)
 
     def owned(self, resource: str) -> int:
         perm = self.perms.get(resource)
