@@ -6,12 +6,14 @@ and a non-admin topic change are refused; nothing refused reaches the store."""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import time
 from pathlib import Path
 
 import yaml
 
-from tests.interop.conftest import RunningBroker, run_client, start_broker
+from tests.interop.conftest import RunningBroker, run_client, start_broker, subprocess_env
 from trocket.cli.defaults import TROCKET_DEFAULTS
 
 TOPIC = "AclTopic"
@@ -107,5 +109,25 @@ def test_official_client_signs_and_the_broker_enforces_each_permission(tmp_path)
         accounts = yaml.safe_load((tmp_path / "plain_acl.yml").read_text())["accounts"]
         assert next(a for a in accounts if a["accessKey"] == "producer-key")["topicPerms"] == ["AclTopic=SUB"]
         assert stored_count(broker) == expected
+
+        # trocket produce/consume sign with --authKey/--authSecret; without keys they are refused.
+        auth = ("--authKey", "operator-key", "--authSecret", "operator-secret")
+        cli = [sys.executable, "-m", "trocket"]
+        sent = subprocess.run(
+            [*cli, "produce", "-n", broker.namesrv, "-t", TOPIC, "-b", "cli-{i}", "-c", "3", *auth],
+            capture_output=True, text=True, timeout=60, env=subprocess_env(),
+        )  # fmt: skip
+        assert sent.returncode == 0 and sent.stdout.count("SEND_OK") == 3, sent.stderr
+        read = subprocess.run(
+            [*cli, "consume", "-n", broker.namesrv, "-t", TOPIC, "-g", "CG_cli", "--from", "first", "-c",
+             str(expected + 3), *auth],
+            capture_output=True, text=True, timeout=120, env=subprocess_env(),
+        )  # fmt: skip
+        assert read.returncode == 0 and all(f"cli-{i}" in read.stdout for i in range(3)), read.stderr
+        unsigned = subprocess.run(
+            [*cli, "produce", "-n", broker.namesrv, "-t", TOPIC, "-b", "no", "-g", "PG_unsigned"],
+            capture_output=True, text=True, timeout=60, env=subprocess_env(),
+        )  # fmt: skip
+        assert unsigned.returncode != 0 and "NO_PERMISSION" in unsigned.stderr, unsigned.stderr
     finally:
         broker.stop()

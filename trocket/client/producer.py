@@ -34,7 +34,7 @@ from kernel.model import (
     MessageQueue,
     encode_properties,
 )
-from kernel.remoting import RemotingClient, RemotingCommand, RequestCode, ResponseCode, Router
+from kernel.remoting import RemotingClient, RemotingCommand, RequestCode, ResponseCode, Router, code_name
 from kernel.remoting.signature import SessionCredentials
 from trocket.client.batch import encode_messages
 from trocket.client.credentials import resolve_credentials
@@ -361,7 +361,8 @@ class Producer:
             self._faults.record(queue.broker_name, (time.monotonic() - started) * 1000)
             status = STORED.get(response.code)  # type: ignore[call-overload]
             if status is None:
-                last_error = f"{queue.broker_name} answered {response.code}: {response.remark or ''}"
+                answer = code_name(response.code, response=True)
+                last_error = f"{queue.broker_name} answered {answer}: {response.remark or ''}"
                 last_code = response.code
                 if response.code in RETRIED_CODES:
                     avoid = queue.broker_name
