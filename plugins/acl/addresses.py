@@ -9,6 +9,7 @@ equal.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 
 AddressMatch = Callable[[str], bool]
@@ -71,7 +72,9 @@ def _part(part: str, pattern: str) -> range | frozenset[int]:
         ) from None
 
 
+@functools.lru_cache(maxsize=8192)
 def peer_ip(peer: str) -> str:
-    """``ip:port`` → ``ip`` (IPv6 brackets dropped)."""
+    """``ip:port`` → ``ip`` (IPv6 brackets dropped); cached, since it runs on every request
+    and a connection keeps its peer."""
     host, sep, _ = peer.rpartition(":")
     return (host if sep else peer).strip("[]")

@@ -20,7 +20,7 @@ import logging
 import attrs
 
 from kernel.remoting import Connection, RemotingCommand, ResponseCode, code_name
-from kernel.remoting.signature import ACCESS_KEY, SIGNATURE
+from kernel.remoting.signature import ACCESS_KEY
 from plugins.acl.addresses import peer_ip
 from plugins.acl.plain_acl import RETRY_PREFIX, PlainAcl, allows, perm_name
 from plugins.acl.resources import ADMIN_CODES, UnreadableRequest, needed
@@ -64,7 +64,7 @@ class AclGuard:
             return f"No acl config for {_shown(access_key)}"
         if account.white(address):
             return None
-        if SIGNATURE not in ext or not account.signer.matches(ext, request.body):
+        if not account.signer.matches(ext, request.body):
             return f"Check signature failed for accessKey={_shown(access_key)}"
         if request.code in ADMIN_CODES and not account.admin:
             return (

@@ -8,6 +8,8 @@ a message it failed) needs SUB on the group, not PUB on the topic.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import orjson
 
 from kernel.remoting import RemotingCommand, RequestCode
@@ -38,31 +40,34 @@ def group(name: str | None) -> str:
 
 def needed(request: RemotingCommand) -> dict[str, int]:
     """Resource → permission the request needs (empty: only the signature is checked)."""
-    ext = request.ext
-    code = request.code
-    if code in (RequestCode.SEND_MESSAGE, RequestCode.SEND_MESSAGE_V2, RequestCode.SEND_BATCH_MESSAGE):
-        v2 = code != RequestCode.SEND_MESSAGE
-        topic = ext.get("b" if v2 else "topic", "")
-        if topic.startswith(RETRY_PREFIX):
-            return {group(ext.get("a" if v2 else "producerGroup")): SUB}
-        return {topic: PUB}
-    if code == RequestCode.CONSUMER_SEND_MSG_BACK:
-        return {group(ext.get("group")): SUB}
-    if code == RequestCode.PULL_MESSAGE:
-        return {ext.get("topic", ""): SUB, group(ext.get("consumerGroup")): SUB}
-    if code == RequestCode.QUERY_MESSAGE:
-        return {ext.get("topic", ""): SUB}
-    if code in (RequestCode.UPDATE_CONSUMER_OFFSET, RequestCode.QUERY_CONSUMER_OFFSET):
-        return {group(ext.get("consumerGroup")): SUB, ext.get("topic", ""): SUB}
-    if code in (RequestCode.UNREGISTER_CLIENT, RequestCode.GET_CONSUMER_LIST_BY_GROUP):
-        name = ext.get("consumerGroup")
-        return {group(name): SUB} if name else {}
-    if code == RequestCode.HEART_BEAT:
-        return _heartbeat(request.body)
-    return {}
+    find = _NEEDS.get(request.code)
+    return find(request.ext, request.body) if find is not None else {}
 
 
-def _heartbeat(body: bytes) -> dict[str, int]:
+def _send(ext: dict[str, str], body: bytes) -> dict[str, int]:
+    topic = ext.get("topic", "")
+    if topic.startswith(RETRY_PREFIX):
+        return {group(ext.get("producerGroup")): SUB}
+    return {topic: PUB}
+
+
+def _send_v2(ext: dict[str, str], body: bytes) -> dict[str, int]:
+    topic = ext.get("b", "")
+    if topic.startswith(RETRY_PREFIX):
+        return {group(ext.get("a")): SUB}
+    return {topic: PUB}
+
+
+def _group_and_topic(ext: dict[str, str], body: bytes) -> dict[str, int]:
+    return {group(ext.get("consumerGroup")): SUB, ext.get("topic", ""): SUB}
+
+
+def _group_if_named(ext: dict[str, str], body: bytes) -> dict[str, int]:
+    name = ext.get("consumerGroup")
+    return {group(name): SUB} if name else {}
+
+
+def _heartbeat(ext: dict[str, str], body: bytes) -> dict[str, int]:
     """A consumer's heartbeat needs SUB on its group and on every topic it subscribes."""
     try:
         data = orjson.loads(body) if body else {}
@@ -79,3 +84,22 @@ def _heartbeat(body: bytes) -> dict[str, int]:
             if isinstance(subscription, dict) and subscription.get("topic"):
                 out[str(subscription["topic"])] = SUB
     return out
+
+
+_NEEDS: dict[int, Callable[[dict[str, str], bytes], dict[str, int]]] = {
+    RequestCode.SEND_MESSAGE: _send,
+    RequestCode.SEND_MESSAGE_V2: _send_v2,
+    RequestCode.SEND_BATCH_MESSAGE: _send_v2,
+    RequestCode.CONSUMER_SEND_MSG_BACK: lambda ext, body: {group(ext.get("group")): SUB},
+    RequestCode.PULL_MESSAGE: lambda ext, body: {
+        ext.get("topic", ""): SUB,
+        group(ext.get("consumerGroup")): SUB,
+    },
+    RequestCode.QUERY_MESSAGE: lambda ext, body: {ext.get("topic", ""): SUB},
+    RequestCode.UPDATE_CONSUMER_OFFSET: _group_and_topic,
+    RequestCode.QUERY_CONSUMER_OFFSET: _group_and_topic,
+    RequestCode.UNREGISTER_CLIENT: _group_if_named,
+    RequestCode.GET_CONSUMER_LIST_BY_GROUP: _group_if_named,
+    RequestCode.HEART_BEAT: _heartbeat,
+}
+"""Request code → what it touches; a dictionary, since this runs before every request."""
