@@ -62,6 +62,8 @@ def test_official_client_signs_and_the_broker_enforces_each_permission(tmp_path)
         assert (
             refused.returncode == 1 and "NO_PERMISSION" in refused.stderr and "Need admin" in refused.stderr
         )
+        kept = broker.admin("deleteTopic", "-c", "DefaultCluster", "-t", "TBW102", *as_producer, check=False)
+        assert kept.returncode == 1 and "NO_PERMISSION" in kept.stderr, kept.stderr
         broker.admin("updateTopic", "-b", broker.broker, "-t", TOPIC, "-r", "4", "-w", "4", env=OPERATOR)
         deadline = time.monotonic() + 30  # the broker registers the new topic with the NameServer
         while broker.admin("topicRoute", "-t", TOPIC, check=False).returncode != 0:
