@@ -15,6 +15,7 @@ A refused edit is answered with RocketMQ's ``*_FAILED`` code and a remark saying
 from __future__ import annotations
 
 import json
+from collections.abc import Awaitable, Callable
 
 from kernel.context import BrokerRuntime, StashKey
 from kernel.remoting import Connection, RemotingCommand, ResponseCode
@@ -32,57 +33,60 @@ def _not_running(request: RemotingCommand) -> RemotingCommand:
     return request.response(ResponseCode.SERVICE_NOT_AVAILABLE, remark="the ACL plugin is not running")
 
 
-async def handle_update_account(
-    runtime: BrokerRuntime, connection: Connection, request: RemotingCommand
+async def _edit(
+    runtime: BrokerRuntime,
+    request: RemotingCommand,
+    failed: ResponseCode,
+    what: str,
+    edit: Callable[[AclFileEditor], Awaitable[str | None]],
 ) -> RemotingCommand:
+    """Run one edit; a refusal is answered ``failed`` with "``what`` was not ...: why"."""
     editor = _editor(runtime)
     if editor is None:
         return _not_running(request)
+    try:
+        remark = await edit(editor)
+    except AclEditError as error:
+        return request.response(failed, remark=f"{what}: {error}")
+    return request.response(ResponseCode.SUCCESS, remark=remark)
+
+
+async def handle_update_account(
+    runtime: BrokerRuntime, connection: Connection, request: RemotingCommand
+) -> RemotingCommand:
     ext = request.ext
     fields = {key: str(ext[key]) for key in ("accessKey", *ACCOUNT_FIELDS) if ext.get(key) is not None}
-    try:
-        created = await editor.update_account(fields)
-    except AclEditError as error:
-        return request.response(
-            ResponseCode.UPDATE_AND_CREATE_ACL_CONFIG_FAILED,
-            remark=f"The accessKey {fields.get('accessKey', '')!r} was not updated: {error}",
-        )
-    return request.response(ResponseCode.SUCCESS, remark="created" if created else "updated")
+
+    async def update(editor: AclFileEditor) -> str:
+        return "created" if await editor.update_account(fields) else "updated"
+
+    what = f"The accessKey {fields.get('accessKey', '')!r} was not updated"
+    return await _edit(runtime, request, ResponseCode.UPDATE_AND_CREATE_ACL_CONFIG_FAILED, what, update)
 
 
 async def handle_delete_account(
     runtime: BrokerRuntime, connection: Connection, request: RemotingCommand
 ) -> RemotingCommand:
-    editor = _editor(runtime)
-    if editor is None:
-        return _not_running(request)
     access_key = str(request.ext.get("accessKey") or "")
-    try:
+
+    async def delete(editor: AclFileEditor) -> None:
         await editor.delete_account(access_key)
-    except AclEditError as error:
-        return request.response(
-            ResponseCode.DELETE_ACL_CONFIG_FAILED,
-            remark=f"The accessKey {access_key!r} was not deleted: {error}",
-        )
-    return request.response(ResponseCode.SUCCESS)
+
+    what = f"The accessKey {access_key!r} was not deleted"
+    return await _edit(runtime, request, ResponseCode.DELETE_ACL_CONFIG_FAILED, what, delete)
 
 
 async def handle_update_global_white(
     runtime: BrokerRuntime, connection: Connection, request: RemotingCommand
 ) -> RemotingCommand:
-    editor = _editor(runtime)
-    if editor is None:
-        return _not_running(request)
     raw = str(request.ext.get("globalWhiteAddrs") or "")
     addresses = [a.strip() for a in raw.split(",") if a.strip()]
-    try:
+
+    async def replace(editor: AclFileEditor) -> None:
         await editor.update_global_white(addresses)
-    except AclEditError as error:
-        return request.response(
-            ResponseCode.UPDATE_GLOBAL_WHITE_ADDRS_CONFIG_FAILED,
-            remark=f"The globalWhiteAddresses {raw!r} were not updated: {error}",
-        )
-    return request.response(ResponseCode.SUCCESS)
+
+    what = f"The globalWhiteAddresses {raw!r} were not updated"
+    return await _edit(runtime, request, ResponseCode.UPDATE_GLOBAL_WHITE_ADDRS_CONFIG_FAILED, what, replace)
 
 
 async def handle_acl_info(
