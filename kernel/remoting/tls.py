@@ -10,9 +10,10 @@ A server runs in one of RocketMQ's three modes (``tls.server.mode``):
 - ``enforcing``: TLS only; a plain client is refused and the refusal logged.
 
 Clients (the SDK, the admin client, the broker's own connections to NameServers and masters)
-speak TLS when given a client context (``tls.enable``). A client verifies the server's
-certificate only when asked (``tls.client.authServer``, RocketMQ's default is not to), and a
-server asks for client certificates with ``tls.server.need.client.auth``.
+speak TLS when given a client context. The broker's own connections (``tls.enable``) verify
+the server's certificate only when asked (``tls.client.authServer``: RocketMQ's default is not
+to); the SDK's :func:`trocket.client.tls.tls_context` verifies unless told not to. A server
+asks for client certificates with ``tls.server.need.client.auth``.
 """
 
 from __future__ import annotations
