@@ -7,11 +7,12 @@ import base64
 import hashlib
 import hmac
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from kernel.remoting import RemotingCommand, RequestCode
-from kernel.remoting.signature import SessionCredentials, signature_matches, signed_content
+from kernel.remoting.signature import SessionCredentials, Signer, signature_matches, signed_content
 
 
 def independent_signature(ext: dict[str, str], body: bytes, secret: str) -> str:
@@ -54,3 +55,12 @@ def test_a_known_vector():
     request = RemotingCommand.request(RequestCode.SEND_MESSAGE, ext, b"body")
     SessionCredentials("RocketMQ", "12345678").sign(request)
     assert request.ext["Signature"] == expected
+
+
+@pytest.mark.parametrize("secret", ["", "s", "x" * 64, "y" * 65, "秘密" * 40])
+def test_secrets_of_every_length_sign_as_the_standard_library_does(secret):
+    """Keys longer than SHA-1's block are hashed first, shorter ones padded (RFC 2104)."""
+    ext = {"AccessKey": "ak", "topic": "Orders"}
+    content = signed_content(ext, b"body")
+    expected = base64.b64encode(hmac.new(secret.encode(), content, hashlib.sha1).digest()).decode()
+    assert Signer(secret).sign(content) == expected
