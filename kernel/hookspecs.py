@@ -284,6 +284,22 @@ def trocket_after_put(batch: MessageBatch, result: PutResult, ctx: BrokerContext
 
 
 @hookspec
+def trocket_messages_pulled(topic: str, group: str, count: int, size: int, ctx: BrokerContext) -> None:
+    """Observe a pull answered with messages (what consumers read: metrics, audits).
+
+    :param topic: the topic pulled.
+    :param group: the consumer group that pulled.
+    :param count: messages in the answer.
+    :param size: their stored bytes.
+    :param ctx: the broker context.
+
+    Firstresult: no.
+    Colour: sync; once per pull answer, never per message; no I/O.
+    Since: 0.1
+    """
+
+
+@hookspec
 def trocket_records_dispatched(records: Sequence[DispatchRecord], ctx: BrokerContext) -> None:
     """Observe a batch of records that reached the derived views (consume queues, index).
 

@@ -134,6 +134,12 @@ async def handle_pull(
         woken = await net.waiters.wait(topic, queue_id, remaining)
         if not long_polling and not woken:
             deadline = trio.current_time()  # short polling: one more look, then answer
+    body = b"".join(result.records)
+    if result.records:
+        ctx = net.runtime.ctx
+        ctx.hook.trocket_messages_pulled(
+            topic=topic, group=group, count=len(result.records), size=len(body), ctx=ctx
+        )
     return request.response(
         code,
         {
@@ -142,7 +148,7 @@ async def handle_pull(
             "maxOffset": result.max_offset,
             "suggestWhichBrokerId": suggested_broker_id(net, result),
         },
-        b"".join(result.records),
+        body,
     )
 
 

@@ -1,0 +1,109 @@
+"""metrics plugin: RocketMQ 5's Prometheus metrics (``metricsExporterType=PROM``) on
+``metricsPromExporterHost:metricsPromExporterPort`` (default 127.0.0.1:5557).
+
+Hooks:
+
+- ``trocket_after_put``: messages, bytes and sizes stored, per topic (once per batch);
+- ``trocket_messages_pulled``: messages and bytes pulled, per topic and group (once per pull);
+- ``trocket_dead_lettered``: messages moved to a dead-letter queue, per topic and group;
+- ``trocket_store_recovered``: what the start's recovery found;
+- ``trocket_register_services``: the endpoint (:class:`~plugins.metrics.exporter.MetricsExporter`);
+- ``trocket_runtime_figures``: ``metricsUrl`` in ``brokerStatus``.
+
+Every metric and its labels: ``docs/metrics.md``.
+"""
+
+from __future__ import annotations
+
+from kernel import ConfigSection, Phase, ServiceSpec, hookimpl
+from kernel.context import BrokerContext, BrokerRuntime, StashKey
+from kernel.message import MessageBatch
+from kernel.model import DispatchRecord
+from kernel.outcomes import PutResult, RecoveryReport
+from plugins.metrics.config import PROPERTIES, MetricsConfig
+from plugins.metrics.exporter import MetricsExporter
+from plugins.metrics.meters import BrokerMeters
+
+__all__ = ["METERS", "MetricsConfig"]
+
+METERS = StashKey[BrokerMeters]("metrics.meters")
+EXPORTER = StashKey[MetricsExporter]("metrics.exporter")
+
+
+def _meters(ctx: BrokerContext) -> BrokerMeters:
+    meters = ctx.stash.get(METERS, None)
+    if meters is None:
+        meters = BrokerMeters(ctx.broker.cluster_name, ctx.broker.broker_name)
+        ctx.stash[METERS] = meters
+    return meters
+
+
+@hookimpl
+def trocket_config_sections() -> list[ConfigSection]:
+    return [ConfigSection("metrics", MetricsConfig, PROPERTIES)]
+
+
+@hookimpl
+def trocket_register_services(ctx: BrokerContext) -> list[ServiceSpec]:
+    def make(runtime: BrokerRuntime) -> MetricsExporter:
+        config = runtime.ctx.plugin_config(MetricsConfig)
+        exporter = MetricsExporter(
+            runtime,
+            _meters(runtime.ctx),
+            config.prom_exporter_host,
+            config.prom_exporter_port,
+            serve=config.exporter_type == "PROM",
+            recovery=runtime.ctx.stash.get(RECOVERY, None),
+        )
+        runtime.ctx.stash[EXPORTER] = exporter
+        return exporter
+
+    return [ServiceSpec("metrics-exporter", Phase.DURABILITY, make)]
+
+
+RECOVERY = StashKey[RecoveryReport]("metrics.recovery")
+
+
+@hookimpl
+def trocket_store_recovered(report: RecoveryReport, ctx: BrokerContext) -> None:
+    ctx.stash[RECOVERY] = report
+    exporter = ctx.stash.get(EXPORTER, None)
+    if exporter is not None:
+        exporter.recovery = report
+
+
+@hookimpl
+def trocket_after_put(batch: MessageBatch, result: PutResult, ctx: BrokerContext) -> None:
+    append = result.append
+    if not result.ok or append is None:
+        return
+    encoded = batch.encoded
+    if encoded is not None:
+        _meters(ctx).stored(encoded.topic, append.sizes)
+        return
+    messages = batch.messages
+    topics = {m.topic for m in messages}
+    if len(topics) == 1:
+        _meters(ctx).stored(messages[0].topic, append.sizes)
+        return
+    by_topic: dict[str, list[int]] = {}  # a batch of several topics: only from plugins' own puts
+    for message, size in zip(messages, append.sizes, strict=True):
+        by_topic.setdefault(message.topic, []).append(size)
+    for topic, sizes in by_topic.items():
+        _meters(ctx).stored(topic, sizes)
+
+
+@hookimpl
+def trocket_messages_pulled(topic: str, group: str, count: int, size: int, ctx: BrokerContext) -> None:
+    _meters(ctx).pulled(topic, group, count, size)
+
+
+@hookimpl
+def trocket_dead_lettered(message: DispatchRecord, group: str, reason: str, ctx: BrokerContext) -> None:
+    _meters(ctx).dead_lettered(message.topic, group)
+
+
+@hookimpl
+def trocket_runtime_figures(ctx: BrokerContext) -> dict[str, str]:
+    exporter = ctx.stash.get(EXPORTER, None)
+    return {"metricsUrl": exporter.url} if exporter is not None and exporter.url else {}

@@ -1,0 +1,75 @@
+"""The Prometheus endpoint: ``prometheus_client``'s HTTP server on a thread this service owns,
+started with the broker and shut down with it. Scrapes read the gauges through the broker's
+event loop (``trio.from_thread``), so they see one consistent moment."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import attrs
+import trio
+from prometheus_client import start_http_server
+
+from kernel.context import BrokerRuntime
+from plugins.metrics.meters import BrokerMeters, GaugeSnapshot
+
+log = logging.getLogger(__name__)
+SNAPSHOT_TIMEOUT = 5.0
+
+
+@attrs.define(eq=False)
+class MetricsExporter:
+    runtime: BrokerRuntime
+    meters: BrokerMeters
+    host: str
+    port: int
+    serve: bool = True
+    recovery: Any = None
+    """The store's :class:`~kernel.outcomes.RecoveryReport`, when it has been given."""
+    url: str = ""
+
+    async def run(self, *, task_status: trio.TaskStatus[Any] = trio.TASK_STATUS_IGNORED) -> None:
+        token = trio.lowlevel.current_trio_token()
+
+        def snapshot() -> GaugeSnapshot | None:
+            try:
+                return trio.from_thread.run_sync(self.snapshot, trio_token=token)
+            except (trio.RunFinishedError, trio.Cancelled):
+                return None  # the broker is stopping: gauges are left out of this scrape
+
+        self.meters.add_gauges(snapshot)
+        if not self.serve:
+            task_status.started()
+            await trio.sleep_forever()
+        try:
+            server, thread = start_http_server(self.port, addr=self.host, registry=self.meters.registry)
+        except OSError as error:
+            raise OSError(
+                error.errno, f"metrics: cannot listen on {self.host}:{self.port}: {error.strerror}"
+            ) from None
+        self.port = int(server.server_address[1])
+        self.url = f"http://{self.host}:{self.port}/metrics"
+        log.info("metrics: Prometheus endpoint at %s", self.url)
+        try:
+            task_status.started()
+            await trio.sleep_forever()
+        finally:
+            server.shutdown()
+            server.server_close()
+            thread.join(timeout=SNAPSHOT_TIMEOUT)
+
+    def snapshot(self) -> GaugeSnapshot:
+        """On the broker's loop: the store's positions now."""
+        store = self.runtime.store
+        marks = store.watermarks()
+        dispatch = self.runtime.statistics().dispatch
+        report = self.recovery
+        return GaugeSnapshot(
+            storage_size=max(0, marks.wrote - marks.min_offset),
+            flush_behind=max(0, marks.wrote - marks.flushed),
+            dispatch_behind=dispatch.behind_bytes if dispatch is not None else 0,
+            recovery_scanned=report.records_scanned if report is not None else 0,
+            recovery_truncated=report.truncated_bytes if report is not None else 0,
+            recovery_clean=report.clean_shutdown if report is not None else None,
+        )

@@ -1,0 +1,120 @@
+"""The metrics plugin over real TCP: after a known workload (sends, pulls, dead letters) the
+scraped Prometheus text, parsed with ``prometheus_client.parser``, holds exactly those counts,
+and the storage gauges match what the broker reports."""
+
+from __future__ import annotations
+
+import urllib.request
+
+import trio
+from prometheus_client.parser import text_string_to_metric_families
+
+from kernel import hookimpl, record
+from kernel.remoting import RequestCode
+from plugins.metrics import EXPORTER
+from tests.network.wire import pull_request
+from trocket import Message, Producer
+
+GROUP = "CG_metered"
+
+
+def scrape(url: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    with urllib.request.urlopen(url, timeout=10) as response:
+        text = response.read().decode()
+    samples = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            samples[(sample.name, tuple(sorted(sample.labels.items())))] = sample.value
+    return samples
+
+
+def value(samples, name: str, **labels: str) -> float:
+    """The sum of ``name``'s samples whose labels include ``labels``."""
+    return sum(
+        v for (n, have), v in samples.items() if n == name and set(labels.items()) <= set(dict(have).items())
+    )
+
+
+async def test_scraped_counts_match_a_known_workload(cluster_factory):
+    async with cluster_factory(
+        plugins=["retry_dlq", "metrics"], metrics={"prom_exporter_port": 0}
+    ) as cluster:
+        exporter = cluster.broker.ctx.stash[EXPORTER]
+        assert exporter.url.startswith("http://127.0.0.1:")
+        async with Producer("PG", cluster.namesrv_addr) as producer:
+            queue = (await producer.fetch_publish_message_queues("Metered"))[0]
+            for _ in range(3):
+                batch = [Message("Metered", b"m" * (100 + 1000 * j)) for j in range(10)]
+                await producer.send_batch(batch, queue=queue)
+            for _ in range(5):
+                await producer.send(Message("Other", b"x" * 5000))
+        await cluster.broker.wait_dispatched()
+
+        pulled: list[record.StoredMessage] = []
+        pulled_bytes = 0
+        for offset in (0, 16):  # two pulls of 16 and 14
+            answer = await cluster.call_raw(
+                pull_request("Metered", queue.queue_id, offset, group=GROUP, max_msgs=16)
+            )
+            assert answer.code == 0, answer.remark
+            pulled += record.decode_records(answer.body)
+            pulled_bytes += len(answer.body)
+        assert len(pulled) == 30
+        for message in pulled[:2]:  # the consumer gives up on two at once: straight to the DLQ
+            back = await cluster.call(
+                RequestCode.CONSUMER_SEND_MSG_BACK,
+                {"group": GROUP, "offset": message.physical_offset, "delayLevel": -1, "originMsgId": "O"},
+            )
+            assert back.code == 0, back.remark
+        await cluster.broker.wait_dispatched()
+
+        samples = await trio.to_thread.run_sync(scrape, exporter.url)
+        node = {"cluster": "DefaultCluster", "node_type": "broker", "node_id": "broker-a"}
+        assert value(samples, "rocketmq_messages_in_total", topic="Metered", **node) == 30
+        assert value(samples, "rocketmq_messages_in_total", topic="Other") == 5
+        assert value(samples, "rocketmq_messages_in_total", topic=f"%DLQ%{GROUP}") == 2
+        stored_metered = sum(m.size for m in pulled)
+        assert value(samples, "rocketmq_throughput_in_total", topic="Metered") == stored_metered
+        assert value(samples, "rocketmq_messages_out_total", topic="Metered", consumer_group=GROUP) == 30
+        assert value(samples, "rocketmq_throughput_out_total", topic="Metered") == pulled_bytes
+        assert value(samples, "rocketmq_send_to_dlq_messages_total", consumer_group=GROUP) == 2
+        assert value(samples, "rocketmq_message_size_count", topic="Metered") == 30
+        assert value(samples, "rocketmq_message_size_sum", topic="Metered") == stored_metered
+        small = value(samples, "rocketmq_message_size_bucket", topic="Metered", le="1024.0")
+        assert small == 3  # the 100-byte bodies, one per batch
+        assert value(samples, "rocketmq_message_size_bucket", topic="Metered", le="+Inf") == 30
+
+        marks = cluster.broker.store.watermarks()
+        assert value(samples, "rocketmq_storage_size") == marks.wrote - marks.min_offset
+        assert value(samples, "rocketmq_storage_dispatch_behind_bytes") == 0
+        assert value(samples, "trocket_recovery_clean_shutdown") == 1
+    assert exporter.url  # the endpoint is closed with the broker
+    url = exporter.url
+    try:
+        await trio.to_thread.run_sync(scrape, url)
+    except OSError:
+        pass
+    else:
+        raise AssertionError("the endpoint still answers after the broker stopped")
+
+
+class PullRecorder:
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, str, int, int]] = []
+
+    @hookimpl
+    def trocket_messages_pulled(self, topic, group, count, size):
+        self.calls.append((topic, group, count, size))
+
+
+async def test_hook_trocket_messages_pulled(cluster_factory):
+    recorder = PullRecorder()
+    async with cluster_factory(plugin_objects=[("recorder", recorder)]) as cluster:
+        async with Producer("PG", cluster.namesrv_addr) as producer:
+            queue = (await producer.fetch_publish_message_queues("Pulled"))[0]
+            await producer.send_batch([Message("Pulled", b"a"), Message("Pulled", b"bb")], queue=queue)
+        await cluster.broker.wait_dispatched()
+        empty = await cluster.call_raw(pull_request("Pulled", queue.queue_id, 2, group="CG"))
+        assert not empty.body and recorder.calls == []  # an empty answer is not reported
+        answer = await cluster.call_raw(pull_request("Pulled", queue.queue_id, 0, group="CG"))
+        assert recorder.calls == [("Pulled", "CG", 2, len(answer.body))]
