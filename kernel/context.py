@@ -6,7 +6,7 @@ process each have their own context.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
@@ -93,14 +93,22 @@ class BrokerContext:
         return self.config.broker.data_dir
 
     def implemented(self, hook_name: str) -> Any:
-        """The hook caller of ``hook_name`` if a loaded plugin implements it, else None.
+        """A caller of ``hook_name`` if a loaded plugin implements it, else None.
 
         The put path and dispatch look their per-batch hooks up once at assembly through this
-        and skip the ones nobody implements: an empty pluggy call still costs microseconds,
-        and a single send is a batch of one.
+        and skip the ones nobody implements: a single send is a batch of one, and a pluggy
+        call costs 2-3 µs. When no implementation is a wrapper, the caller calls the
+        implementations directly, as pluggy would (its order, the arguments each declares,
+        ``firstresult``), without pluggy's per-call machinery; with a wrapper it is pluggy's.
         """
         caller = getattr(self.hook, hook_name)
-        return caller if caller.get_hookimpls() else None
+        impls = caller.get_hookimpls()
+        if not impls:
+            return None
+        if any(impl.hookwrapper or impl.wrapper for impl in impls):
+            return caller
+        first_result = bool(caller.spec is not None and caller.spec.opts.get("firstresult"))
+        return _direct_caller([(impl.function, impl.argnames) for impl in reversed(impls)], first_result)
 
     def plugin_config(self, cls: type[T]) -> T:
         """The validated config object of type ``cls`` (defaults if its table was absent).
@@ -137,3 +145,20 @@ class BrokerRuntime(Protocol):
 
     def statistics(self) -> BrokerStatistics:
         """A snapshot of the broker's pipelines."""
+
+
+def _direct_caller(ordered: list[tuple[Callable[..., Any], tuple[str, ...]]], first_result: bool) -> Any:
+    """Calls plain hook implementations in pluggy's order with the arguments each declares:
+    every non-None result in a list, or the first one for a ``firstresult`` hook."""
+
+    def call(**kwargs: Any) -> Any:
+        results = []
+        for function, argnames in ordered:
+            result = function(*[kwargs[name] for name in argnames])
+            if result is not None:
+                if first_result:
+                    return result
+                results.append(result)
+        return None if first_result else results
+
+    return call

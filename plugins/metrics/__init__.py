@@ -82,8 +82,7 @@ def trocket_after_put(batch: MessageBatch, result: PutResult, ctx: BrokerContext
         _meters(ctx).stored(encoded.topic, append.sizes)
         return
     messages = batch.messages
-    topics = {m.topic for m in messages}
-    if len(topics) == 1:
+    if len(messages) == 1 or len({m.topic for m in messages}) == 1:
         _meters(ctx).stored(messages[0].topic, append.sizes)
         return
     by_topic: dict[str, list[int]] = {}  # a batch of several topics: only from plugins' own puts

@@ -1,6 +1,7 @@
 """The Prometheus endpoint: ``prometheus_client``'s HTTP server on a thread this service owns,
-started with the broker and shut down with it. Scrapes read the gauges through the broker's
-event loop (``trio.from_thread``), so they see one consistent moment."""
+started with the broker and shut down with it. A scrape takes its copy of the counts and the
+store's positions on the broker's event loop (``trio.from_thread``): one consistent moment,
+and no lock on the data path."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import trio
 from prometheus_client import start_http_server
 
 from kernel.context import BrokerRuntime
-from plugins.metrics.meters import BrokerMeters, GaugeSnapshot
+from plugins.metrics.meters import BrokerMeters, GaugeSnapshot, Snapshot
 
 log = logging.getLogger(__name__)
 SNAPSHOT_TIMEOUT = 5.0
@@ -32,13 +33,13 @@ class MetricsExporter:
     async def run(self, *, task_status: trio.TaskStatus[Any] = trio.TASK_STATUS_IGNORED) -> None:
         token = trio.lowlevel.current_trio_token()
 
-        def snapshot() -> GaugeSnapshot | None:
+        def take() -> Snapshot | None:
             try:
                 return trio.from_thread.run_sync(self.snapshot, trio_token=token)
             except (trio.RunFinishedError, trio.Cancelled):
-                return None  # the broker is stopping: gauges are left out of this scrape
+                return None  # the broker is stopping: this scrape is empty
 
-        self.meters.add_gauges(snapshot)
+        self.meters.serve_from(take)
         if not self.serve:
             task_status.started()
             await trio.sleep_forever()
@@ -59,10 +60,12 @@ class MetricsExporter:
             server.server_close()
             thread.join(timeout=SNAPSHOT_TIMEOUT)
 
-    def snapshot(self) -> GaugeSnapshot:
-        """On the broker's loop: the store's positions now."""
-        store = self.runtime.store
-        marks = store.watermarks()
+    def snapshot(self) -> Snapshot:
+        """On the broker's loop: every count, and the store's positions now."""
+        return self.meters.snapshot(self.gauges())
+
+    def gauges(self) -> GaugeSnapshot:
+        marks = self.runtime.store.watermarks()
         dispatch = self.runtime.statistics().dispatch
         report = self.recovery
         return GaugeSnapshot(

@@ -1,30 +1,31 @@
 """The broker's metrics, under RocketMQ 5's names and labels, in a registry of their own (one
 per broker, so brokers sharing a process do not mix their counts).
 
-Counters move on the broker's event loop, once per put batch or pull answer; the gauges are
-read when Prometheus scrapes, from a snapshot taken on the loop (the exporter thread never reads
-the store's state while the loop changes it).
+The data path pays for a dictionary update per put batch or pull answer and nothing else: the
+counts are plain Python numbers that only the broker's event loop touches, and Prometheus sees
+them at scrape time, when the exporter thread asks the loop for one copy of everything
+(``trio.from_thread``): no lock on the hot path, and a scrape shows one consistent moment.
 """
 
 from __future__ import annotations
 
-import threading
+import bisect
 from collections.abc import Callable, Iterator, Sequence
 
 import attrs
-import numpy as np
-from prometheus_client import CollectorRegistry, Counter
-from prometheus_client.core import GaugeMetricFamily, HistogramMetricFamily
+from prometheus_client import CollectorRegistry
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.registry import Collector
 
-MESSAGE_SIZE_BUCKETS = (1024.0, 4096.0, 16384.0, 65536.0, 262144.0, 1048576.0, 4194304.0)
-"""RocketMQ 5's ``rocketmq_message_size`` buckets: 1 KiB to 4 MiB."""
+MESSAGE_SIZE_BUCKETS = (1024, 4096, 16384, 65536, 262144, 1048576, 4194304)
+"""RocketMQ 5's ``rocketmq_message_size`` buckets: 1 KiB to 4 MiB (and +Inf)."""
 NODE_LABELS = ("cluster", "node_type", "node_id")
+_IN_COUNT, _IN_BYTES, _FIRST_BUCKET = 0, 1, 2
 
 
 @attrs.frozen
 class GaugeSnapshot:
-    """What the scrape-time gauges show, taken on the broker's loop."""
+    """What the scrape-time gauges show, read on the broker's loop."""
 
     storage_size: int
     flush_behind: int
@@ -34,136 +35,139 @@ class GaugeSnapshot:
     recovery_clean: bool | None
 
 
+@attrs.frozen
+class Snapshot:
+    """One consistent copy of every count, taken on the loop for a scrape."""
+
+    stored: dict[str, list[int]]
+    pulled: dict[tuple[str, str], list[int]]
+    dead_lettered: dict[tuple[str, str], int]
+    gauges: GaugeSnapshot | None
+
+
 @attrs.define(eq=False)
 class BrokerMeters:
     cluster: str
     node_id: str
     registry: CollectorRegistry = attrs.field(factory=CollectorRegistry)
-    messages_in: Counter = attrs.field(init=False)
-    throughput_in: Counter = attrs.field(init=False)
-    message_size: SizeHistogram = attrs.field(init=False)
-    messages_out: Counter = attrs.field(init=False)
-    throughput_out: Counter = attrs.field(init=False)
-    send_to_dlq: Counter = attrs.field(init=False)
-
-    def __attrs_post_init__(self) -> None:
-        topic = (*NODE_LABELS, "topic")
-        group = (*topic, "consumer_group")
-        registry = self.registry
-        self.messages_in = Counter(
-            "rocketmq_messages_in", "Messages stored by producers' sends.", topic, registry=registry
-        )
-        self.throughput_in = Counter(
-            "rocketmq_throughput_in", "Bytes of messages stored by sends.", topic, registry=registry
-        )
-        self.message_size = SizeHistogram(topic)
-        registry.register(self.message_size)
-        self.messages_out = Counter(
-            "rocketmq_messages_out", "Messages consumers pulled.", group, registry=registry
-        )
-        self.throughput_out = Counter(
-            "rocketmq_throughput_out", "Bytes of messages consumers pulled.", group, registry=registry
-        )
-        self.send_to_dlq = Counter(
-            "rocketmq_send_to_dlq_messages",  # topic: the message's topic when it was sent back
-            "Messages moved to a dead-letter queue.",
-            group,
-            registry=registry,
-        )
-
-    def _node(self) -> tuple[str, str, str]:
-        return self.cluster, "broker", self.node_id
+    _stored: dict[str, list[int]] = attrs.field(factory=dict, init=False)
+    """topic → [messages, bytes, count per size bucket...]."""
+    _pulled: dict[tuple[str, str], list[int]] = attrs.field(factory=dict, init=False)
+    """(topic, group) → [messages, bytes]."""
+    _dead_lettered: dict[tuple[str, str], int] = attrs.field(factory=dict, init=False)
 
     def stored(self, topic: str, sizes: Sequence[int]) -> None:
-        """One put batch of ``topic``: its record sizes, counted in bulk."""
-        labels = (*self._node(), topic)
-        sizes_array = np.asarray(sizes, dtype=np.int64)
-        total = int(sizes_array.sum())
-        self.messages_in.labels(*labels).inc(len(sizes_array))
-        self.throughput_in.labels(*labels).inc(total)
-        self.message_size.observe_all(labels, sizes_array, total)
+        """One put batch of ``topic`` with these record sizes."""
+        row = self._stored.get(topic)
+        if row is None:
+            row = self._stored[topic] = [0] * (_FIRST_BUCKET + len(MESSAGE_SIZE_BUCKETS) + 1)
+        if len(sizes) == 1:
+            size = sizes[0]
+            row[_IN_COUNT] += 1
+            row[_IN_BYTES] += size
+            row[_FIRST_BUCKET + bisect.bisect_left(MESSAGE_SIZE_BUCKETS, size)] += 1
+            return
+        row[_IN_COUNT] += len(sizes)
+        row[_IN_BYTES] += sum(sizes)
+        for size in sizes:
+            row[_FIRST_BUCKET + bisect.bisect_left(MESSAGE_SIZE_BUCKETS, size)] += 1
 
     def pulled(self, topic: str, group: str, count: int, size: int) -> None:
-        labels = (*self._node(), topic, group)
-        self.messages_out.labels(*labels).inc(count)
-        self.throughput_out.labels(*labels).inc(size)
+        row = self._pulled.get((topic, group))
+        if row is None:
+            row = self._pulled[(topic, group)] = [0, 0]
+        row[0] += count
+        row[1] += size
 
     def dead_lettered(self, topic: str, group: str) -> None:
-        self.send_to_dlq.labels(*self._node(), topic, group).inc()
+        key = (topic, group)
+        self._dead_lettered[key] = self._dead_lettered.get(key, 0) + 1
 
-    def add_gauges(self, snapshot: Callable[[], GaugeSnapshot | None]) -> None:
-        self.registry.register(_StorageGauges(self._node(), snapshot))
-
-
-_BOUNDS = np.asarray(MESSAGE_SIZE_BUCKETS)
-
-
-class SizeHistogram(Collector):
-    """``rocketmq_message_size``: counts per bucket kept as numpy arrays, so a batch of any
-    size is one ``searchsorted`` and one ``bincount`` (``prometheus_client``'s Histogram
-    observes one value per call)."""
-
-    def __init__(self, label_names: tuple[str, ...]) -> None:
-        self.label_names = label_names
-        self._counts: dict[tuple[str, ...], np.ndarray] = {}
-        self._sums: dict[tuple[str, ...], int] = {}
-        self._lock = threading.Lock()  # the exporter thread reads while the loop counts
-
-    def observe_all(self, labels: tuple[str, ...], sizes: np.ndarray, total: int) -> None:
-        per_bucket = np.bincount(np.searchsorted(_BOUNDS, sizes, side="left"), minlength=len(_BOUNDS) + 1)
-        with self._lock:
-            counts = self._counts.get(labels)
-            if counts is None:
-                self._counts[labels] = per_bucket.astype(np.int64)
-                self._sums[labels] = total
-            else:
-                counts += per_bucket
-                self._sums[labels] += total
-
-    def collect(self) -> Iterator[HistogramMetricFamily]:
-        family = HistogramMetricFamily(
-            "rocketmq_message_size", "Stored message sizes in bytes.", labels=self.label_names
+    def snapshot(self, gauges: GaugeSnapshot | None) -> Snapshot:
+        """On the broker's loop: copies the exporter thread may read at leisure."""
+        return Snapshot(
+            {topic: list(row) for topic, row in self._stored.items()},
+            {key: list(row) for key, row in self._pulled.items()},
+            dict(self._dead_lettered),
+            gauges,
         )
-        with self._lock:
-            rows = [
-                (labels, np.cumsum(counts).tolist(), self._sums[labels])
-                for labels, counts in self._counts.items()
-            ]
-        for labels, cumulative, total in rows:
-            bounds = [*(repr(float(b)) for b in MESSAGE_SIZE_BUCKETS), "+Inf"]
-            family.add_metric(list(labels), list(zip(bounds, cumulative, strict=True)), total)
-        yield family
+
+    def serve_from(self, take: Callable[[], Snapshot | None]) -> None:
+        """Register the collector that renders ``take()`` (which must run the copy on the loop)."""
+        self.registry.register(_Rendered((self.cluster, "broker", self.node_id), take))
 
 
 @attrs.define(eq=False)
-class _StorageGauges(Collector):
+class _Rendered(Collector):
     node: tuple[str, str, str]
-    snapshot: Callable[[], GaugeSnapshot | None]
+    take: Callable[[], Snapshot | None]
 
-    def collect(self) -> Iterator[GaugeMetricFamily]:
-        taken = self.snapshot()
-        if taken is None:
-            return
+    def collect(self) -> Iterator[CounterMetricFamily | GaugeMetricFamily | HistogramMetricFamily]:
+        snapshot = self.take()
+        if snapshot is None:
+            return  # the broker is stopping
+        yield from self._stored(snapshot.stored)
+        yield from self._pulled(snapshot.pulled)
+        dlq = CounterMetricFamily(
+            "rocketmq_send_to_dlq_messages",
+            "Messages moved to a dead-letter queue (topic: where the message was when sent back).",
+            labels=(*NODE_LABELS, "topic", "consumer_group"),
+        )
+        for (topic, group), count in snapshot.dead_lettered.items():
+            dlq.add_metric([*self.node, topic, group], count)
+        yield dlq
+        if snapshot.gauges is not None:
+            yield from self._gauges(snapshot.gauges)
+
+    def _stored(self, stored: dict[str, list[int]]) -> Iterator[CounterMetricFamily | HistogramMetricFamily]:
+        labels = (*NODE_LABELS, "topic")
+        messages = CounterMetricFamily("rocketmq_messages_in", "Messages stored by sends.", labels=labels)
+        throughput = CounterMetricFamily("rocketmq_throughput_in", "Bytes stored by sends.", labels=labels)
+        sizes = HistogramMetricFamily(
+            "rocketmq_message_size", "Stored message sizes in bytes.", labels=labels
+        )
+        bounds = [*(f"{float(b)}" for b in MESSAGE_SIZE_BUCKETS), "+Inf"]
+        for topic, row in stored.items():
+            values = [*self.node, topic]
+            messages.add_metric(values, row[_IN_COUNT])
+            throughput.add_metric(values, row[_IN_BYTES])
+            cumulative, running = [], 0
+            for count in row[_FIRST_BUCKET:]:
+                running += count
+                cumulative.append(running)
+            sizes.add_metric(values, list(zip(bounds, cumulative, strict=True)), row[_IN_BYTES])
+        yield from (messages, throughput, sizes)
+
+    def _pulled(self, pulled: dict[tuple[str, str], list[int]]) -> Iterator[CounterMetricFamily]:
+        labels = (*NODE_LABELS, "topic", "consumer_group")
+        messages = CounterMetricFamily("rocketmq_messages_out", "Messages consumers pulled.", labels=labels)
+        throughput = CounterMetricFamily("rocketmq_throughput_out", "Bytes consumers pulled.", labels=labels)
+        for (topic, group), (count, size) in pulled.items():
+            messages.add_metric([*self.node, topic, group], count)
+            throughput.add_metric([*self.node, topic, group], size)
+        yield from (messages, throughput)
+
+    def _gauges(self, taken: GaugeSnapshot) -> Iterator[GaugeMetricFamily]:
         values = (
             (
                 "rocketmq_storage_size",
-                "Commit log bytes held (oldest file to the write position).",
+                "Commit log bytes held, oldest file to write position.",
                 taken.storage_size,
             ),
-            ("rocketmq_storage_flush_behind_bytes", "Bytes written but not yet flushed.", taken.flush_behind),
+            ("rocketmq_storage_flush_behind_bytes", "Bytes written, not yet flushed.", taken.flush_behind),
             (
                 "rocketmq_storage_dispatch_behind_bytes",
-                "Bytes written but not yet dispatched.",
+                "Bytes written, not yet dispatched.",
                 taken.dispatch_behind,
             ),
             (
                 "trocket_recovery_records_scanned",
-                "Records the last start's recovery scanned.",
+                "Records the start's recovery scanned.",
                 taken.recovery_scanned,
             ),
             (
                 "trocket_recovery_truncated_bytes",
-                "Bytes the last start's recovery cut off.",
+                "Bytes the start's recovery cut off.",
                 taken.recovery_truncated,
             ),
         )
@@ -174,7 +178,7 @@ class _StorageGauges(Collector):
         if taken.recovery_clean is not None:
             family = GaugeMetricFamily(
                 "trocket_recovery_clean_shutdown",
-                "1 when the last start found a clean shutdown.",
+                "1 when the start found a clean shutdown.",
                 labels=NODE_LABELS,
             )
             family.add_metric(self.node, 1 if taken.recovery_clean else 0)

@@ -29,6 +29,7 @@ from kernel import (
     hookimpl,
 )
 from kernel.config import fields
+from kernel.context import BrokerContext
 from kernel.host import PluginHost
 from kernel.testing import make_config
 
@@ -321,18 +322,49 @@ async def test_per_batch_hooks_nobody_implements_cost_no_pluggy_call(broker_fact
         await broker.wait_dispatched()
         assert called == [], called
 
+    seen: list[int] = []
+
     class AfterPut:
         @hookimpl
-        def trocket_after_put(self, batch, result, ctx):
-            return None
+        def trocket_after_put(self, batch, result):
+            seen.append(len(batch))
 
     async with broker_factory(plugin_objects=[("after", AfterPut())]) as broker:
-        called = []
-        broker.host.pm.add_hookcall_monitoring(
-            lambda name, impls, kwargs: called.append(name), lambda *a: None
-        )
         assert (await broker.put(MessageBatch([Message("quiet", b"x")]))).ok
-        assert called == ["trocket_after_put"]
+        assert seen == [1]
+
+
+def test_implemented_hooks_are_called_as_pluggy_calls_them():
+    """``ctx.implemented`` calls plain implementations directly: pluggy's order (tryfirst
+    first, then the last registered), each with the arguments it declares, firstresult's first
+    non-None answer; a wrapper keeps pluggy's own call."""
+    order: list[str] = []
+
+    def plugin(name: str, answer: object = None, **marks: bool) -> object:
+        class Plugin:
+            @hookimpl(**marks)
+            def trocket_before_append(self, batch):
+                order.append(name)
+                return answer
+
+        return Plugin()
+
+    host = PluginHost.load(
+        [],
+        objects=[
+            ("first", plugin("first", None, tryfirst=True)),
+            ("middle", plugin("middle", "refused")),
+            ("late", plugin("late", "never")),
+            ("last", plugin("last", None, trylast=True)),
+        ],
+    )
+    ctx = BrokerContext(make_config(), host.hook)
+    call = ctx.implemented("trocket_before_append")
+    direct = call(batch="b", ctx=ctx)
+    direct_order, order[:] = list(order), []
+    assert direct == host.hook.trocket_before_append(batch="b", ctx=ctx)
+    assert direct_order == order and order[0] == "first" and len(order) == 2  # stopped at a refusal
+    assert direct in ("refused", "never")
 
 
 async def test_hook_trocket_after_put(recorded):
