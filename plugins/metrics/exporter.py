@@ -6,12 +6,14 @@ and no lock on the data path."""
 from __future__ import annotations
 
 import logging
+import time
 from typing import Any
 
 import attrs
 import trio
 from prometheus_client import start_http_server
 
+from kernel.consumer_progress import CONSUMER_PROGRESS, ConsumerProgress
 from kernel.context import BrokerRuntime
 from plugins.metrics.meters import BrokerMeters, GaugeSnapshot, Snapshot
 
@@ -66,6 +68,7 @@ class MetricsExporter:
 
     def gauges(self) -> GaugeSnapshot:
         marks = self.runtime.store.watermarks()
+        progress = self.runtime.ctx.stash.get(CONSUMER_PROGRESS, None)
         dispatch = self.runtime.statistics().dispatch
         report = self.recovery
         return GaugeSnapshot(
@@ -75,4 +78,22 @@ class MetricsExporter:
             recovery_scanned=report.records_scanned if report is not None else 0,
             recovery_truncated=report.truncated_bytes if report is not None else 0,
             recovery_clean=report.clean_shutdown if report is not None else None,
+            lag=consumer_lag(self.runtime.store, progress) if progress is not None else {},
         )
+
+
+def consumer_lag(store: Any, progress: ConsumerProgress) -> dict[tuple[str, str], tuple[int, int]]:
+    """(topic, group) → (messages behind, age in ms of the oldest unconsumed message), summed
+    over the queues as ``consumerProgress`` shows them (the age is the oldest queue's)."""
+    now = int(time.time() * 1000)
+    stored_at = getattr(store, "store_time", None)  # a store without lookups shows no age
+    out: dict[tuple[str, str], tuple[int, int]] = {}
+    for queue in progress.queues():
+        behind = max(0, store.max_queue_offset(queue.topic, queue.queue_id) - queue.committed)
+        age = 0
+        if behind and stored_at is not None:
+            stamp = stored_at(queue.topic, queue.queue_id, queue.committed)
+            age = max(0, now - stamp) if stamp > 0 else 0
+        messages, oldest = out.get((queue.topic, queue.group), (0, 0))
+        out[(queue.topic, queue.group)] = (messages + behind, max(oldest, age))
+    return out

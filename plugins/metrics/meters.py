@@ -33,6 +33,8 @@ class GaugeSnapshot:
     recovery_scanned: int
     recovery_truncated: int
     recovery_clean: bool | None
+    lag: dict[tuple[str, str], tuple[int, int]] = attrs.field(factory=dict)
+    """(topic, group) → (messages not yet consumed, age in ms of the oldest of them)."""
 
 
 @attrs.frozen
@@ -175,6 +177,20 @@ class _Rendered(Collector):
             family = GaugeMetricFamily(name, documentation, labels=NODE_LABELS)
             family.add_metric(self.node, value)
             yield family
+        group_labels = (*NODE_LABELS, "topic", "consumer_group")
+        lag = GaugeMetricFamily(
+            "rocketmq_consumer_lag_messages", "Messages stored and not yet consumed.", labels=group_labels
+        )
+        latency = GaugeMetricFamily(
+            "rocketmq_consumer_lag_latency",
+            "Milliseconds since the oldest unconsumed message was stored.",
+            labels=group_labels,
+        )
+        for (topic, group), (messages, age) in taken.lag.items():
+            lag.add_metric([*self.node, topic, group], messages)
+            latency.add_metric([*self.node, topic, group], age)
+        yield lag
+        yield latency
         if taken.recovery_clean is not None:
             family = GaugeMetricFamily(
                 "trocket_recovery_clean_shutdown",

@@ -11,11 +11,12 @@ import functools
 import logging
 import os
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 
 import attrs
 import trio
 
+from kernel.consumer_progress import QueueProgress
 from kernel.context import BrokerRuntime, StashKey
 from kernel.errors import PluginError
 from kernel.model import BrokerRole, flatten
@@ -73,6 +74,18 @@ class BrokerNetwork:
             locks=QueueLocks(config.lock_expiry),
             outgoing=OutgoingConnections(client_tls(ctx.config), inner_credentials(ctx.config)),
         )
+
+    def queues(self) -> Iterator[QueueProgress]:
+        """:class:`kernel.consumer_progress.ConsumerProgress`: what ``GET_CONSUME_STATS``
+        reports, for every group with committed offsets."""
+        for key in list(self.offsets.table):
+            topic, _, group = key.partition("@")
+            config = self.topics.get(topic)
+            if config is None:
+                continue
+            committed = self.offsets.queues(group, topic)
+            for queue_id in range(config.write_queue_nums):
+                yield QueueProgress(group, topic, queue_id, committed.get(queue_id, 0))
 
     @property
     def broker_addr(self) -> str:

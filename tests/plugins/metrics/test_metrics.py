@@ -10,10 +10,11 @@ import trio
 from prometheus_client.parser import text_string_to_metric_families
 
 from kernel import hookimpl, record
-from kernel.remoting import RequestCode
+from kernel.remoting import RemotingCommand, RequestCode
 from plugins.metrics import EXPORTER
 from tests.network.wire import pull_request
 from trocket import Message, Producer
+from trocket.admin import AdminClient
 
 GROUP = "CG_metered"
 
@@ -67,6 +68,13 @@ async def test_scraped_counts_match_a_known_workload(cluster_factory):
             )
             assert back.code == 0, back.remark
         await cluster.broker.wait_dispatched()
+        commit = RemotingCommand.request(
+            RequestCode.UPDATE_CONSUMER_OFFSET,
+            {"consumerGroup": GROUP, "topic": "Metered", "queueId": queue.queue_id, "commitOffset": 10},
+        )
+        assert (await cluster.call_raw(commit)).code == 0
+        async with AdminClient.open([cluster.namesrv_addr]) as admin:
+            progress = [row for row in await admin.consumer_progress(GROUP) if row["topic"] == "Metered"]
 
         samples = await trio.to_thread.run_sync(scrape, exporter.url)
         node = {"cluster": "DefaultCluster", "node_type": "broker", "node_id": "broker-a"}
@@ -83,6 +91,10 @@ async def test_scraped_counts_match_a_known_workload(cluster_factory):
         small = value(samples, "rocketmq_message_size_bucket", topic="Metered", le="1024.0")
         assert small == 3  # the 100-byte bodies, one per batch
         assert value(samples, "rocketmq_message_size_bucket", topic="Metered", le="+Inf") == 30
+
+        lag = value(samples, "rocketmq_consumer_lag_messages", topic="Metered", consumer_group=GROUP)
+        assert lag == sum(row["diff"] for row in progress) == 20  # as consumerProgress shows it
+        assert value(samples, "rocketmq_consumer_lag_latency", topic="Metered", consumer_group=GROUP) > 0
 
         marks = cluster.broker.store.watermarks()
         assert value(samples, "rocketmq_storage_size") == marks.wrote - marks.min_offset

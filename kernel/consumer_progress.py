@@ -1,0 +1,35 @@
+"""What a plugin may read of consumer groups' progress (metrics of consumer lag, a console).
+
+The committed offsets belong to whichever plugin serves the broker's port (``remoting``: it
+persists ``consumerOffset.json``). It publishes a :class:`ConsumerProgress` view in
+``ctx.stash`` under :data:`CONSUMER_PROGRESS`, so other plugins read it without importing it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Protocol
+
+import attrs
+
+from kernel.context import StashKey
+
+
+@attrs.frozen
+class QueueProgress:
+    group: str
+    topic: str
+    queue_id: int
+    committed: int
+    """The group's committed offset in the queue (0 when it committed none yet)."""
+
+
+class ConsumerProgress(Protocol):
+    def queues(self) -> Iterator[QueueProgress]:
+        """Every queue of every topic a group committed offsets for (RocketMQ's
+        ``consumerProgress`` rows, before the broker's own offsets are added)."""
+        ...
+
+
+CONSUMER_PROGRESS = StashKey[ConsumerProgress]("kernel.consumer_progress")
+"""Set by the plugin serving the broker's port once it runs; absent without one."""
