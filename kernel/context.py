@@ -92,23 +92,27 @@ class BrokerContext:
     def data_dir(self) -> Path:
         return self.config.broker.data_dir
 
-    def implemented(self, hook_name: str) -> Any:
-        """A caller of ``hook_name`` if a loaded plugin implements it, else None.
+    def implemented(self, hook_name: str) -> Callable[..., Any] | None:
+        """A caller of ``hook_name`` taking the hookspec's arguments *by position*, if a loaded
+        plugin implements it; else None.
 
         The put path and dispatch look their per-batch hooks up once at assembly through this
         and skip the ones nobody implements: a single send is a batch of one, and a pluggy
         call costs 2-3 µs. When no implementation is a wrapper, the caller calls the
         implementations directly, as pluggy would (its order, the arguments each declares,
-        ``firstresult``), without pluggy's per-call machinery; with a wrapper it is pluggy's.
+        ``firstresult``), without keyword arguments or pluggy's per-call machinery; with a
+        wrapper it hands the arguments to pluggy by name.
         """
         caller = getattr(self.hook, hook_name)
         impls = caller.get_hookimpls()
         if not impls:
             return None
+        spec_names: tuple[str, ...] = caller.spec.argnames if caller.spec is not None else ()
         if any(impl.hookwrapper or impl.wrapper for impl in impls):
-            return caller
+            return lambda *args: caller(**dict(zip(spec_names, args, strict=True)))
         first_result = bool(caller.spec is not None and caller.spec.opts.get("firstresult"))
-        return _direct_caller([(impl.function, impl.argnames) for impl in reversed(impls)], first_result)
+        calls = [_positional(impl.function, impl.argnames, spec_names) for impl in reversed(impls)]
+        return _direct_caller(calls, first_result)
 
     def plugin_config(self, cls: type[T]) -> T:
         """The validated config object of type ``cls`` (defaults if its table was absent).
@@ -147,14 +151,33 @@ class BrokerRuntime(Protocol):
         """A snapshot of the broker's pipelines."""
 
 
-def _direct_caller(ordered: list[tuple[Callable[..., Any], tuple[str, ...]]], first_result: bool) -> Any:
-    """Calls plain hook implementations in pluggy's order with the arguments each declares:
-    every non-None result in a list, or the first one for a ``firstresult`` hook."""
+def _positional(
+    function: Callable[..., Any], argnames: tuple[str, ...], spec_names: tuple[str, ...]
+) -> Callable[..., Any]:
+    """``function`` called with the hookspec's positional arguments: as it is when it declares
+    them all in order, else picking the ones it declares."""
+    if argnames == spec_names:
+        return function
+    positions = [spec_names.index(name) for name in argnames]
+    return lambda *args: function(*[args[i] for i in positions])
 
-    def call(**kwargs: Any) -> Any:
+
+def _direct_caller(calls: list[Callable[..., Any]], first_result: bool) -> Callable[..., Any]:
+    """Calls plain hook implementations in pluggy's order: every non-None result in a list,
+    or the first one for a ``firstresult`` hook."""
+    if len(calls) == 1 and not first_result:
+        (only,) = calls
+
+        def call_one(*args: Any) -> list[Any]:
+            result = only(*args)
+            return [] if result is None else [result]
+
+        return call_one
+
+    def call(*args: Any) -> Any:
         results = []
-        for function, argnames in ordered:
-            result = function(*[kwargs[name] for name in argnames])
+        for function in calls:
+            result = function(*args)
             if result is not None:
                 if first_result:
                     return result

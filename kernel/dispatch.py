@@ -145,7 +145,7 @@ class DispatchService:
                 todo = [r for r in records if r.physical_offset >= reached]
             dispatcher.dispatch(todo, next_offset)
         if records and self._dispatched_hook is not None:
-            self._dispatched_hook(records=records, ctx=self.ctx)
+            self._dispatched_hook(records, self.ctx)
         self._batches += 1
         self._records += len(records)
         self.dispatched.advance(next_offset)

@@ -219,7 +219,7 @@ class PutPipeline:
         self._batches += 1
         rejection = validate(batch, self.ctx.broker.max_message_size)
         if rejection is None and self._before_append is not None:
-            rejection = self._before_append(batch=batch, ctx=self.ctx)
+            rejection = self._before_append(batch, self.ctx)
         if rejection is None:
             rejection = _unhandled(batch, self.ctx.parking_topics)
         return rejection
@@ -227,7 +227,7 @@ class PutPipeline:
     def _done(self, batch: MessageBatch, result: PutResult) -> PutResult:
         self._by_status[result.status.value] = self._by_status.get(result.status.value, 0) + 1
         if self._after_put is not None:
-            self._after_put(batch=batch, result=result, ctx=self.ctx)
+            self._after_put(batch, result, self.ctx)
         return result
 
     async def _append_and_wait(self, batch: MessageBatch) -> PutResult:

@@ -19,7 +19,7 @@ from kernel import ConfigSection, Phase, ServiceSpec, hookimpl
 from kernel.context import BrokerContext, BrokerRuntime, StashKey
 from kernel.message import MessageBatch
 from kernel.model import DispatchRecord
-from kernel.outcomes import PutResult, RecoveryReport
+from kernel.outcomes import PutResult, PutStatus, RecoveryReport
 from plugins.metrics.config import PROPERTIES, MetricsConfig
 from plugins.metrics.exporter import MetricsExporter
 from plugins.metrics.meters import BrokerMeters
@@ -75,7 +75,7 @@ def trocket_store_recovered(report: RecoveryReport, ctx: BrokerContext) -> None:
 @hookimpl
 def trocket_after_put(batch: MessageBatch, result: PutResult, ctx: BrokerContext) -> None:
     append = result.append
-    if not result.ok or append is None:
+    if result.status is not PutStatus.PUT_OK or append is None:
         return
     encoded = batch.encoded
     if encoded is not None:

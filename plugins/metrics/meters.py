@@ -71,6 +71,10 @@ class BrokerMeters:
             return
         row[_IN_COUNT] += len(sizes)
         row[_IN_BYTES] += sum(sizes)
+        low = bisect.bisect_left(MESSAGE_SIZE_BUCKETS, min(sizes))
+        if low == bisect.bisect_left(MESSAGE_SIZE_BUCKETS, max(sizes)):
+            row[_FIRST_BUCKET + low] += len(sizes)  # the usual batch: every record in one bucket
+            return
         for size in sizes:
             row[_FIRST_BUCKET + bisect.bisect_left(MESSAGE_SIZE_BUCKETS, size)] += 1
 

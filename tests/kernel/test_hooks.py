@@ -335,9 +335,9 @@ async def test_per_batch_hooks_nobody_implements_cost_no_pluggy_call(broker_fact
 
 
 def test_implemented_hooks_are_called_as_pluggy_calls_them():
-    """``ctx.implemented`` calls plain implementations directly: pluggy's order (tryfirst
-    first, then the last registered), each with the arguments it declares, firstresult's first
-    non-None answer; a wrapper keeps pluggy's own call."""
+    """``ctx.implemented`` calls plain implementations directly, with the hookspec's
+    arguments by position: pluggy's order (tryfirst first, then the last registered), each with
+    the arguments it declares, firstresult's first non-None answer."""
     order: list[str] = []
 
     def plugin(name: str, answer: object = None, **marks: bool) -> object:
@@ -360,7 +360,7 @@ def test_implemented_hooks_are_called_as_pluggy_calls_them():
     )
     ctx = BrokerContext(make_config(), host.hook)
     call = ctx.implemented("trocket_before_append")
-    direct = call(batch="b", ctx=ctx)
+    direct = call("b", ctx)  # the hookspec's order: (batch, ctx)
     direct_order, order[:] = list(order), []
     assert direct == host.hook.trocket_before_append(batch="b", ctx=ctx)
     assert direct_order == order and order[0] == "first" and len(order) == 2  # stopped at a refusal
