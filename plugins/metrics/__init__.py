@@ -24,10 +24,12 @@ from plugins.metrics.config import PROPERTIES, MetricsConfig
 from plugins.metrics.exporter import MetricsExporter
 from plugins.metrics.meters import BrokerMeters
 
-__all__ = ["METERS", "MetricsConfig"]
+__all__ = ["EXPORTER", "METERS", "MetricsConfig"]
 
 METERS = StashKey[BrokerMeters]("metrics.meters")
 EXPORTER = StashKey[MetricsExporter]("metrics.exporter")
+RECOVERY = StashKey[RecoveryReport]("metrics.recovery")
+"""The start's recovery report, kept for the exporter (recovery runs before services start)."""
 
 
 def _meters(ctx: BrokerContext) -> BrokerMeters:
@@ -59,9 +61,6 @@ def trocket_register_services(ctx: BrokerContext) -> list[ServiceSpec]:
         return exporter
 
     return [ServiceSpec("metrics-exporter", Phase.DURABILITY, make)]
-
-
-RECOVERY = StashKey[RecoveryReport]("metrics.recovery")
 
 
 @hookimpl
