@@ -15,6 +15,8 @@ from prometheus_client import start_http_server
 
 from kernel.consumer_progress import CONSUMER_PROGRESS, ConsumerProgress
 from kernel.context import BrokerRuntime
+from kernel.outcomes import RecoveryReport
+from kernel.protocols import MessageStore
 from plugins.metrics.meters import BrokerMeters, GaugeSnapshot, Snapshot
 
 log = logging.getLogger(__name__)
@@ -28,8 +30,8 @@ class MetricsExporter:
     host: str
     port: int
     serve: bool = True
-    recovery: Any = None
-    """The store's :class:`~kernel.outcomes.RecoveryReport`, when it has been given."""
+    recovery: RecoveryReport | None = None
+    """What the start's recovery found, once the store reported it."""
     url: str = ""
 
     async def run(self, *, task_status: trio.TaskStatus[Any] = trio.TASK_STATUS_IGNORED) -> None:
@@ -82,7 +84,7 @@ class MetricsExporter:
         )
 
 
-def consumer_lag(store: Any, progress: ConsumerProgress) -> dict[tuple[str, str], tuple[int, int]]:
+def consumer_lag(store: MessageStore, progress: ConsumerProgress) -> dict[tuple[str, str], tuple[int, int]]:
     """(topic, group) → (messages behind, age in ms of the oldest unconsumed message), summed
     over the queues as ``consumerProgress`` shows them (the age is the oldest queue's)."""
     now = int(time.time() * 1000)
