@@ -283,7 +283,7 @@ def main() -> None:
                 short = (connections, in_flight, args.seconds / ROUNDS)
                 unsigned_rates, signed_rates, unsigned_cpu, signed_cpu = [], [], [], []
                 for _ in range(ROUNDS):
-                    rate, cost = measured(servers["remoting"], functools.partial(run_remoting), short)
+                    rate, cost = measured(servers["remoting"], run_remoting, short)
                     unsigned_rates.append(rate)
                     unsigned_cpu.append(cost)
                     rate, cost = measured(servers["acl"], functools.partial(run_remoting, signed=True), short)

@@ -70,16 +70,6 @@ class Signer:
         return hmac.compare_digest(given, self.sign(signed_content(ext, body)))
 
 
-def signature(content: bytes, secret_key: str) -> str:
-    """base64(HMAC-SHA1(secret_key, content)), as RocketMQ's ``AclSigner`` computes it."""
-    return Signer(secret_key).sign(content)
-
-
-def signature_matches(ext: Mapping[str, str], body: bytes, secret_key: str) -> bool:
-    """Whether ``ext``'s ``Signature`` is the one ``secret_key`` gives (constant time)."""
-    return Signer(secret_key).matches(ext, body)
-
-
 @attrs.frozen(repr=False)
 class SessionCredentials:
     """An access key and its secret (and a security token where one is issued); the secret is

@@ -11,7 +11,6 @@ means earliest and -1 latest.
 from __future__ import annotations
 
 import json
-import os
 import re
 import ssl
 from collections.abc import Mapping
@@ -23,7 +22,7 @@ from kernel.errors import TrocketError
 from kernel.remoting.signature import SessionCredentials
 from trocket.client.credentials import resolve_credentials
 from trocket.client.errors import ClientError
-from trocket.client.tls import ENV_TLS, ENV_TLS_CA_FILE, tls_context
+from trocket.client.tls import tls_context, tls_from_environment
 
 EARLIEST = -2
 LATEST = -1
@@ -193,13 +192,14 @@ def _security(opts: dict[str, str]) -> ClusterSecurity:
         credentials = resolve_credentials(access_key=opts.get("accesskey"), secret_key=opts.get("secretkey"))
     except ClientError as error:
         raise SparkOptionError(f'options "accessKey"/"secretKey": {error}') from None
-    ca_file = opts.get("tlscafile") or os.environ.get(ENV_TLS_CA_FILE) or None
-    use_tls = _bool(opts, "tls", bool(ca_file) or os.environ.get(ENV_TLS, "").lower() == "true")
-    if use_tls:
-        try:
+    try:
+        env_tls, env_ca_file = tls_from_environment()
+        ca_file = opts.get("tlscafile") or env_ca_file
+        use_tls = _bool(opts, "tls", bool(opts.get("tlscafile")) or env_tls)
+        if use_tls:
             tls_context(ca_file)  # a bad file is named on the driver, before any task starts
-        except ClientError as error:
-            raise SparkOptionError(f'option "tlsCaFile": {error}') from None
+    except ClientError as error:
+        raise SparkOptionError(f'options "tls"/"tlsCaFile": {error}') from None
     return ClusterSecurity(
         credentials.access_key if credentials else None,
         credentials.secret_key if credentials else None,

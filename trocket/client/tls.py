@@ -48,12 +48,20 @@ def resolve_tls(given: ssl.SSLContext | bool | None = None) -> ssl.SSLContext | 
     """
     if isinstance(given, ssl.SSLContext):
         return given
+    wanted, ca_file = tls_from_environment()
     if given is not None:
-        return tls_context(os.environ.get(ENV_TLS_CA_FILE) or None) if given else None
-    ca_file = os.environ.get(ENV_TLS_CA_FILE, "")
+        wanted = given
+    return tls_context(ca_file) if wanted else None
+
+
+def tls_from_environment() -> tuple[bool, str | None]:
+    """Whether the environment asks for TLS, and the CA file it names: ``TROCKET_TLS=true``,
+    or ``TROCKET_TLS_CA_FILE`` alone (unless ``TROCKET_TLS=false``).
+
+    :raises ClientError: ``TROCKET_TLS`` is not true/false.
+    """
+    ca_file = os.environ.get(ENV_TLS_CA_FILE) or None
     flag = os.environ.get(ENV_TLS, "").strip().lower()
     if flag not in ("", "true", "false"):
         raise ClientError(f"{ENV_TLS} must be true or false, got {os.environ[ENV_TLS]!r}")
-    if flag == "true" or (ca_file and flag != "false"):
-        return tls_context(ca_file or None)
-    return None
+    return flag == "true" or (ca_file is not None and flag != "false"), ca_file
