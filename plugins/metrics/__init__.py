@@ -3,7 +3,8 @@
 
 Hooks:
 
-- ``trocket_after_put``: messages, bytes and sizes stored, per topic (once per batch);
+- ``trocket_records_dispatched``: messages, bytes and sizes stored, per topic (once per
+  dispatch batch, on its columns: the put path does nothing for metrics);
 - ``trocket_messages_pulled``: messages and bytes pulled, per topic and group (once per pull);
 - ``trocket_dead_lettered``: messages moved to a dead-letter queue, per topic and group;
 - ``trocket_store_recovered``: what the start's recovery found;
@@ -15,11 +16,12 @@ Every metric and its labels: ``docs/metrics.md``.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from kernel import ConfigSection, Phase, ServiceSpec, hookimpl
 from kernel.context import BrokerContext, BrokerRuntime, StashKey
-from kernel.message import MessageBatch
-from kernel.model import DispatchRecord
-from kernel.outcomes import PutResult, PutStatus, RecoveryReport
+from kernel.model import BrokerRole, DispatchRecord
+from kernel.outcomes import RecoveryReport
 from plugins.metrics.config import PROPERTIES, MetricsConfig
 from plugins.metrics.exporter import MetricsExporter
 from plugins.metrics.meters import BrokerMeters
@@ -72,23 +74,11 @@ def trocket_store_recovered(report: RecoveryReport, ctx: BrokerContext) -> None:
 
 
 @hookimpl
-def trocket_after_put(batch: MessageBatch, result: PutResult, ctx: BrokerContext) -> None:
-    append = result.append
-    if result.status is not PutStatus.PUT_OK or append is None:
-        return
-    encoded = batch.encoded
-    if encoded is not None:
-        _meters(ctx).stored(encoded.topic, append.sizes)
-        return
-    messages = batch.messages
-    if len(messages) == 1 or len({m.topic for m in messages}) == 1:
-        _meters(ctx).stored(messages[0].topic, append.sizes)
-        return
-    by_topic: dict[str, list[int]] = {}  # a batch of several topics: only from plugins' own puts
-    for message, size in zip(messages, append.sizes, strict=True):
-        by_topic.setdefault(message.topic, []).append(size)
-    for topic, sizes in by_topic.items():
-        _meters(ctx).stored(topic, sizes)
+def trocket_records_dispatched(records: Sequence[DispatchRecord], ctx: BrokerContext) -> None:
+    exporter = ctx.stash.get(EXPORTER, None)
+    if exporter is None or exporter.runtime.role is BrokerRole.SLAVE:
+        return  # a slave's records are its master's sends, counted there
+    _meters(ctx).stored(records, exporter.counting_from)
 
 
 @hookimpl

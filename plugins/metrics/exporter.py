@@ -32,6 +32,13 @@ class MetricsExporter:
     serve: bool = True
     recovery: RecoveryReport | None = None
     """What the start's recovery found, once the store reported it."""
+
+    @property
+    def counting_from(self) -> int:
+        """The log offset from which records are this process's sends: the log's end at
+        recovery (records re-dispatched after a crash were counted when they were written)."""
+        return self.recovery.log_max_offset if self.recovery is not None else 0
+
     url: str = ""
 
     async def run(self, *, task_status: trio.TaskStatus[Any] = trio.TASK_STATUS_IGNORED) -> None:

@@ -1,10 +1,12 @@
 """The broker's metrics, under RocketMQ 5's names and labels, in a registry of their own (one
 per broker, so brokers sharing a process do not mix their counts).
 
-The data path pays for a dictionary update per put batch or pull answer and nothing else: the
-counts are plain Python numbers that only the broker's event loop touches, and Prometheus sees
-them at scrape time, when the exporter thread asks the loop for one copy of everything
-(``trio.from_thread``): no lock on the hot path, and a scrape shows one consistent moment.
+Messages in are counted where the log is read anyway, once per dispatch batch (one batch covers
+every record written since the last, however many puts made them), on the batch's columns; the
+put path itself does nothing for metrics. Pulls and dead letters update a dictionary each. The
+counts are plain Python numbers only the broker's event loop touches; Prometheus sees them at
+scrape time, when the exporter thread asks the loop for one copy of everything
+(``trio.from_thread``): no lock on the data path, and a scrape shows one consistent moment.
 """
 
 from __future__ import annotations
@@ -13,12 +15,23 @@ import bisect
 from collections.abc import Callable, Iterator, Sequence
 
 import attrs
+import numpy as np
 from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.registry import Collector
 
+from kernel.dispatch_batch import DispatchBatch
+from kernel.model import DispatchRecord
+
 MESSAGE_SIZE_BUCKETS = (1024, 4096, 16384, 65536, 262144, 1048576, 4194304)
 """RocketMQ 5's ``rocketmq_message_size`` buckets: 1 KiB to 4 MiB (and +Inf)."""
+_BOUNDS = np.asarray(MESSAGE_SIZE_BUCKETS)
+
+
+def _bucket_of(size: int) -> int:
+    return bisect.bisect_left(MESSAGE_SIZE_BUCKETS, size)
+
+
 NODE_LABELS = ("cluster", "node_type", "node_id")
 _IN_COUNT, _IN_BYTES, _FIRST_BUCKET = 0, 1, 2
 
@@ -58,25 +71,46 @@ class BrokerMeters:
     """(topic, group) → [messages, bytes]."""
     _dead_lettered: dict[tuple[str, str], int] = attrs.field(factory=dict, init=False)
 
-    def stored(self, topic: str, sizes: Sequence[int]) -> None:
-        """One put batch of ``topic`` with these record sizes."""
+    def stored(self, records: Sequence[DispatchRecord], since: int) -> None:
+        """Records that reached the log, from one dispatch batch: those at or after ``since``
+        (what was there before this start was counted by the process that wrote it). A
+        :class:`~kernel.dispatch_batch.DispatchBatch` is counted on its columns, a few numpy
+        calls per batch however many records it holds."""
+        if isinstance(records, DispatchBatch):
+            self._stored_columns(records.since(since))
+            return
+        for record in records:  # a store that hands out records one by one
+            if record.physical_offset >= since:
+                self._add(record.topic, 1, record.size, _bucket_of(record.size), 1)
+
+    def _stored_columns(self, batch: DispatchBatch) -> None:
+        if not len(batch):
+            return
+        topics = len(batch.topics)
+        index = batch.topic_index.astype(np.int64)
+        counts = np.bincount(index, minlength=topics)
+        totals = np.bincount(index, weights=batch.size, minlength=topics)
+        buckets = np.searchsorted(_BOUNDS, batch.size, side="left")
+        width = len(MESSAGE_SIZE_BUCKETS) + 1
+        per_bucket = np.bincount(index * width + buckets, minlength=topics * width).reshape(topics, width)
+        for position in np.flatnonzero(counts).tolist():
+            row = self._row(batch.topics[position])
+            row[_IN_COUNT] += int(counts[position])
+            row[_IN_BYTES] += int(totals[position])
+            for bucket, count in enumerate(per_bucket[position].tolist()):
+                row[_FIRST_BUCKET + bucket] += count
+
+    def _add(self, topic: str, count: int, size: int, bucket: int, in_bucket: int) -> None:
+        row = self._row(topic)
+        row[_IN_COUNT] += count
+        row[_IN_BYTES] += size
+        row[_FIRST_BUCKET + bucket] += in_bucket
+
+    def _row(self, topic: str) -> list[int]:
         row = self._stored.get(topic)
         if row is None:
             row = self._stored[topic] = [0] * (_FIRST_BUCKET + len(MESSAGE_SIZE_BUCKETS) + 1)
-        if len(sizes) == 1:
-            size = sizes[0]
-            row[_IN_COUNT] += 1
-            row[_IN_BYTES] += size
-            row[_FIRST_BUCKET + bisect.bisect_left(MESSAGE_SIZE_BUCKETS, size)] += 1
-            return
-        row[_IN_COUNT] += len(sizes)
-        row[_IN_BYTES] += sum(sizes)
-        low = bisect.bisect_left(MESSAGE_SIZE_BUCKETS, min(sizes))
-        if low == bisect.bisect_left(MESSAGE_SIZE_BUCKETS, max(sizes)):
-            row[_FIRST_BUCKET + low] += len(sizes)  # the usual batch: every record in one bucket
-            return
-        for size in sizes:
-            row[_FIRST_BUCKET + bisect.bisect_left(MESSAGE_SIZE_BUCKETS, size)] += 1
+        return row
 
     def pulled(self, topic: str, group: str, count: int, size: int) -> None:
         row = self._pulled.get((topic, group))
