@@ -9,9 +9,12 @@ import urllib.request
 import trio
 from prometheus_client.parser import text_string_to_metric_families
 
-from kernel import hookimpl, record
+from kernel import Message as StoredInput
+from kernel import MessageBatch, hookimpl, record
+from kernel.dispatch_batch import DispatchBatch
 from kernel.remoting import RemotingCommand, RequestCode
 from plugins.metrics import EXPORTER
+from plugins.metrics.meters import BrokerMeters
 from tests.network.wire import pull_request
 from trocket import Message, Producer
 from trocket.admin import AdminClient
@@ -130,3 +133,38 @@ async def test_hook_trocket_messages_pulled(cluster_factory):
         assert not empty.body and recorder.calls == []  # an empty answer is not reported
         answer = await cluster.call_raw(pull_request("Pulled", queue.queue_id, 0, group="CG"))
         assert recorder.calls == [("Pulled", "CG", 2, len(answer.body))]
+
+
+class Batches:
+    def __init__(self) -> None:
+        self.seen: list = []
+
+    @hookimpl
+    def trocket_records_dispatched(self, records):
+        self.seen.append(records)
+
+
+async def test_columns_and_records_count_alike_and_skip_what_came_before_this_start(broker_factory):
+    """The columnar count of a dispatch batch equals the record-by-record one, and records
+    before ``since`` (the log's end at recovery: re-dispatched after a crash) are left out."""
+    batches = Batches()
+    async with broker_factory(
+        plugins=["store_mmap"], store="mmap", plugin_objects=[("b", batches)]
+    ) as broker:
+        for i in range(12):
+            sizes = [50 + 2000 * (i % 3)] * 40 + ([300_000] if i % 4 == 0 else [])
+            messages = [StoredInput(f"T{i % 3}", b"x" * size) for size in sizes]
+            assert (await broker.put(MessageBatch(messages))).ok
+        await broker.wait_dispatched()
+    records = [record for batch in batches.seen for record in batch]
+    since = records[len(records) // 2].physical_offset
+    by_columns, by_records = BrokerMeters("C", "b"), BrokerMeters("C", "b")
+    assert any(isinstance(batch, DispatchBatch) for batch in batches.seen)  # bulk dispatch happened
+    for batch in batches.seen:
+        by_columns.stored(batch, since)  # columns where the store gave a DispatchBatch
+        by_records.stored(list(batch), since)
+    assert by_columns.snapshot(None) == by_records.snapshot(None)
+    kept = [r for r in records if r.physical_offset >= since]
+    counted = by_columns.snapshot(None).stored
+    assert sum(row[0] for row in counted.values()) == len(kept) < len(records)
+    assert sum(row[1] for row in counted.values()) == sum(r.size for r in kept)
