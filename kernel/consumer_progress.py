@@ -22,6 +22,15 @@ class QueueProgress:
     queue_id: int
     committed: int
     """The group's committed offset in the queue (0 when it committed none yet)."""
+    pulled: int = -1
+    """The next offset the group's last pull of the queue was answered with (RocketMQ's pull
+    offset); -1 when it pulled none since the broker started."""
+
+    @property
+    def in_flight(self) -> int:
+        """Messages pulled and not yet committed (RocketMQ's ``rocketmq_consumer_inflight_messages``
+        for a queue): 0 without a pull since the start."""
+        return max(0, self.pulled - self.committed) if self.pulled >= 0 else 0
 
 
 class ConsumerProgress(Protocol):

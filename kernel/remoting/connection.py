@@ -27,6 +27,14 @@ from kernel.remoting.command import (
     FrameError,
     RemotingCommand,
 )
+from kernel.remoting.metering import (
+    NO_RESPONSE,
+    RESULT_CANCELLED,
+    RESULT_FAILED,
+    RESULT_ONEWAY,
+    RESULT_SUCCESS,
+    RequestMeter,
+)
 
 log = logging.getLogger(__name__)
 
@@ -82,6 +90,8 @@ class Router:
     """Checks every request of a known code passes before its handler runs (ACL): a guard
     returns ``None`` to let it through or the refusal to answer instead; a refused request
     never reaches its handler. Synchronous and cheap: they run once per request."""
+    meter: RequestMeter | None = None
+    """Counts and times every request handled (``rocketmq_rpc_latency``), when set."""
 
     def register(self, code: int, handler: Handler) -> None:
         if code in self.handlers:
@@ -106,19 +116,54 @@ class Router:
     async def handle_group(
         self, connection: Connection, requests: Sequence[RemotingCommand]
     ) -> list[RemotingCommand | None]:
+        if self.meter is None:
+            return (await self._guarded_group(connection, requests))[0]
+        started = trio.current_time()
+        try:
+            responses, failed = await self._guarded_group(connection, requests)
+        except trio.Cancelled:
+            elapsed = trio.current_time() - started
+            for request in requests:
+                self.meter.observe(request.code, NO_RESPONSE, RESULT_CANCELLED, elapsed)
+            raise
+        elapsed = trio.current_time() - started
+        for request, response in zip(requests, responses, strict=True):
+            self._observe(
+                request, response, elapsed, failed=failed and response.code == ResponseCode.SYSTEM_ERROR
+            )
+        return responses
+
+    def _observe(
+        self, request: RemotingCommand, response: RemotingCommand | None, elapsed: float, *, failed: bool
+    ) -> None:
+        assert self.meter is not None
+        if failed:
+            result = RESULT_FAILED
+        elif request.is_oneway:
+            result = RESULT_ONEWAY
+        else:
+            result = RESULT_SUCCESS
+        code = NO_RESPONSE if response is None or request.is_oneway else response.code
+        self.meter.observe(request.code, code, result, elapsed)
+
+    async def _guarded_group(
+        self, connection: Connection, requests: Sequence[RemotingCommand]
+    ) -> tuple[list[RemotingCommand | None], bool]:
+        """The answers to ``requests`` and whether the group handler raised."""
         if self.guards:
             refusals = [self.refusal(connection, request) for request in requests]
             if any(refused is not None for refused in refusals):
                 allowed = [
                     request for request, refused in zip(requests, refusals, strict=True) if refused is None
                 ]
-                answers = iter(await self._handle_group(connection, allowed) if allowed else [])
-                return [next(answers) if refused is None else refused for refused in refusals]
+                answered, failed = await self._handle_group(connection, allowed) if allowed else ([], False)
+                answers = iter(answered)
+                return [next(answers) if refused is None else refused for refused in refusals], failed
         return await self._handle_group(connection, requests)
 
     async def _handle_group(
         self, connection: Connection, requests: Sequence[RemotingCommand]
-    ) -> list[RemotingCommand | None]:
+    ) -> tuple[list[RemotingCommand | None], bool]:
         handler = self.group_handlers[requests[0].code]
         try:
             responses = await handler(connection, requests)
@@ -129,28 +174,39 @@ class Router:
                 "%s: a group of %d requests from %s failed", self.name, len(requests), connection.peer
             )
             remark = f"{type(error).__name__}: {error}"
-            return [request.response(ResponseCode.SYSTEM_ERROR, remark=remark) for request in requests]
+            return [request.response(ResponseCode.SYSTEM_ERROR, remark=remark) for request in requests], True
         if len(responses) != len(requests):
             raise AssertionError(f"{self.name}: a group handler answered {len(responses)} of {len(requests)}")
-        return list(responses)
+        return list(responses), False
 
     async def handle(self, connection: Connection, request: RemotingCommand) -> RemotingCommand | None:
+        meter = self.meter
+        started = trio.current_time() if meter is not None else 0.0
         handler = self.handlers.get(request.code)
         if handler is None:
-            return request.response(
+            response = request.response(
                 ResponseCode.REQUEST_CODE_NOT_SUPPORTED, remark=f" request type {request.code} not supported"
             )
-        if self.guards:
-            refused = self.refusal(connection, request)
-            if refused is not None:
-                return refused
-        try:
-            return await handler(connection, request)
-        except trio.Cancelled:
-            raise
-        except Exception as error:  # one bad request must not take the connection down
-            log.exception("%s: %s from %s failed", self.name, code_name(request.code), connection.peer)
-            return request.response(ResponseCode.SYSTEM_ERROR, remark=f"{type(error).__name__}: {error}")
+        elif self.guards and (refused := self.refusal(connection, request)) is not None:
+            response = refused
+        else:
+            try:
+                response = await handler(connection, request)
+            except trio.Cancelled:
+                if meter is not None:
+                    meter.observe(request.code, NO_RESPONSE, RESULT_CANCELLED, trio.current_time() - started)
+                raise
+            except Exception as error:  # one bad request must not take the connection down
+                log.exception("%s: %s from %s failed", self.name, code_name(request.code), connection.peer)
+                response = request.response(
+                    ResponseCode.SYSTEM_ERROR, remark=f"{type(error).__name__}: {error}"
+                )
+                if meter is not None:
+                    self._observe(request, response, trio.current_time() - started, failed=True)
+                return response
+        if meter is not None:
+            self._observe(request, response, trio.current_time() - started, failed=False)
+        return response
 
 
 @attrs.define(eq=False)

@@ -18,6 +18,7 @@ import trio
 import trio.lowlevel
 
 from kernel.errors import FlushError
+from kernel.latency import LatencyHistogram, LatencySnapshot
 from kernel.model import AppendResult, Durability
 from kernel.protocols import BufferedStore, MessageStore
 
@@ -35,6 +36,9 @@ class IntervalFlushStatistics:
     """Commits of staged appends (0 unless the store stages writes)."""
     uncommitted_bytes: int
     """Staged bytes not yet in the files (lost by a process crash)."""
+    flush_latency: LatencySnapshot | None = None
+    """How long each flush that wrote something took (the policy's timed no-op looks are left
+    out)."""
 
 
 @attrs.define(eq=False)
@@ -54,6 +58,7 @@ class IntervalFlush:
     _flushes: int = attrs.field(default=0, init=False)
     _thorough: int = attrs.field(default=0, init=False)
     _failures: int = attrs.field(default=0, init=False)
+    _latency: LatencyHistogram = attrs.field(factory=LatencyHistogram, init=False)
 
     async def run(self, *, task_status: trio.TaskStatus[Any] = trio.TASK_STATUS_IGNORED) -> None:
         """Flush every ``interval`` if ``least_pages`` are dirty; everything every
@@ -79,6 +84,7 @@ class IntervalFlush:
                     await trio.lowlevel.checkpoint()
             now = trio.current_time()
             thorough = now - last_thorough >= self.thorough_interval
+            before = self.store.positions.flushed.value
             try:
                 await self.store.flush(least_pages=0 if thorough else self.least_pages)
             except FlushError as error:
@@ -86,6 +92,8 @@ class IntervalFlush:
                 log.error("async flush failed: %s", error)
                 continue
             self._flushes += 1
+            if self.store.positions.flushed.value > before:
+                self._latency.observe(trio.current_time() - now)
             if thorough:
                 self._thorough += 1
                 last_thorough = now
@@ -127,4 +135,5 @@ class IntervalFlush:
             marks.wrote - marks.flushed,
             self._commits,
             marks.wrote - marks.committed,
+            self._latency.snapshot(),
         )

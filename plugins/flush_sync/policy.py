@@ -14,6 +14,7 @@ import attrs
 import trio
 
 from kernel.errors import FlushError, WatermarkFailed
+from kernel.latency import LatencyHistogram, LatencySnapshot
 from kernel.model import AppendResult, Durability
 from kernel.protocols import MessageStore
 
@@ -30,6 +31,8 @@ class GroupCommitStatistics:
     """Puts answered FLUSH_DISK_TIMEOUT."""
     failures: int
     """Flushes that failed."""
+    flush_latency: LatencySnapshot | None = None
+    """How long each flush (one fsync releasing a group of puts) took."""
 
 
 @attrs.define(eq=False)
@@ -44,6 +47,7 @@ class GroupCommitFlush:
     _released: int = attrs.field(default=0, init=False)
     _timeouts: int = attrs.field(default=0, init=False)
     _failures: int = attrs.field(default=0, init=False)
+    _latency: LatencyHistogram = attrs.field(factory=LatencyHistogram, init=False)
 
     async def run(self, *, task_status: trio.TaskStatus[Any] = trio.TASK_STATUS_IGNORED) -> None:
         """Flush whenever a put waits. Error handling: a failed flush is logged and counted;
@@ -57,9 +61,11 @@ class GroupCommitFlush:
         while True:
             await self._wanted.wait()
             self._wanted = trio.Event()
+            started = trio.current_time()
             try:
                 await self.store.flush()
                 self._flushes += 1
+                self._latency.observe(trio.current_time() - started)
             except FlushError as error:
                 self._failures += 1
                 log.error("sync flush failed: %s", error)
@@ -83,4 +89,6 @@ class GroupCommitFlush:
         await self.store.flush()
 
     def statistics(self) -> GroupCommitStatistics:
-        return GroupCommitStatistics(self._flushes, self._released, self._timeouts, self._failures)
+        return GroupCommitStatistics(
+            self._flushes, self._released, self._timeouts, self._failures, self._latency.snapshot()
+        )

@@ -17,6 +17,7 @@ import trio
 
 from kernel.context import BrokerContext
 from kernel.errors import ConfigError
+from kernel.latency import LatencyHistogram, LatencySnapshot
 from kernel.model import AppendResult, BrokerRole, Replication
 from kernel.protocols import MessageStore, ReplicableStore
 from kernel.remoting.tls_config import client_tls, server_tls
@@ -34,6 +35,9 @@ class HaStatistics:
     acked_offset: int
     """The highest offset a slave acknowledged (masters)."""
     slave_side: SlaveSideStatistics | None
+    replication_latency: LatencySnapshot | None = None
+    """How long a SYNC_MASTER's puts waited for a slave's acknowledgement (puts answered at
+    once for want of an in-sync slave are not waits and are left out)."""
 
 
 @attrs.define(eq=False)
@@ -45,6 +49,7 @@ class HaReplicator:
     server: HaServer | None = None
     client: HaClient | None = None
     name: str = "ha"
+    _latency: LatencyHistogram = attrs.field(factory=LatencyHistogram, init=False)
 
     @classmethod
     def make(cls, ctx: BrokerContext, store: MessageStore) -> HaReplicator:
@@ -74,9 +79,10 @@ class HaReplicator:
             return Replication.NOT_REQUIRED
         if not server.slave_in_sync(result.end_offset):
             return Replication.NO_REPLICA
-        if await server.wait_acked(result.end_offset, self.config.sync_timeout):
-            return Replication.REPLICATED
-        return Replication.TIMEOUT
+        started = trio.current_time()
+        acked = await server.wait_acked(result.end_offset, self.config.sync_timeout)
+        self._latency.observe(trio.current_time() - started)
+        return Replication.REPLICATED if acked else Replication.TIMEOUT
 
     def ha_address(self) -> str:
         return self.server.address if self.server is not None else ""
@@ -126,4 +132,5 @@ class HaReplicator:
             server.statistics() if server is not None else [],
             server.acked.value if server is not None else 0,
             self.client.statistics() if self.client is not None else None,
+            self._latency.snapshot(),
         )

@@ -8,7 +8,8 @@ Hooks:
 - ``trocket_messages_pulled``: messages and bytes pulled, per topic and group (once per pull);
 - ``trocket_dead_lettered``: messages moved to a dead-letter queue, per topic and group;
 - ``trocket_store_recovered``: what the start's recovery found;
-- ``trocket_register_services``: the endpoint (:class:`~plugins.metrics.exporter.MetricsExporter`);
+- ``trocket_register_services``: the endpoint (:class:`~plugins.metrics.exporter.MetricsExporter`),
+  in broker and NameServer processes, and the request meters the routers of both count into;
 - ``trocket_runtime_figures``: ``metricsUrl`` in ``brokerStatus``.
 
 Every metric and its labels: ``docs/metrics.md``.
@@ -22,6 +23,7 @@ from kernel import ConfigSection, Phase, ServiceSpec, hookimpl
 from kernel.context import BrokerContext, BrokerRuntime, StashKey
 from kernel.model import BrokerRole, DispatchRecord
 from kernel.outcomes import RecoveryReport
+from kernel.remoting.metering import REQUEST_METERS, RequestMeters
 from plugins.metrics.config import PROPERTIES, MetricsConfig
 from plugins.metrics.exporter import MetricsExporter
 from plugins.metrics.meters import BrokerMeters
@@ -49,6 +51,10 @@ def trocket_config_sections() -> list[ConfigSection]:
 
 @hookimpl
 def trocket_register_services(ctx: BrokerContext) -> list[ServiceSpec]:
+    # Before any service is made: the routers of the broker's port and the NameServer, built
+    # when their services start, find the meters here and count their requests into them.
+    requests = ctx.stash[REQUEST_METERS] = RequestMeters()
+
     def make(runtime: BrokerRuntime) -> MetricsExporter:
         config = runtime.ctx.plugin_config(MetricsConfig)
         exporter = MetricsExporter(
@@ -58,11 +64,12 @@ def trocket_register_services(ctx: BrokerContext) -> list[ServiceSpec]:
             config.prom_exporter_port,
             serve=config.exporter_type == "PROM",
             recovery=runtime.ctx.stash.get(RECOVERY, None),
+            requests=requests,
         )
         runtime.ctx.stash[EXPORTER] = exporter
         return exporter
 
-    return [ServiceSpec("metrics-exporter", Phase.DURABILITY, make)]
+    return [ServiceSpec("metrics-exporter", Phase.DURABILITY, make, roles=frozenset({"broker", "namesrv"}))]
 
 
 @hookimpl

@@ -15,9 +15,11 @@ from prometheus_client import start_http_server
 
 from kernel.consumer_progress import CONSUMER_PROGRESS, ConsumerProgress
 from kernel.context import BrokerRuntime
+from kernel.latency import latency_fields
 from kernel.outcomes import RecoveryReport
 from kernel.protocols import MessageStore
-from plugins.metrics.meters import BrokerMeters, GaugeSnapshot, Snapshot
+from kernel.remoting.metering import RequestMeters
+from plugins.metrics.meters import BrokerMeters, ConsumerLag, GaugeSnapshot, Snapshot
 
 log = logging.getLogger(__name__)
 SNAPSHOT_TIMEOUT = 5.0
@@ -32,6 +34,8 @@ class MetricsExporter:
     serve: bool = True
     recovery: RecoveryReport | None = None
     """What the start's recovery found, once the store reported it."""
+    requests: RequestMeters | None = None
+    """The request meters of this process's servers (broker port, NameServer)."""
 
     @property
     def counting_from(self) -> int:
@@ -73,12 +77,15 @@ class MetricsExporter:
 
     def snapshot(self) -> Snapshot:
         """On the broker's loop: every count, and the store's positions now."""
-        return self.meters.snapshot(self.gauges())
+        requests = {meter.server: meter.figures() for meter in self.requests or ()}
+        is_broker = "broker" in self.runtime.ctx.config.broker.roles
+        return self.meters.snapshot(self.gauges() if is_broker else None, requests)
 
     def gauges(self) -> GaugeSnapshot:
         marks = self.runtime.store.watermarks()
         progress = self.runtime.ctx.stash.get(CONSUMER_PROGRESS, None)
-        dispatch = self.runtime.statistics().dispatch
+        statistics = self.runtime.statistics()
+        dispatch = statistics.dispatch
         report = self.recovery
         return GaugeSnapshot(
             storage_size=max(0, marks.wrote - marks.min_offset),
@@ -88,21 +95,29 @@ class MetricsExporter:
             recovery_truncated=report.truncated_bytes if report is not None else 0,
             recovery_clean=report.clean_shutdown if report is not None else None,
             lag=consumer_lag(self.runtime.store, progress) if progress is not None else {},
+            flush_latency=latency_fields(statistics.flush),
+            replication_latency=latency_fields(statistics.replicator),
         )
 
 
-def consumer_lag(store: MessageStore, progress: ConsumerProgress) -> dict[tuple[str, str], tuple[int, int]]:
-    """(topic, group) → (messages behind, age in ms of the oldest unconsumed message), summed
-    over the queues as ``consumerProgress`` shows them (the age is the oldest queue's)."""
+def consumer_lag(store: MessageStore, progress: ConsumerProgress) -> dict[tuple[str, str], ConsumerLag]:
+    """(topic, group) → messages behind, age in ms of the oldest unconsumed message, and
+    messages in flight, summed over the queues as ``consumerProgress`` shows them (the age is
+    the oldest queue's)."""
     now = int(time.time() * 1000)
     stored_at = getattr(store, "store_time", None)  # a store without lookups shows no age
-    out: dict[tuple[str, str], tuple[int, int]] = {}
+    out: dict[tuple[str, str], ConsumerLag] = {}
     for queue in progress.queues():
         behind = max(0, store.max_queue_offset(queue.topic, queue.queue_id) - queue.committed)
         age = 0
         if behind and stored_at is not None:
             stamp = stored_at(queue.topic, queue.queue_id, queue.committed)
             age = max(0, now - stamp) if stamp > 0 else 0
-        messages, oldest = out.get((queue.topic, queue.group), (0, 0))
-        out[(queue.topic, queue.group)] = (messages + behind, max(oldest, age))
+        before = out.get((queue.topic, queue.group))
+        if before is None:
+            out[(queue.topic, queue.group)] = ConsumerLag(behind, age, queue.in_flight)
+        else:
+            out[(queue.topic, queue.group)] = ConsumerLag(
+                before.messages + behind, max(before.age_ms, age), before.in_flight + queue.in_flight
+            )
     return out

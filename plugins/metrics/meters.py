@@ -12,6 +12,7 @@ scrape time, when the exporter thread asks the loop for one copy of everything
 from __future__ import annotations
 
 import bisect
+import itertools
 from collections.abc import Callable, Iterator, Sequence
 
 import attrs
@@ -21,7 +22,9 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 from prometheus_client.registry import Collector
 
 from kernel.dispatch_batch import DispatchBatch
+from kernel.latency import LatencySnapshot
 from kernel.model import DispatchRecord
+from kernel.remoting.metering import RPC_LATENCY_BOUNDS_MS, RequestFigures
 
 MESSAGE_SIZE_BUCKETS = (1024, 4096, 16384, 65536, 262144, 1048576, 4194304)
 """RocketMQ 5's ``rocketmq_message_size`` buckets: 1 KiB to 4 MiB (and +Inf)."""
@@ -46,8 +49,24 @@ class GaugeSnapshot:
     recovery_scanned: int
     recovery_truncated: int
     recovery_clean: bool | None
-    lag: dict[tuple[str, str], tuple[int, int]] = attrs.field(factory=dict)
-    """(topic, group) → (messages not yet consumed, age in ms of the oldest of them)."""
+    lag: dict[tuple[str, str], ConsumerLag] = attrs.field(factory=dict)
+    """(topic, group) → how far the group is behind."""
+    flush_latency: dict[str, LatencySnapshot] = attrs.field(factory=dict)
+    """The flush policy's histograms (``flush_latency``), by field name."""
+    replication_latency: dict[str, LatencySnapshot] = attrs.field(factory=dict)
+    """The replicator's histograms (``replication_latency``), by field name."""
+
+
+@attrs.frozen
+class ConsumerLag:
+    """One (topic, group)'s lag, summed over its queues."""
+
+    messages: int
+    """Stored and not yet committed."""
+    age_ms: int
+    """Milliseconds since the oldest uncommitted message was stored."""
+    in_flight: int
+    """Pulled and not yet committed."""
 
 
 @attrs.frozen
@@ -58,6 +77,9 @@ class Snapshot:
     pulled: dict[tuple[str, str], list[int]]
     dead_lettered: dict[tuple[str, str], int]
     gauges: GaugeSnapshot | None
+    """None in a process without a broker (a NameServer alone)."""
+    requests: dict[str, list[RequestFigures]] = attrs.field(factory=dict)
+    """Server (``broker``, ``nameserver``) → its requests' figures."""
 
 
 @attrs.define(eq=False)
@@ -123,13 +145,16 @@ class BrokerMeters:
         key = (topic, group)
         self._dead_lettered[key] = self._dead_lettered.get(key, 0) + 1
 
-    def snapshot(self, gauges: GaugeSnapshot | None) -> Snapshot:
+    def snapshot(
+        self, gauges: GaugeSnapshot | None, requests: dict[str, list[RequestFigures]] | None = None
+    ) -> Snapshot:
         """On the broker's loop: copies the exporter thread may read at leisure."""
         return Snapshot(
             {topic: list(row) for topic, row in self._stored.items()},
             {key: list(row) for key, row in self._pulled.items()},
             dict(self._dead_lettered),
             gauges,
+            requests or {},
         )
 
     def serve_from(self, take: Callable[[], Snapshot | None]) -> None:
@@ -146,6 +171,9 @@ class _Rendered(Collector):
         snapshot = self.take()
         if snapshot is None:
             return  # the broker is stopping
+        yield self._requests(snapshot.requests)
+        if snapshot.gauges is None:
+            return  # a NameServer alone: requests only
         yield from self._stored(snapshot.stored)
         yield from self._pulled(snapshot.pulled)
         dlq = CounterMetricFamily(
@@ -156,8 +184,59 @@ class _Rendered(Collector):
         for (topic, group), count in snapshot.dead_lettered.items():
             dlq.add_metric([*self.node, topic, group], count)
         yield dlq
-        if snapshot.gauges is not None:
-            yield from self._gauges(snapshot.gauges)
+        yield from self._gauges(snapshot.gauges)
+        yield from self._latencies(snapshot.gauges)
+
+    def _requests(self, requests: dict[str, list[RequestFigures]]) -> HistogramMetricFamily:
+        family = HistogramMetricFamily(
+            "rocketmq_rpc_latency",
+            "Requests served and their latency in milliseconds, by request code, response code and "
+            "result (response_code -1: no response, as for oneway requests).",
+            labels=(*NODE_LABELS, "protocol_type", "request_code", "response_code", "result"),
+            unit="",
+        )
+        bounds = [*(f"{float(b)}" for b in RPC_LATENCY_BOUNDS_MS), "+Inf"]
+        cluster, _, node_id = self.node
+        for server, figures in requests.items():
+            for row in figures:
+                cumulative = list(itertools.accumulate(row.counts))
+                family.add_metric(
+                    [
+                        cluster,
+                        server,
+                        node_id,
+                        "remoting",
+                        str(row.request_code),
+                        str(row.response_code),
+                        row.result,
+                    ],
+                    list(zip(bounds, cumulative, strict=True)),
+                    row.total_seconds * 1000,
+                )
+        return family
+
+    def _latencies(self, taken: GaugeSnapshot) -> Iterator[HistogramMetricFamily]:
+        for name, documentation, histograms in (
+            (
+                "trocket_flush_latency_seconds",
+                "How long each flush of the commit log took.",
+                taken.flush_latency,
+            ),
+            (
+                "trocket_replication_latency_seconds",
+                "How long a SYNC_MASTER's puts waited for a slave's acknowledgement.",
+                taken.replication_latency,
+            ),
+        ):
+            family = HistogramMetricFamily(name, documentation, labels=NODE_LABELS)
+            for histogram in histograms.values():
+                bounds = [*(f"{float(b)}" for b in histogram.bounds), "+Inf"]
+                family.add_metric(
+                    list(self.node),
+                    list(zip(bounds, histogram.cumulative(), strict=True)),
+                    histogram.total_seconds,
+                )
+            yield family
 
     def _stored(self, stored: dict[str, list[int]]) -> Iterator[CounterMetricFamily | HistogramMetricFamily]:
         labels = (*NODE_LABELS, "topic")
@@ -224,11 +303,18 @@ class _Rendered(Collector):
             "Milliseconds since the oldest unconsumed message was stored.",
             labels=group_labels,
         )
-        for (topic, group), (messages, age) in taken.lag.items():
-            lag.add_metric([*self.node, topic, group], messages)
-            latency.add_metric([*self.node, topic, group], age)
+        in_flight = GaugeMetricFamily(
+            "rocketmq_consumer_inflight_messages",
+            "Messages pulled and not yet committed (pull offset minus committed offset).",
+            labels=group_labels,
+        )
+        for (topic, group), behind in taken.lag.items():
+            lag.add_metric([*self.node, topic, group], behind.messages)
+            latency.add_metric([*self.node, topic, group], behind.age_ms)
+            in_flight.add_metric([*self.node, topic, group], behind.in_flight)
         yield lag
         yield latency
+        yield in_flight
         if taken.recovery_clean is not None:
             family = GaugeMetricFamily(
                 "trocket_recovery_clean_shutdown",

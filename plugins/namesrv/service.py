@@ -21,6 +21,7 @@ from kernel.remoting import (
     TransportLimits,
     parse_bool,
 )
+from kernel.remoting.metering import REQUEST_METERS, RequestMeter
 from kernel.remoting.register_body import RegisterBodyError, decode_register_body
 from kernel.remoting.tls import ServerTls
 from kernel.remoting.tls_config import server_tls
@@ -46,12 +47,20 @@ class NameServer:
     routes: RouteTable = attrs.field(factory=RouteTable)
     tls: ServerTls | None = None
     server: RemotingServer | None = None
+    meter: RequestMeter | None = None
+    """Counts the requests served, when a metrics plugin asked for figures."""
 
     @classmethod
     def make(cls, runtime: BrokerRuntime) -> NameServer:
         config = runtime.ctx.plugin_config(NamesrvConfig)
         path = config.kv_config_path or runtime.ctx.data_dir / "namesrv" / "kvConfig.json"
-        return cls(config, KvConfig.load(path), tls=server_tls(runtime.ctx.config))
+        meters = runtime.ctx.stash.get(REQUEST_METERS, None)
+        return cls(
+            config,
+            KvConfig.load(path),
+            tls=server_tls(runtime.ctx.config),
+            meter=meters.meter("nameserver") if meters is not None else None,
+        )
 
     @property
     def address(self) -> str:
@@ -59,7 +68,7 @@ class NameServer:
         return self.server.address
 
     def router(self) -> Router:
-        router = Router(name="namesrv")
+        router = Router(name="namesrv", meter=self.meter)
         for code, handler in {
             RequestCode.REGISTER_BROKER: self.register_broker,
             RequestCode.UNREGISTER_BROKER: self.unregister_broker,

@@ -23,6 +23,9 @@ class ConsumerOffsetManager:
     path: Path
     table: dict[str, dict[int, int]] = attrs.field(factory=dict)
     dirty: bool = False
+    pulled: dict[str, dict[int, int]] = attrs.field(factory=dict)
+    """RocketMQ's ``pullOffsetTable``: the next offset each group's last pull of a queue was
+    answered with, in memory only (what consumers hold and have not committed: in flight)."""
     _file: JsonStateFile = attrs.field(init=False)
 
     def __attrs_post_init__(self) -> None:
@@ -43,6 +46,16 @@ class ConsumerOffsetManager:
         self.table.setdefault(_key(topic, group), {})[queue_id] = offset
         self.dirty = True
 
+    def record_pull(self, group: str, topic: str, queue_id: int, next_offset: int) -> None:
+        """A pull of the queue by ``group`` was answered up to ``next_offset``."""
+        queues = self.pulled.get(key := _key(topic, group))
+        if queues is None:
+            queues = self.pulled[key] = {}
+        queues[queue_id] = next_offset
+
+    def pulled_queues(self, group: str, topic: str) -> dict[int, int]:
+        return dict(self.pulled.get(_key(topic, group), {}))
+
     def groups_of_topic(self, topic: str) -> list[str]:
         prefix = f"{topic}@"
         return sorted(key[len(prefix) :] for key in self.table if key.startswith(prefix))
@@ -58,6 +71,8 @@ class ConsumerOffsetManager:
         for key in [k for k in self.table if k.startswith(f"{topic}@")]:
             del self.table[key]
             self.dirty = True
+        for key in [k for k in self.pulled if k.startswith(f"{topic}@")]:
+            del self.pulled[key]
 
     def snapshot(self) -> dict[str, Any]:
         return {

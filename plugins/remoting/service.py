@@ -21,6 +21,7 @@ from kernel.context import BrokerRuntime, StashKey
 from kernel.errors import PluginError
 from kernel.model import BrokerRole, flatten
 from kernel.remoting import Connection, RemotingServer, Router, TransportLimits, code_name
+from kernel.remoting.metering import REQUEST_METERS
 from kernel.remoting.tls_config import client_tls, inner_credentials, server_tls
 from plugins.remoting.clients import ClientManager
 from plugins.remoting.config import RemotingConfig
@@ -84,8 +85,11 @@ class BrokerNetwork:
             if config is None:
                 continue
             committed = self.offsets.queues(group, topic)
+            pulled = self.offsets.pulled_queues(group, topic)
             for queue_id in range(config.write_queue_nums):
-                yield QueueProgress(group, topic, queue_id, committed.get(queue_id, 0))
+                yield QueueProgress(
+                    group, topic, queue_id, committed.get(queue_id, 0), pulled.get(queue_id, -1)
+                )
 
     @property
     def broker_addr(self) -> str:
@@ -104,9 +108,10 @@ class BrokerNetwork:
     def router(self) -> Router:
         from plugins.remoting.handlers import register_all
 
-        router = Router(name="broker")
-        register_all(router, self)
         ctx = self.runtime.ctx
+        meters = ctx.stash.get(REQUEST_METERS, None)
+        router = Router(name="broker", meter=meters.meter("broker") if meters is not None else None)
+        register_all(router, self)
         claimed: dict[int, str] = {}
         for spec in flatten(ctx.hook.trocket_register_request_handlers(ctx=ctx)):
             if spec.code in router.handlers:

@@ -134,6 +134,7 @@ async def handle_pull(
         woken = await net.waiters.wait(topic, queue_id, remaining)
         if not long_polling and not woken:
             deadline = trio.current_time()  # short polling: one more look, then answer
+    net.offsets.record_pull(group, topic, queue_id, result.next_begin_offset)
     body = b"".join(result.records)
     if result.records:
         ctx = net.runtime.ctx

@@ -60,6 +60,8 @@ async def test_slave_log_is_byte_identical_across_file_rolls(broker_factory, tmp
             assert result.status is PutStatus.PUT_OK, result.remark
         end = master.store.positions.wrote.value
         assert end > 2 * FILE_SIZE  # several file rolls
+        waited = master.replicator.statistics().replication_latency
+        assert waited.count == 300 and waited.total_seconds > 0  # each put waited for the slave once
         await _wait_until(lambda: slave.store.positions.wrote.value == end)
         await slave.wait_dispatched()
         await master.wait_dispatched()

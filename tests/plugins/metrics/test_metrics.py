@@ -9,12 +9,14 @@ import urllib.request
 import trio
 from prometheus_client.parser import text_string_to_metric_families
 
+from kernel import Broker, MessageBatch, hookimpl, record
 from kernel import Message as StoredInput
-from kernel import MessageBatch, hookimpl, record
 from kernel.dispatch_batch import DispatchBatch
 from kernel.remoting import RemotingCommand, RequestCode
+from kernel.testing import make_config
 from plugins.metrics import EXPORTER
 from plugins.metrics.meters import BrokerMeters
+from tests.network.conftest import free_port
 from tests.network.wire import pull_request
 from trocket import Message, Producer
 from trocket.admin import AdminClient
@@ -168,3 +170,83 @@ async def test_columns_and_records_count_alike_and_skip_what_came_before_this_st
     counted = by_columns.snapshot(None).stored
     assert sum(row[0] for row in counted.values()) == len(kept) < len(records)
     assert sum(row[1] for row in counted.values()) == sum(r.size for r in kept)
+
+
+async def test_requests_inflight_and_flush_latency_are_scraped(cluster_factory):
+    """``rocketmq_rpc_latency`` counts each request by code, response code and result, for the
+    broker's port and the NameServer; in-flight messages are pulled minus committed; a sync
+    flush's fsyncs show in ``trocket_flush_latency_seconds``."""
+    async with cluster_factory(
+        store="mmap",
+        plugins=["flush_sync", "metrics"],
+        broker={"flush": "sync"},
+        metrics={"prom_exporter_port": 0},
+    ) as cluster:
+        exporter = cluster.broker.ctx.stash[EXPORTER]
+        async with Producer("PG", cluster.namesrv_addr) as producer:
+            queue = (await producer.fetch_publish_message_queues("Flown"))[0]
+            for _ in range(4):
+                await producer.send_batch([Message("Flown", b"f%d" % j) for j in range(10)], queue=queue)
+        await cluster.broker.wait_dispatched()
+        for offset in (0, 25):
+            answer = await cluster.call_raw(
+                pull_request("Flown", queue.queue_id, offset, group=GROUP, max_msgs=25)
+            )
+            assert answer.code == 0, answer.remark
+        commit = RemotingCommand.request(
+            RequestCode.UPDATE_CONSUMER_OFFSET,
+            {"consumerGroup": GROUP, "topic": "Flown", "queueId": queue.queue_id, "commitOffset": 12},
+        )
+        assert (await cluster.call_raw(commit)).code == 0
+        unknown = await cluster.call_raw(RemotingCommand.request(9999))
+        assert unknown.code == 3  # REQUEST_CODE_NOT_SUPPORTED, counted like any answer
+        flushes = cluster.broker.statistics().flush.flushes
+
+        samples = await trio.to_thread.run_sync(scrape, exporter.url)
+        broker = {"node_type": "broker", "protocol_type": "remoting", "result": "success"}
+        pulls = value(samples, "rocketmq_rpc_latency_count", request_code="11", response_code="0", **broker)
+        assert pulls == 2
+        commits = value(samples, "rocketmq_rpc_latency_count", request_code="15", **broker)
+        assert commits == 1
+        assert value(samples, "rocketmq_rpc_latency_count", request_code="9999", response_code="3") == 1
+        assert value(samples, "rocketmq_rpc_latency_bucket", request_code="11", le="+Inf") == 2
+        assert value(samples, "rocketmq_rpc_latency_sum", request_code="11") > 0
+        registrations = value(
+            samples,
+            "rocketmq_rpc_latency_count",
+            node_type="nameserver",
+            request_code="103",
+            response_code="0",
+        )
+        assert registrations >= 1  # REGISTER_BROKER, served by the NameServer of this process
+        routes = value(samples, "rocketmq_rpc_latency_count", node_type="nameserver", request_code="105")
+        assert routes >= 1  # the producer's route lookup
+
+        inflight = value(samples, "rocketmq_consumer_inflight_messages", topic="Flown", consumer_group=GROUP)
+        assert inflight == 40 - 12  # pulled to 40, committed 12
+        flushed = value(samples, "trocket_flush_latency_seconds_count")
+        assert flushed >= 4 and flushed <= flushes  # one fsync per waiting send at least, and no more
+        assert value(samples, "trocket_flush_latency_seconds_bucket", le="+Inf") == flushed
+
+
+async def test_a_nameserver_alone_serves_its_request_figures(tmp_path):
+    """A process that hosts only a NameServer exports ``rocketmq_rpc_latency`` under
+    ``node_type="nameserver"`` and nothing about a store it does not have."""
+    port = free_port()
+    config = make_config(
+        broker={"roles": ["namesrv"], "plugins": ["namesrv", "metrics"], "data_dir": str(tmp_path)},
+        namesrv={"listen_port": port},
+        metrics={"prom_exporter_port": 0},
+    )
+    broker = Broker.assemble(config)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(broker.run)
+        exporter = broker.ctx.stash[EXPORTER]
+        async with AdminClient.open([f"127.0.0.1:{port}"]) as admin:
+            await admin.cluster_info()
+        samples = await trio.to_thread.run_sync(scrape, exporter.url)
+        broker.request_stop("test over")
+        await broker.wait_stopped()
+    asked = value(samples, "rocketmq_rpc_latency_count", node_type="nameserver", request_code="106")
+    assert asked == 1  # GET_BROKER_CLUSTER_INFO
+    assert not any(name.startswith("rocketmq_storage") for name, _ in samples)

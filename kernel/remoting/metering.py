@@ -1,0 +1,96 @@
+"""Requests served, counted by code, response code and result, with their latency: RocketMQ 5's
+``rocketmq_rpc_latency`` histogram.
+
+A :class:`RequestMeter` belongs to one server's :class:`~kernel.remoting.connection.Router`
+(the broker's port, the NameServer's). Routers have none unless someone reads the figures: a
+metrics plugin puts a :class:`RequestMeters` in ``ctx.stash`` under :data:`REQUEST_METERS`
+when it registers its services, and the plugins that build routers attach a meter from it.
+Without one the router does not even read the clock.
+
+One observation is a dictionary lookup, a ``bisect`` and three additions, once per request (a
+grouped run of sends is one observation per request, with the run's time).
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Iterator
+
+import attrs
+
+from kernel.context import StashKey
+
+RPC_LATENCY_BOUNDS_MS = (1, 3, 5, 7, 10, 100, 1000, 2000, 3000)
+"""RocketMQ 5's ``rocketmq_rpc_latency`` buckets, in milliseconds (and +Inf)."""
+_BOUNDS_SECONDS = tuple(bound / 1000 for bound in RPC_LATENCY_BOUNDS_MS)
+
+RESULT_SUCCESS = "success"
+"""The handler answered (whatever the response code says)."""
+RESULT_ONEWAY = "oneway"
+"""A oneway request was handled (nothing is answered)."""
+RESULT_FAILED = "process_request_failed"
+"""The handler raised; the client got ``SYSTEM_ERROR``."""
+RESULT_CANCELLED = "cancelled"
+"""The connection closed (or the broker stopped) before the handler finished."""
+NO_RESPONSE = -1
+"""The response code of requests that got none (oneway, cancelled)."""
+
+
+@attrs.frozen
+class RequestFigures:
+    """One label set's figures: ``counts`` per latency bucket (not cumulative, +Inf last)."""
+
+    request_code: int
+    response_code: int
+    result: str
+    counts: tuple[int, ...]
+    total_seconds: float
+
+    @property
+    def count(self) -> int:
+        return sum(self.counts)
+
+
+@attrs.define(eq=False)
+class RequestMeter:
+    server: str
+    """Which server's requests (``broker``, ``nameserver``): the ``node_type`` they show under."""
+    _rows: dict[tuple[int, int, str], list[float]] = attrs.field(factory=dict, init=False)
+    """(request code, response code, result) → [count per bucket..., seconds in total]."""
+
+    def observe(self, request_code: int, response_code: int, result: str, seconds: float) -> None:
+        key = (request_code, response_code, result)
+        row = self._rows.get(key)
+        if row is None:
+            row = self._rows[key] = [0] * (len(_BOUNDS_SECONDS) + 2)
+        row[bisect.bisect_left(_BOUNDS_SECONDS, seconds)] += 1
+        row[-1] += seconds
+
+    def figures(self) -> list[RequestFigures]:
+        """A copy of every row (taken on the loop that observes; safe to read elsewhere)."""
+        return [
+            RequestFigures(code, response, result, tuple(int(c) for c in row[:-1]), row[-1])
+            for (code, response, result), row in self._rows.items()
+        ]
+
+
+@attrs.define(eq=False)
+class RequestMeters:
+    """The meters of one process's servers, by server name."""
+
+    _meters: dict[str, RequestMeter] = attrs.field(factory=dict, init=False)
+
+    def meter(self, server: str) -> RequestMeter:
+        """The meter for ``server``, made on first use."""
+        meter = self._meters.get(server)
+        if meter is None:
+            meter = self._meters[server] = RequestMeter(server)
+        return meter
+
+    def __iter__(self) -> Iterator[RequestMeter]:
+        return iter(list(self._meters.values()))
+
+
+REQUEST_METERS = StashKey[RequestMeters]("kernel.remoting.request_meters")
+"""Set by a plugin that reads request figures (metrics) in ``trocket_register_services``;
+routers built after that count their requests into it."""
