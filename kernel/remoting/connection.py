@@ -12,6 +12,7 @@ from __future__ import annotations
 import itertools
 import logging
 import math
+from time import perf_counter
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
@@ -118,15 +119,15 @@ class Router:
     ) -> list[RemotingCommand | None]:
         if self.meter is None:
             return (await self._guarded_group(connection, requests))[0]
-        started = trio.current_time()
+        started = perf_counter()
         try:
             responses, failed = await self._guarded_group(connection, requests)
         except trio.Cancelled:
-            elapsed = trio.current_time() - started
+            elapsed = perf_counter() - started
             for request in requests:
                 self.meter.observe(request.code, NO_RESPONSE, RESULT_CANCELLED, elapsed)
             raise
-        elapsed = trio.current_time() - started
+        elapsed = perf_counter() - started
         for request, response in zip(requests, responses, strict=True):
             self._observe(
                 request, response, elapsed, failed=failed and response.code == ResponseCode.SYSTEM_ERROR
@@ -181,7 +182,7 @@ class Router:
 
     async def handle(self, connection: Connection, request: RemotingCommand) -> RemotingCommand | None:
         meter = self.meter
-        started = trio.current_time() if meter is not None else 0.0
+        started = perf_counter() if meter is not None else 0.0
         handler = self.handlers.get(request.code)
         if handler is None:
             response = request.response(
@@ -194,7 +195,7 @@ class Router:
                 response = await handler(connection, request)
             except trio.Cancelled:
                 if meter is not None:
-                    meter.observe(request.code, NO_RESPONSE, RESULT_CANCELLED, trio.current_time() - started)
+                    meter.observe(request.code, NO_RESPONSE, RESULT_CANCELLED, perf_counter() - started)
                 raise
             except Exception as error:  # one bad request must not take the connection down
                 log.exception("%s: %s from %s failed", self.name, code_name(request.code), connection.peer)
@@ -202,10 +203,13 @@ class Router:
                     ResponseCode.SYSTEM_ERROR, remark=f"{type(error).__name__}: {error}"
                 )
                 if meter is not None:
-                    self._observe(request, response, trio.current_time() - started, failed=True)
+                    self._observe(request, response, perf_counter() - started, failed=True)
                 return response
         if meter is not None:
-            self._observe(request, response, trio.current_time() - started, failed=False)
+            if request.flag & FLAG_ONEWAY:
+                meter.observe(request.code, NO_RESPONSE, RESULT_ONEWAY, perf_counter() - started)
+            else:
+                meter.observe(request.code, response.code, RESULT_SUCCESS, perf_counter() - started)
         return response
 
 

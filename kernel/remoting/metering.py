@@ -23,6 +23,7 @@ from kernel.context import StashKey
 RPC_LATENCY_BOUNDS_MS = (1, 3, 5, 7, 10, 100, 1000, 2000, 3000)
 """RocketMQ 5's ``rocketmq_rpc_latency`` buckets, in milliseconds (and +Inf)."""
 _BOUNDS_SECONDS = tuple(bound / 1000 for bound in RPC_LATENCY_BOUNDS_MS)
+_bucket = bisect.bisect_left
 
 RESULT_SUCCESS = "success"
 """The handler answered (whatever the response code says)."""
@@ -60,10 +61,11 @@ class RequestMeter:
 
     def observe(self, request_code: int, response_code: int, result: str, seconds: float) -> None:
         key = (request_code, response_code, result)
-        row = self._rows.get(key)
-        if row is None:
+        try:
+            row = self._rows[key]
+        except KeyError:
             row = self._rows[key] = [0] * (len(_BOUNDS_SECONDS) + 2)
-        row[bisect.bisect_left(_BOUNDS_SECONDS, seconds)] += 1
+        row[_bucket(_BOUNDS_SECONDS, seconds)] += 1
         row[-1] += seconds
 
     def figures(self) -> list[RequestFigures]:
