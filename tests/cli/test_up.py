@@ -6,6 +6,7 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -57,6 +58,11 @@ def test_up_serves_a_namesrv_and_a_broker_on_the_default_loopback_ports(tmp_path
     )
     assert clusters.returncode == 0, clusters.stderr
     assert '"#Addr": "127.0.0.1:10911"' in clusters.stdout, "the broker registered with 127.0.0.1:9876"
+    assert "metrics: http://127.0.0.1:5557/metrics\n" in output, "up serves metrics on RocketMQ 5's port"
+    with urllib.request.urlopen("http://127.0.0.1:5557/metrics", timeout=10) as response:
+        scraped = response.read().decode()
+    asked = [line for line in scraped.splitlines() if line.startswith("rocketmq_rpc_latency_count")]
+    assert any('node_type="nameserver"' in line and 'request_code="106"' in line for line in asked), asked
     assert (tmp_path / "data" / "abort").exists() and (tmp_path / "data" / "commitlog").is_dir()
     process.send_signal(signal.SIGINT)
     rest, _ = process.communicate(timeout=60)

@@ -24,9 +24,10 @@ allocates about 72 MiB instead of 1.4 GiB (1 GiB commit-log file, 400 MiB index 
 per consume queue). A config file keeps RocketMQ's sizes unless it sets its own."""
 
 
-def embedded(**overrides: Any) -> Config:
-    """The embedded default of ``trocket up``: built-in config, smaller files."""
-    tables: dict[str, Any] = {name: dict(values) for name, values in EMBEDDED_TABLES.items()}
+def embedded(*, tables: dict[str, dict[str, Any]] | None = None, **overrides: Any) -> Config:
+    """The embedded default of ``trocket up``: built-in config, smaller files (``tables``: more
+    plugin tables; ``overrides``: ``[broker]`` keys)."""
+    tables = {name: dict(values) for name, values in {**EMBEDDED_TABLES, **(tables or {})}.items()}
     tables["broker"] = {k: v for k, v in overrides.items() if v is not None}
     if "data_dir" in tables["broker"]:
         tables["broker"]["data_dir"] = str(tables["broker"]["data_dir"])

@@ -29,6 +29,14 @@ def add_parsers(sub: Any) -> None:
     up.add_argument("-c", "--config", help="TOML or broker.properties file (default: built-in)")
     up.add_argument("--data-dir", default=None, help="store root (default ./data)")
     up.add_argument(
+        "--metrics-port",
+        type=int,
+        default=METRICS_PORT,
+        help=f"Prometheus endpoint on 127.0.0.1 (default {METRICS_PORT}, RocketMQ 5's; the --ha slave's "
+        "is the next port; 0 picks free ones; -1 turns metrics off). Without -c only: a config file "
+        "says for itself",
+    )
+    up.add_argument(
         "--ha",
         choices=["sync", "async"],
         help="also run a slave: master (SYNC_MASTER or ASYNC_MASTER) on 10911, HA port 10912, slave "
@@ -46,25 +54,51 @@ def add_parsers(sub: Any) -> None:
 
 
 HA_SLAVE_PORT = 10921
+METRICS_PORT = 5557
+METRICS_PLUGIN = "metrics"
 
 
 def cmd_up(args: argparse.Namespace) -> int:
     roles = ["broker", "namesrv"]
     if args.ha:
-        return serve(*[Broker.assemble(config) for config in ha_pair(args.ha, args.config, args.data_dir)])
+        configs = ha_pair(args.ha, args.config, args.data_dir, args.metrics_port)
+        return serve(*[Broker.assemble(config) for config in configs])
     if args.config:
         config = load(args.config, roles=roles, data_dir=args.data_dir)
     else:
-        config = embedded(roles=roles, data_dir=args.data_dir)
+        plugins = _installed(TROCKET_DEFAULTS.plugins)
+        config = embedded(
+            roles=roles,
+            data_dir=args.data_dir,
+            plugins=_with_metrics(plugins, args.metrics_port),
+            tables=_metrics_table(args.metrics_port),
+        )
     return serve(Broker.assemble(config))
 
 
-def ha_pair(mode: str, config_path: str | None, data_dir: str | None) -> list[Config]:
+def _installed(names: tuple[str, ...] | list[str]) -> list[str]:
+    installed = available_plugins()
+    return [name for name in names if name in installed]
+
+
+def _with_metrics(plugins: list[str], port: int) -> list[str]:
+    """The embedded plugin list with the metrics plugin, unless turned off or not installed."""
+    if port < 0 or METRICS_PLUGIN not in available_plugins() or METRICS_PLUGIN in plugins:
+        return plugins
+    return [*plugins, METRICS_PLUGIN]
+
+
+def _metrics_table(port: int) -> dict[str, dict[str, object]]:
+    return {METRICS_PLUGIN: {"prom_exporter_port": port}} if port >= 0 else {}
+
+
+def ha_pair(mode: str, config_path: str | None, data_dir: str | None, metrics_port: int = -1) -> list[Config]:
     """A NameServer + master and a slave of the same broker name, in one process: the local
-    pair of ``trocket up --ha``. The slave learns its master's HA address from the NameServer."""
+    pair of ``trocket up --ha``. The slave learns its master's HA address from the NameServer.
+    Without a config file each serves metrics, the slave on the port after the master's."""
     root = Path(data_dir or "data")
     replication = TROCKET_DEFAULTS.replication_plugin
-    plugins = [p for p in TROCKET_DEFAULTS.plugins if p in available_plugins()]
+    plugins = _installed(TROCKET_DEFAULTS.plugins)
     plugins += [replication] if replication and replication not in plugins else []
     common = {"plugins": plugins, "replicator": TROCKET_DEFAULTS.replicator}
     role = "SYNC_MASTER" if mode == "sync" else "ASYNC_MASTER"
@@ -79,7 +113,11 @@ def ha_pair(mode: str, config_path: str | None, data_dir: str | None) -> list[Co
     }
     if config_path:
         return [load(config_path, **master), load(config_path, **slave)]
-    return [embedded(**master), embedded(**slave)]
+    slave_port = metrics_port + 1 if metrics_port > 0 else metrics_port
+    return [
+        embedded(tables=_metrics_table(port), **{**member, "plugins": _with_metrics(plugins, port)})
+        for member, port in ((master, metrics_port), (slave, slave_port))
+    ]
 
 
 def cmd_broker(args: argparse.Namespace) -> int:
@@ -119,7 +157,23 @@ async def _serve(brokers: tuple[Broker, ...]) -> None:
                     f"{r.truncated_bytes} bytes truncated",
                     flush=True,
                 )
+        for broker in brokers:
+            for line in served_urls(broker):
+                print(line, flush=True)
         print("ready (Ctrl-C to stop)", flush=True)
+
+
+def served_urls(broker: Broker) -> list[str]:
+    """``name: url`` for every address a plugin serves people at (its ``...Url`` runtime figure:
+    the metrics endpoint, the console), so a newcomer can open them."""
+    if "broker" not in broker.config.broker.roles:
+        return []
+    lines = []
+    for figures in broker.ctx.hook.trocket_runtime_figures(ctx=broker.ctx):
+        for key, value in sorted(figures.items()):
+            if key.endswith("Url") and value:
+                lines.append(f"{key[: -len('Url')]}: {value}")
+    return lines
 
 
 def missing_roles(broker: Broker) -> list[str]:
