@@ -53,6 +53,8 @@ class BrokerNetwork:
     registration: NameServerRegistration | None = None
     started_at: float = 0.0
     boot_timestamp: int = 0
+    messages_pulled: int = 0
+    """Messages answered to pulls since the start (``getMessageTimesTotal``: out TPS by difference)."""
 
     @classmethod
     def make(cls, runtime: BrokerRuntime) -> BrokerNetwork:

@@ -8,6 +8,8 @@ as RocketMQ's own admin tools expect; :func:`kernel.remoting.admin_json.loads` r
 from __future__ import annotations
 
 import json
+import shutil
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import trio
@@ -153,6 +155,8 @@ async def runtime_info(
         "putBatchesTotal": put.batches if put else 0,
         "putAppendsTotal": put.appends if put else 0,
         "putStatus": json.dumps(put.by_status if put else {}),
+        "getMessageTimesTotal": net.messages_pulled,
+        "commitLogDiskRatio": f"{_disk_ratio(runtime.ctx.data_dir):.4f}",
         "flushPolicy": getattr(stats.flush, "name", "") or runtime.ctx.broker.flush or "",
         "brokerPermission": net.config.broker_permission,
         "connections": len(net.server.connections) if net.server else 0,
@@ -248,3 +252,12 @@ async def consumer_connections(
         "subscriptionTable": {t: s.to_json() for t, s in sorted(consumer.subscriptions.items())},
     }
     return request.response(body=_json(body))
+
+
+def _disk_ratio(path: Path) -> float:
+    """RocketMQ's ``commitLogDiskRatio``: the used share of the store's file system."""
+    try:
+        usage = shutil.disk_usage(path)
+    except OSError:
+        return 0.0
+    return (usage.total - usage.free) / usage.total if usage.total else 0.0

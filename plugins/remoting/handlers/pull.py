@@ -137,6 +137,7 @@ async def handle_pull(
     net.offsets.record_pull(group, topic, queue_id, result.next_begin_offset)
     body = b"".join(result.records)
     if result.records:
+        net.messages_pulled += len(result.records)
         ctx = net.runtime.ctx
         ctx.hook.trocket_messages_pulled(
             topic=topic, group=group, count=len(result.records), size=len(body), ctx=ctx

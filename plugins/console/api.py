@@ -1,0 +1,326 @@
+"""What the console shows and does, as JSON-ready values, through the admin client only.
+
+The console talks to a cluster the way ``trocket admin`` does (NameServer first, then the
+brokers it names), so it can watch a cluster it does not run in. Every method returns plain
+dicts and lists; errors are :class:`~trocket.admin.AdminError` or :class:`ConsoleError` with a
+sentence for the page, never a traceback.
+"""
+
+from __future__ import annotations
+
+import base64
+import time
+import zlib
+from collections.abc import Callable
+from typing import Any
+
+import attrs
+
+from kernel.record import StoredMessage
+from trocket import Message, Producer
+from trocket.admin import AdminClient, AdminError
+from trocket.admin import retries as dlq
+
+RETRY_PREFIX = "%RETRY%"
+DLQ_PREFIX = "%DLQ%"
+SYSTEM_TOPICS = frozenset(
+    {
+        "SCHEDULE_TOPIC_XXXX",
+        "RMQ_SYS_TRANS_HALF_TOPIC",
+        "RMQ_SYS_TRANS_OP_HALF_TOPIC",
+        "TRANS_CHECK_MAX_TIME_TOPIC",
+        "rmq_sys_wheel_timer",
+        "OFFSET_MOVED_EVENT",
+        "TBW102",
+        "SELF_TEST_TOPIC",
+        "BenchmarkTest",
+        "RMQ_SYS_TRACE_TOPIC",
+    }
+)
+"""RocketMQ's system topics (clients may not send to them), shown under the "system" filter."""
+TOPIC_KINDS = ("normal", "retry", "dlq", "system")
+PERMS = {"6": "read and write", "4": "read only", "2": "write only"}
+BODY_PREVIEW = 4096
+"""Bytes of a body the console shows as text; longer bodies are cut (the page says so)."""
+
+
+class ConsoleError(ValueError):
+    """A request the console refuses before asking the cluster (a missing or bad field)."""
+
+
+def topic_kind(topic: str) -> str:
+    if topic.startswith(RETRY_PREFIX):
+        return "retry"
+    if topic.startswith(DLQ_PREFIX):
+        return "dlq"
+    if topic in SYSTEM_TOPICS or topic.startswith("rmq_sys_") or topic.startswith("RMQ_SYS_"):
+        return "system"
+    return "normal"
+
+
+def message_view(message: StoredMessage) -> dict[str, Any]:
+    """A stored message as the message page shows it: headers, properties and the body as
+    text when it is UTF-8 (base64 otherwise)."""
+    try:
+        payload = message.payload
+    except zlib.error as error:  # a body flagged compressed that does not inflate: show why
+        payload, problem = message.body, f"the body does not inflate: {error}"
+    else:
+        problem = ""
+    shown = payload[:BODY_PREVIEW]
+    try:
+        body, encoding = shown.decode("utf-8"), "utf-8"
+    except UnicodeDecodeError:
+        body, encoding = base64.b64encode(shown).decode("ascii"), "base64"
+    properties = dict(message.properties)
+    return {
+        "msgId": properties.get("UNIQ_KEY", message.offset_msg_id),
+        "offsetMsgId": message.offset_msg_id,
+        "topic": message.topic,
+        "queueId": message.queue_id,
+        "queueOffset": message.queue_offset,
+        "tags": properties.get("TAGS", ""),
+        "keys": properties.get("KEYS", ""),
+        "bornHost": f"{message.born_host[0]}:{message.born_host[1]}",
+        "storeHost": f"{message.store_host[0]}:{message.store_host[1]}",
+        "bornTimestamp": message.born_timestamp,
+        "storeTimestamp": message.store_timestamp,
+        "reconsumeTimes": message.reconsume_times,
+        "size": message.size,
+        "bodySize": len(payload),
+        "body": body,
+        "bodyEncoding": encoding,
+        "bodyCut": len(payload) > BODY_PREVIEW,
+        "bodyProblem": problem,
+        "properties": properties,
+    }
+
+
+@attrs.define(eq=False)
+class ConsoleApi:
+    """One console's view of one cluster."""
+
+    admin: AdminClient
+    clock: Callable[[], float] = time.time
+
+    # --- cluster ------------------------------------------------------------------------------
+
+    async def cluster(self) -> dict[str, Any]:
+        """Every broker the NameServer knows, with its role and figures (``clusterList``)."""
+        info = await self.admin.cluster_info()
+        brokers = []
+        for cluster, names in sorted(info.get("clusterAddrTable", {}).items()):
+            for name in sorted(names):
+                addresses = info["brokerAddrTable"].get(name, {}).get("brokerAddrs", {})
+                for broker_id, address in sorted(addresses.items(), key=lambda item: int(item[0])):
+                    row: dict[str, Any] = {
+                        "cluster": cluster,
+                        "brokerName": name,
+                        "brokerId": int(broker_id),
+                        "addr": address,
+                    }
+                    try:
+                        runtime = await self.admin.broker_runtime_info(address)
+                    except AdminError as error:
+                        row.update(state=f"unreachable: {error}", reachable=False)
+                    else:
+                        row.update(_runtime_row(runtime), reachable=True)
+                    brokers.append(row)
+        return {"brokers": brokers, "sampledAt": int(self.clock() * 1000)}
+
+    # --- topics -------------------------------------------------------------------------------
+
+    async def topics(self, kind: str = "", query: str = "") -> list[dict[str, str]]:
+        if kind and kind not in TOPIC_KINDS:
+            raise ConsoleError(f"unknown topic kind {kind!r}: use one of {', '.join(TOPIC_KINDS)}")
+        rows = [
+            {"topic": topic, "kind": topic_kind(topic)} for topic in sorted(await self.admin.topic_list())
+        ]
+        return [
+            row
+            for row in rows
+            if (not kind or row["kind"] == kind) and (not query or query.lower() in row["topic"].lower())
+        ]
+
+    async def topic(self, topic: str) -> dict[str, Any]:
+        """Route, per-queue status and the groups that consume the topic."""
+        route = await self.admin.route(topic)
+        status = await self.admin.topic_status(topic)
+        groups = sorted(
+            t[len(RETRY_PREFIX) :] for t in await self.admin.topic_list() if t.startswith(RETRY_PREFIX)
+        )
+        consuming = []
+        for group in groups:
+            try:
+                progress = await self.admin.consumer_progress(group)
+            except AdminError:
+                continue
+            rows = [row for row in progress if row["topic"] == topic]
+            if rows:
+                consuming.append({"group": group, "diff": sum(row["diff"] for row in rows)})
+        return {
+            "topic": topic,
+            "kind": topic_kind(topic),
+            "route": route,
+            "status": status,
+            "groups": consuming,
+        }
+
+    async def update_topic(self, fields: dict[str, Any]) -> dict[str, Any]:
+        topic = _required_text(fields, "topic")
+        read = _count(fields, "readQueueNums", 8)
+        write = _count(fields, "writeQueueNums", 8)
+        perm = str(fields.get("perm", "6"))
+        if perm not in PERMS:
+            raise ConsoleError(
+                f"perm must be 6 (read and write), 4 (read only) or 2 (write only), not {perm!r}"
+            )
+        masters = await self.admin.master_addrs()
+        if not masters:
+            raise ConsoleError("the NameServer knows no master broker to create the topic on")
+        answers = []
+        for name, address in sorted(masters.items()):
+            await self.admin.update_topic(address, topic, read=read, write=write, perm=int(perm), order=False)
+            answers.append(f"create topic {topic} on {name} ({address}) success")
+        return {"topic": topic, "answers": answers}
+
+    async def delete_topic(self, topic: str) -> dict[str, Any]:
+        brokers = await self.admin.delete_topic(topic, None)
+        return {"topic": topic, "answers": [f"delete topic {topic} from {', '.join(brokers)} success"]}
+
+    async def send_test_message(self, topic: str, fields: dict[str, Any]) -> dict[str, Any]:
+        """One message through the SDK's producer, as an application would send it."""
+        body = str(fields.get("body", ""))
+        if not body:
+            raise ConsoleError("the test message needs a body")
+        key = str(fields.get("key") or "").strip()
+        message = Message(
+            topic, body.encode(), tags=str(fields.get("tag") or "") or None, keys=[key] if key else []
+        )
+        async with Producer("CONSOLE_PRODUCER_GROUP", list(self.admin.namesrv_addrs)) as producer:
+            result = await producer.send(message)
+        return {
+            "sendStatus": result.status.name,
+            "msgId": result.msg_id,
+            "offsetMsgId": result.offset_msg_id,
+            "queue": f"{result.queue.broker_name}/{result.queue.queue_id}",
+            "queueOffset": result.queue_offset,
+        }
+
+    # --- consumer groups ----------------------------------------------------------------------
+
+    async def groups(self, query: str = "") -> list[dict[str, Any]]:
+        """Consumer groups: every group with a retry topic (made at its first subscription)."""
+        names = sorted(
+            t[len(RETRY_PREFIX) :] for t in await self.admin.topic_list() if t.startswith(RETRY_PREFIX)
+        )
+        rows = []
+        for group in names:
+            if query and query.lower() not in group.lower():
+                continue
+            try:
+                progress = await self.admin.consumer_progress(group)
+            except AdminError:
+                progress = []
+            rows.append(
+                {
+                    "group": group,
+                    "topics": sorted({row["topic"] for row in progress}),
+                    "diff": sum(row["diff"] for row in progress),
+                }
+            )
+        return rows
+
+    async def group(self, group: str) -> dict[str, Any]:
+        try:
+            progress = await self.admin.consumer_progress(group)
+        except AdminError as error:
+            progress, problem = [], str(error)
+        else:
+            problem = ""
+        try:
+            connection: dict[str, Any] | None = await self.admin.consumer_connection(group)
+        except AdminError:
+            connection = None
+        return {
+            "group": group,
+            "progress": progress,
+            "diff": sum(row["diff"] for row in progress),
+            "progressProblem": problem,
+            "connections": connection["connectionSet"] if connection else [],
+            "subscriptions": connection["subscriptionTable"] if connection else {},
+        }
+
+    # --- messages and dead letters ------------------------------------------------------------
+
+    async def messages_by_key(self, topic: str, key: str) -> list[dict[str, Any]]:
+        if not topic or not key:
+            raise ConsoleError("a key query needs a topic and a key")
+        return [message_view(m) for m in await self.admin.query_by_key(topic, key)]
+
+    async def message_by_id(self, msg_id: str, topic: str = "") -> dict[str, Any]:
+        """By offset message id, or by the producer's message id (``UNIQ_KEY``) within ``topic``."""
+        try:
+            return message_view(await self.admin.view_message(msg_id))
+        except AdminError as error:
+            if not topic:
+                raise AdminError(f"{error}; to find a producer's message id, give its topic too") from None
+        found = await self.admin.query_by_key(topic, msg_id, unique=True)
+        if not found:
+            raise AdminError(f"no message of topic {topic!r} has the id {msg_id!r}")
+        return message_view(found[0])
+
+    async def dead_letters(self, group: str) -> list[dict[str, Any]]:
+        try:
+            return [message_view(m) for m in await dlq.dlq_messages(self.admin, group)]
+        except AdminError as error:
+            if "No topic route" in str(error) or "route" in str(error).lower():
+                return []  # the group never dead-lettered anything: no %DLQ% topic yet
+            raise
+
+    async def resend_dead_letter(self, group: str, msg_id: str) -> dict[str, Any]:
+        if not msg_id:
+            raise ConsoleError("which dead letter: give its msgId")
+        return await dlq.resend_dlq_message(self.admin, group, msg_id)
+
+    async def schedule(self) -> list[dict[str, Any]]:
+        return await dlq.schedule_progress(self.admin, list((await self.admin.master_addrs()).values()))
+
+
+def _runtime_row(runtime: dict[str, str]) -> dict[str, Any]:
+    def number(key: str) -> int:
+        try:
+            return int(runtime.get(key, "0"))
+        except ValueError:
+            return 0
+
+    return {
+        "role": runtime.get("brokerRole", ""),
+        "version": runtime.get("brokerVersionDesc", ""),
+        "state": runtime.get("state", ""),
+        "putTotal": number("putMessageTimesTotal"),
+        "getTotal": number("getMessageTimesTotal"),
+        "storageBytes": number("commitLogMaxOffset") - number("commitLogMinOffset"),
+        "diskRatio": runtime.get("commitLogDiskRatio", ""),
+        "connections": number("connections"),
+        "topics": number("topics"),
+        "uptimeSeconds": number("uptimeSeconds"),
+    }
+
+
+def _required_text(fields: dict[str, Any], name: str) -> str:
+    value = str(fields.get(name) or "").strip()
+    if not value:
+        raise ConsoleError(f"{name} is required")
+    return value
+
+
+def _count(fields: dict[str, Any], name: str, default: int) -> int:
+    raw = fields.get(name, default)
+    try:
+        value = int(raw)
+    except (TypeError, ValueError):
+        raise ConsoleError(f"{name} must be a whole number, not {raw!r}") from None
+    if not 1 <= value <= 1024:
+        raise ConsoleError(f"{name} must be between 1 and 1024, not {value}")
+    return value

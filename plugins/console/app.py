@@ -1,0 +1,125 @@
+"""The console's ASGI application: one HTML page, its script and stylesheet, and a JSON API.
+
+Starlette runs on anyio, so the same app serves from the broker's trio loop (the console
+plugin's service) and from ``trocket console``; hypercorn's trio worker serves it
+(``plugins/console/server.py``). The page is plain HTML with a hand-written script: no build
+chain, nothing downloaded at run time, every asset ships in the package.
+
+Errors are answers, not tracebacks: a bad field is 400 with the reason, an error the cluster
+gave (unknown topic, broker down) is 502 with its remark, anything else is 500 with the error's
+one-line text (the traceback goes to the log).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import FileResponse, JSONResponse, Response
+from starlette.routing import Mount, Route
+from starlette.staticfiles import StaticFiles
+
+from kernel.errors import TrocketError
+from plugins.console.api import ConsoleApi, ConsoleError
+
+log = logging.getLogger(__name__)
+STATIC = Path(__file__).parent / "static"
+
+Endpoint = Callable[[Request], Awaitable[Any]]
+
+
+def json_endpoint(handler: Endpoint) -> Callable[[Request], Awaitable[Response]]:
+    """``handler``'s value as JSON, or ``{"error": ...}`` with a status that says whose fault."""
+
+    async def endpoint(request: Request) -> Response:
+        try:
+            return JSONResponse(await handler(request))
+        except ConsoleError as error:
+            return JSONResponse({"error": str(error)}, status_code=400)
+        except (TrocketError, OSError) as error:  # the cluster's answer, or no answer at all
+            return JSONResponse({"error": str(error) or type(error).__name__}, status_code=502)
+        except Exception as error:  # the page shows a sentence; the log keeps the traceback
+            log.exception("console: %s %s failed", request.method, request.url.path)
+            return JSONResponse({"error": f"{type(error).__name__}: {error}"}, status_code=500)
+
+    return endpoint
+
+
+async def _fields(request: Request) -> dict[str, Any]:
+    try:
+        value = json.loads(await request.body() or b"{}")
+    except ValueError as error:
+        raise ConsoleError(f"the request body is not JSON: {error}") from None
+    if not isinstance(value, dict):
+        raise ConsoleError("the request body must be a JSON object")
+    return value
+
+
+def console_app(api: ConsoleApi) -> Starlette:
+    """The app over ``api`` (one admin client, one cluster)."""
+
+    async def cluster(request: Request) -> Any:
+        return await api.cluster()
+
+    async def topics(request: Request) -> Any:
+        return await api.topics(request.query_params.get("kind", ""), request.query_params.get("q", ""))
+
+    async def topic(request: Request) -> Any:
+        return await api.topic(request.path_params["topic"])
+
+    async def create_topic(request: Request) -> Any:
+        return await api.update_topic(await _fields(request))
+
+    async def delete_topic(request: Request) -> Any:
+        return await api.delete_topic(request.path_params["topic"])
+
+    async def send(request: Request) -> Any:
+        return await api.send_test_message(request.path_params["topic"], await _fields(request))
+
+    async def groups(request: Request) -> Any:
+        return await api.groups(request.query_params.get("q", ""))
+
+    async def group(request: Request) -> Any:
+        return await api.group(request.path_params["group"])
+
+    async def messages(request: Request) -> Any:
+        params = request.query_params
+        if params.get("msgId"):
+            return [await api.message_by_id(params["msgId"], params.get("topic", ""))]
+        return await api.messages_by_key(params.get("topic", ""), params.get("key", ""))
+
+    async def dead_letters(request: Request) -> Any:
+        return await api.dead_letters(request.path_params["group"])
+
+    async def resend(request: Request) -> Any:
+        fields = await _fields(request)
+        return await api.resend_dead_letter(request.path_params["group"], str(fields.get("msgId") or ""))
+
+    async def schedule(request: Request) -> Any:
+        return await api.schedule()
+
+    async def page(request: Request) -> Response:
+        return FileResponse(STATIC / "index.html")
+
+    routes = [
+        Route("/", page),
+        Route("/api/cluster", json_endpoint(cluster)),
+        Route("/api/topics", json_endpoint(topics)),
+        Route("/api/topics", json_endpoint(create_topic), methods=["POST"]),
+        Route("/api/topics/{topic}", json_endpoint(topic)),
+        Route("/api/topics/{topic}", json_endpoint(delete_topic), methods=["DELETE"]),
+        Route("/api/topics/{topic}/messages", json_endpoint(send), methods=["POST"]),
+        Route("/api/groups", json_endpoint(groups)),
+        Route("/api/groups/{group}", json_endpoint(group)),
+        Route("/api/messages", json_endpoint(messages)),
+        Route("/api/dlq/{group}", json_endpoint(dead_letters)),
+        Route("/api/dlq/{group}/resend", json_endpoint(resend), methods=["POST"]),
+        Route("/api/schedule", json_endpoint(schedule)),
+        Mount("/static", StaticFiles(directory=STATIC), name="static"),
+    ]
+    return Starlette(routes=routes)

@@ -1,0 +1,50 @@
+"""Serving the console: hypercorn's trio worker in the caller's trio loop.
+
+Hypercorn was picked over uvicorn because it runs on trio itself (uvicorn needs asyncio), so the
+console shares the broker's event loop when the plugin runs it and needs no thread; Starlette
+was picked for the app because it is small, typed and anyio-based (it runs on trio unchanged).
+"""
+
+from __future__ import annotations
+
+import logging
+
+import attrs
+import trio
+from hypercorn.config import Config as HypercornConfig
+from hypercorn.trio import serve
+
+from plugins.console.api import ConsoleApi
+from plugins.console.app import console_app
+from trocket.admin import AdminClient
+
+log = logging.getLogger(__name__)
+
+
+@attrs.define(eq=False)
+class ConsoleServer:
+    """The console on ``host:port`` (0: a free port), watching the cluster of ``namesrv_addrs``."""
+
+    namesrv_addrs: tuple[str, ...]
+    host: str = "127.0.0.1"
+    port: int = 8080
+    url: str = ""
+
+    async def run(self, *, task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED) -> None:
+        """Serve until cancelled; ``task_status`` gets the URL once the port is bound."""
+        async with AdminClient.open(list(self.namesrv_addrs)) as admin:
+            config = HypercornConfig()
+            config.bind = [f"{self.host}:{self.port}"]
+            config.accesslog = None
+            config.graceful_timeout = 1.0
+            app = console_app(ConsoleApi(admin))
+            async with trio.open_nursery() as nursery:
+                try:
+                    bound = await nursery.start(serve, app, config)
+                except OSError as error:
+                    raise OSError(
+                        error.errno, f"console: cannot listen on {self.host}:{self.port}: {error.strerror}"
+                    ) from None
+                self.url = f"{bound[0].rstrip('/')}/"
+                log.info("console: serving %s for the cluster of %s", self.url, ", ".join(self.namesrv_addrs))
+                task_status.started(self.url)
