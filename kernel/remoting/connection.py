@@ -12,8 +12,8 @@ from __future__ import annotations
 import itertools
 import logging
 import math
-from time import perf_counter
 from collections.abc import Awaitable, Callable, Sequence
+from time import perf_counter
 from typing import Any
 
 import attrs

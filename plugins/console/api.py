@@ -133,9 +133,12 @@ class ConsoleApi:
     async def topics(self, kind: str = "", query: str = "") -> list[dict[str, str]]:
         if kind and kind not in TOPIC_KINDS:
             raise ConsoleError(f"unknown topic kind {kind!r}: use one of {', '.join(TOPIC_KINDS)}")
-        rows = [
-            {"topic": topic, "kind": topic_kind(topic)} for topic in sorted(await self.admin.topic_list())
-        ]
+        names = sorted(await self.admin.topic_list())
+        info = await self.admin.cluster_info()
+        # A broker registers a topic named after its cluster and one after itself (RocketMQ's
+        # route probes): system topics too.
+        own = set(info.get("clusterAddrTable", {})) | set(info.get("brokerAddrTable", {}))
+        rows = [{"topic": t, "kind": "system" if t in own else topic_kind(t)} for t in names]
         return [
             row
             for row in rows

@@ -37,7 +37,8 @@ def cmd_console(args: argparse.Namespace) -> int:
     async def main() -> None:
         async with trio.open_nursery() as nursery:
             url = await nursery.start(server.run)
-            print(f"console: {url} (cluster of {', '.join(addresses)}); Ctrl-C to stop", flush=True)
+            print(f"console: {url} (cluster of {', '.join(addresses)})", flush=True)
+            print("ready (Ctrl-C to stop)", flush=True)
 
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:

@@ -36,6 +36,7 @@ class ConsoleServer:
             config = HypercornConfig()
             config.bind = [f"{self.host}:{self.port}"]
             config.accesslog = None
+            config.errorlog = logging.getLogger("hypercorn.error")  # the process's logging, once
             config.graceful_timeout = 1.0
             app = console_app(ConsoleApi(admin))
             async with trio.open_nursery() as nursery:

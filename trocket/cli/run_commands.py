@@ -37,6 +37,13 @@ def add_parsers(sub: Any) -> None:
         "says for itself",
     )
     up.add_argument(
+        "--console-port",
+        type=int,
+        default=CONSOLE_PORT,
+        help=f"web console on 127.0.0.1 (default {CONSOLE_PORT}, RocketMQ Dashboard's; 0 picks a free one; "
+        "-1 turns it off). Without -c only",
+    )
+    up.add_argument(
         "--ha",
         choices=["sync", "async"],
         help="also run a slave: master (SYNC_MASTER or ASYNC_MASTER) on 10911, HA port 10912, slave "
@@ -56,12 +63,14 @@ def add_parsers(sub: Any) -> None:
 HA_SLAVE_PORT = 10921
 METRICS_PORT = 5557
 METRICS_PLUGIN = "metrics"
+CONSOLE_PORT = 8080
+CONSOLE_PLUGIN = "console"
 
 
 def cmd_up(args: argparse.Namespace) -> int:
     roles = ["broker", "namesrv"]
     if args.ha:
-        configs = ha_pair(args.ha, args.config, args.data_dir, args.metrics_port)
+        configs = ha_pair(args.ha, args.config, args.data_dir, args.metrics_port, args.console_port)
         return serve(*[Broker.assemble(config) for config in configs])
     if args.config:
         config = load(args.config, roles=roles, data_dir=args.data_dir)
@@ -70,8 +79,8 @@ def cmd_up(args: argparse.Namespace) -> int:
         config = embedded(
             roles=roles,
             data_dir=args.data_dir,
-            plugins=_with_metrics(plugins, args.metrics_port),
-            tables=_metrics_table(args.metrics_port),
+            plugins=_with_served(plugins, args.metrics_port, args.console_port),
+            tables=_served_tables(args.metrics_port, args.console_port),
         )
     return serve(Broker.assemble(config))
 
@@ -81,21 +90,31 @@ def _installed(names: tuple[str, ...] | list[str]) -> list[str]:
     return [name for name in names if name in installed]
 
 
-def _with_metrics(plugins: list[str], port: int) -> list[str]:
-    """The embedded plugin list with the metrics plugin, unless turned off or not installed."""
-    if port < 0 or METRICS_PLUGIN not in available_plugins() or METRICS_PLUGIN in plugins:
-        return plugins
-    return [*plugins, METRICS_PLUGIN]
+def _with_served(plugins: list[str], metrics_port: int, console_port: int = -1) -> list[str]:
+    """The embedded plugin list with the metrics and console plugins whose port is not -1
+    (when installed)."""
+    installed = available_plugins()
+    wanted = [(METRICS_PLUGIN, metrics_port), (CONSOLE_PLUGIN, console_port)]
+    extra = [name for name, port in wanted if port >= 0 and name in installed and name not in plugins]
+    return [*plugins, *extra]
 
 
-def _metrics_table(port: int) -> dict[str, dict[str, object]]:
-    return {METRICS_PLUGIN: {"prom_exporter_port": port}} if port >= 0 else {}
+def _served_tables(metrics_port: int, console_port: int = -1) -> dict[str, dict[str, object]]:
+    tables: dict[str, dict[str, object]] = {}
+    if metrics_port >= 0:
+        tables[METRICS_PLUGIN] = {"prom_exporter_port": metrics_port}
+    if console_port >= 0:
+        tables[CONSOLE_PLUGIN] = {"port": console_port}
+    return tables
 
 
-def ha_pair(mode: str, config_path: str | None, data_dir: str | None, metrics_port: int = -1) -> list[Config]:
+def ha_pair(
+    mode: str, config_path: str | None, data_dir: str | None, metrics_port: int = -1, console_port: int = -1
+) -> list[Config]:
     """A NameServer + master and a slave of the same broker name, in one process: the local
     pair of ``trocket up --ha``. The slave learns its master's HA address from the NameServer.
-    Without a config file each serves metrics, the slave on the port after the master's."""
+    Without a config file each serves metrics, the slave on the port after the master's; the
+    master process serves the console."""
     root = Path(data_dir or "data")
     replication = TROCKET_DEFAULTS.replication_plugin
     plugins = _installed(TROCKET_DEFAULTS.plugins)
@@ -115,8 +134,11 @@ def ha_pair(mode: str, config_path: str | None, data_dir: str | None, metrics_po
         return [load(config_path, **master), load(config_path, **slave)]
     slave_port = metrics_port + 1 if metrics_port > 0 else metrics_port
     return [
-        embedded(tables=_metrics_table(port), **{**member, "plugins": _with_metrics(plugins, port)})
-        for member, port in ((master, metrics_port), (slave, slave_port))
+        embedded(
+            tables=_served_tables(port, console),
+            **{**member, "plugins": _with_served(plugins, port, console)},
+        )
+        for member, port, console in ((master, metrics_port, console_port), (slave, slave_port, -1))
     ]
 
 

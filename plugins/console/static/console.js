@@ -22,6 +22,11 @@ function el(tag, props = {}, ...children) {
   return node;
 }
 
+// A page's content: optional parts are passed as null and left out.
+function fill(main, ...children) {
+  main.replaceChildren(...children.flat().filter((child) => child !== null && child !== undefined));
+}
+
 function showError(text) {
   const box = document.getElementById("error");
   box.textContent = text;
@@ -201,7 +206,7 @@ async function clusterPage(main) {
   const last = samples[samples.length - 1];
   const canvas = el("canvas", { id: "tps-chart", width: 640, height: 160 });
   const figures = el("p", { class: "muted", id: "tps-now" }, `in ${last.inTps.toFixed(1)} msgs/s, out ${last.outTps.toFixed(1)} msgs/s`);
-  main.replaceChildren(
+  fill(main, 
     el("h1", {}, "Cluster"),
     table(
       [
@@ -214,7 +219,7 @@ async function clusterPage(main) {
         ["Messages in", (b) => b.putTotal ?? "", true],
         ["Messages out", (b) => b.getTotal ?? "", true],
         ["Stored bytes", (b) => b.storageBytes ?? "", true],
-        ["Disk used", (b) => b.diskRatio ?? ""],
+        ["Disk used", (b) => (b.diskRatio ? `${(100 * Number(b.diskRatio)).toFixed(1)} %` : "")],
         ["Connections", (b) => b.connections ?? "", true],
       ],
       cluster.brokers,
@@ -241,7 +246,7 @@ async function topicsPage(main, params) {
   const kind = params.get("kind") || "";
   const query = params.get("q") || "";
   const rows = await api("GET", `/api/topics?kind=${encodeURIComponent(kind)}&q=${encodeURIComponent(query)}`);
-  main.replaceChildren(
+  fill(main, 
     el("h1", {}, "Topics"),
     form(
       [
@@ -277,7 +282,7 @@ async function topicsPage(main, params) {
 async function topicPage(main, name) {
   const topic = await api("GET", `/api/topics/${encodeURIComponent(name)}`);
   const brokers = topic.route.brokerDatas || [];
-  main.replaceChildren(
+  fill(main, 
     el("h1", {}, `Topic ${topic.topic}`, el("span", { class: "muted" }, ` (${topic.kind})`)),
     el("h2", {}, "Queues"),
     table(
@@ -328,7 +333,7 @@ async function topicPage(main, name) {
 async function groupsPage(main, params) {
   const query = params.get("q") || "";
   const rows = await api("GET", `/api/groups?q=${encodeURIComponent(query)}`);
-  main.replaceChildren(
+  fill(main, 
     el("h1", {}, "Consumer groups"),
     form([["q", "Name contains", query]], "Filter", (values) => { location.hash = `#/groups?q=${encodeURIComponent(values.q)}`; }),
     paged(rows, (page) => table(
@@ -345,7 +350,7 @@ async function groupsPage(main, params) {
 
 async function groupPage(main, name) {
   const group = await api("GET", `/api/groups/${encodeURIComponent(name)}`);
-  main.replaceChildren(
+  fill(main, 
     el("h1", {}, `Consumer group ${group.group}`),
     el("p", { id: "group-lag" }, `Lag: ${group.diff} messages`),
     group.progressProblem ? el("p", { class: "muted" }, group.progressProblem) : null,
@@ -411,7 +416,7 @@ async function messagesPage(main, params) {
   const msgId = params.get("msgId") || "";
   const asked = (topic && key) || msgId;
   const found = asked ? await api("GET", `/api/messages?topic=${encodeURIComponent(topic)}&key=${encodeURIComponent(key)}&msgId=${encodeURIComponent(msgId)}`) : [];
-  main.replaceChildren(
+  fill(main, 
     el("h1", {}, "Messages"),
     form(
       [["topic", "Topic", topic], ["key", "Key", key], ["msgId", "or message id", msgId]],
@@ -429,9 +434,9 @@ async function dlqPage(main, params) {
   const letters = group ? await api("GET", `/api/dlq/${encodeURIComponent(group)}`) : [];
   const resend = (message) => act(
     `Resend dead letter ${message.msgId} to group "${group}"? Its consumers get it once more.`,
-    () => api("POST", `/api/dlq/${encodeURIComponent(group)}/resend`, { msgId: message.msgId }),
+    () => api("POST", `/api/dlq/${encodeURIComponent(group)}/resend`, { msgId: message.offsetMsgId }),
   );
-  main.replaceChildren(
+  fill(main, 
     el("h1", {}, "Dead letters"),
     form([["group", "Consumer group", group]], "Show", (values) => { location.hash = `#/dlq?group=${encodeURIComponent(values.group)}`; }, "dlq-search"),
     group ? (letters.length ? paged(letters, (page) => messageTable(page, resend)) : el("p", { id: "no-messages" }, `Group "${group}" has no dead letters.`)) : el("p", { class: "muted" }, "Name a consumer group."),
@@ -442,7 +447,7 @@ async function dlqPage(main, params) {
 async function schedulePage(main) {
   const rows = await api("GET", "/api/schedule");
   const columns = rows.length ? Object.keys(rows[0]).map((key) => [key.replace(/^#/, ""), (r) => r[key]]) : [];
-  main.replaceChildren(
+  fill(main, 
     el("h1", {}, "Schedule progress"),
     rows.length ? table(columns, rows, { id: "schedule" }) : el("p", { class: "muted" }, "Nothing is scheduled."),
   );
@@ -469,16 +474,19 @@ async function route() {
   const page = PAGES[name] || clusterPage;
   for (const a of document.querySelectorAll("nav a")) a.classList.toggle("active", a.dataset.page === name);
   const main = document.getElementById("page");
-  main.replaceChildren(el("p", { class: "muted" }, "Loading..."));
+  fill(main, el("p", { class: "muted" }, "Loading..."));
   try {
     const argument = rest.length ? decodeURIComponent(rest.join("/")) : params;
     await page(main, argument);
     showError("");
   } catch (error) {
-    main.replaceChildren();
+    fill(main);
     showError(error.message);
   }
 }
 
-window.addEventListener("hashchange", () => { showAnswer(""); route(); });
+// An answer stays on screen through the navigation its action caused (a delete returns to the
+// list); following a menu link starts afresh.
+window.addEventListener("hashchange", route);
+for (const a of document.querySelectorAll("nav a")) a.addEventListener("click", () => showAnswer(""));
 route();

@@ -1,0 +1,165 @@
+"""The web console as an operator uses it, in real headless Chromium against ``trocket up``:
+see the broker, create a topic, send a test message and find it by key, watch a group's lag go
+to zero as ``trocket consume`` catches up, resend a dead letter and see it delivered, and a
+delete that asks first. Errors (unknown topic, no cluster) read as sentences."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import trio
+from playwright.sync_api import expect
+
+from kernel.record import parse_offset_msg_id
+from kernel.remoting import RequestCode
+from tests.console.conftest import screenshot
+from tests.network.conftest import free_port
+from tests.support import REPO, start_trocket
+from trocket.admin import AdminClient
+
+NAMESRV = "127.0.0.1:9876"
+
+
+def trocket(*args: str) -> str:
+    done = subprocess.run(
+        [sys.executable, "-m", "trocket", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    return done.stdout
+
+
+def confirm(page) -> None:
+    dialog = page.locator("dialog#confirm")
+    expect(dialog).to_be_visible()
+    page.click("#confirm-ok")
+
+
+def test_cluster_page_shows_the_broker_and_a_live_chart(up_with_console, page):
+    page.goto(up_with_console["console"])
+    brokers = page.locator("table#brokers")
+    expect(brokers).to_contain_text("broker-a")
+    expect(brokers).to_contain_text("ASYNC_MASTER")
+    expect(brokers).to_contain_text("127.0.0.1:10911")
+    expect(page.locator("canvas#tps-chart")).to_be_visible()
+    expect(page.locator("#tps-now")).to_contain_text("msgs/s")
+    screenshot(page, "cluster")
+
+
+def test_create_a_topic_send_a_test_message_and_find_it_by_key(up_with_console, page):
+    page.goto(up_with_console["console"] + "#/topics")
+    form = page.locator("form#topic-create")
+    form.locator("input[name=topic]").fill("WebOrders")
+    form.locator("input[name=writeQueueNums]").fill("4")
+    form.locator("input[name=readQueueNums]").fill("4")
+    form.locator("button[type=submit]").click()
+    confirm(page)
+    expect(page.locator("#answer")).to_contain_text("create topic WebOrders on broker-a")
+    expect(page.locator("table#topics")).to_contain_text("WebOrders")
+    screenshot(page, "topics")
+    page.select_option("form#topic-filter select[name=kind]", "system")
+    page.click("form#topic-filter button[type=submit]")
+    system = page.locator("table#topics")
+    expect(system).to_contain_text("SCHEDULE_TOPIC_XXXX")
+    expect(system).to_contain_text("DefaultCluster")  # the cluster's own route probe
+    expect(system).not_to_contain_text("WebOrders")
+    page.goto(up_with_console["console"] + "#/topics?kind=normal")
+
+    page.locator("table#topics a", has_text="WebOrders").click()
+    expect(page.locator("table#queues tbody tr")).to_have_count(4)
+    send = page.locator("form#send-message")
+    send.locator("input[name=body]").fill("hello from the console")
+    send.locator("input[name=key]").fill("order-77")
+    send.locator("button[type=submit]").click()
+    confirm(page)
+    expect(page.locator("#answer")).to_contain_text("sendStatus: SEND_OK")
+    screenshot(page, "topic")
+
+    page.goto(up_with_console["console"] + "#/messages?topic=WebOrders&key=order-77")
+    expect(page.locator("table#messages")).to_contain_text("order-77")
+    page.locator("table#messages button.view").first.click()
+    expect(page.locator("#message-body")).to_have_text("hello from the console")
+    screenshot(page, "messages")
+
+
+def test_a_groups_lag_goes_to_zero_after_trocket_consume(up_with_console, page):
+    trocket("produce", "-t", "WebLag", "-b", "early {i}", "-c", "3")
+    trocket("consume", "-g", "CG_web", "-t", "WebLag", "--from", "first", "-c", "3")
+    trocket("produce", "-t", "WebLag", "-b", "lag {i}", "-c", "5")
+    page.goto(up_with_console["console"] + "#/group/CG_web")
+    expect(page.locator("#group-lag")).to_have_text("Lag: 5 messages")
+    trocket("consume", "-g", "CG_web", "-t", "WebLag", "-c", "5")
+    page.reload()
+    expect(page.locator("#group-lag")).to_have_text("Lag: 0 messages")
+    expect(page.locator("table#progress")).to_contain_text("WebLag")
+    screenshot(page, "group")
+    page.goto(up_with_console["console"] + "#/groups?q=CG_web")
+    expect(page.locator("table#groups")).to_contain_text("CG_web")
+
+
+def test_resend_a_dead_letter_and_see_it_delivered(up_with_console, page):
+    sent = json.loads(trocket("produce", "-t", "WebDead", "-b", "poison pill", "-c", "1", "--json"))
+    trocket("consume", "-g", "CG_dead", "-t", "WebDead", "--from", "first", "-c", "1")
+    (host, port), offset = parse_offset_msg_id(sent["offsetMsgId"])
+
+    async def give_up() -> None:  # the consumer gives up on it at once: straight to %DLQ%CG_dead
+        async with AdminClient.open([NAMESRV]) as admin:
+            await admin.call(
+                f"{host}:{port}",
+                RequestCode.CONSUMER_SEND_MSG_BACK,
+                {"group": "CG_dead", "offset": offset, "delayLevel": -1, "originMsgId": sent["msgId"]},
+            )
+
+    trio.run(give_up)
+    page.goto(up_with_console["console"] + "#/dlq?group=CG_dead")
+    letters = page.locator("table#messages")
+    expect(letters).to_contain_text(sent["msgId"])
+    screenshot(page, "dead-letters")
+    letters.locator("button.resend").first.click()
+    confirm(page)
+    expect(page.locator("#answer")).to_contain_text("topic: WebDead")
+    delivered = trocket("consume", "-g", "CG_dead", "-t", "WebDead", "-c", "1", "--json")
+    assert json.loads(delivered.splitlines()[0])["body"] == "poison pill"
+
+
+def test_a_delete_asks_first_and_cancel_keeps_the_topic(up_with_console, page):
+    trocket("admin", "updateTopic", "-t", "WebDoomed", "-c", "DefaultCluster")
+    page.goto(up_with_console["console"] + "#/topic/WebDoomed")
+    page.click("#delete-topic")
+    expect(page.locator("dialog#confirm")).to_be_visible()
+    expect(page.locator("#confirm-text")).to_contain_text('Delete topic "WebDoomed"')
+    page.click("#confirm-cancel")
+    expect(page.locator("#answer")).to_have_text("Cancelled: nothing was sent.")
+    assert "WebDoomed" in trocket("admin", "topicList")
+    page.click("#delete-topic")
+    confirm(page)
+    expect(page.locator("#answer")).to_contain_text("delete topic WebDoomed")
+    expect(page.locator("table#topics")).to_be_visible()
+    assert "WebDoomed" not in trocket("admin", "topicList")
+
+
+def test_errors_read_as_sentences_not_tracebacks(up_with_console, page):
+    page.goto(up_with_console["console"] + "#/topic/NoSuchTopic")
+    error = page.locator("#error")
+    expect(error).to_contain_text("topic 'NoSuchTopic' has no route")
+    assert "Traceback" not in error.inner_text()
+
+
+def test_a_console_without_a_cluster_says_so(tmp_path, page):
+    nobody = f"127.0.0.1:{free_port()}"
+    process, lines = start_trocket("console", "-n", nobody, "--port", "0", cwd=tmp_path)
+    try:
+        url = next(line.split()[1] for line in lines if line.startswith("console: "))
+        page.goto(url)
+        error = page.locator("#error")
+        expect(error).to_contain_text(nobody)
+        assert "Traceback" not in error.inner_text()
+    finally:
+        process.kill()
+        process.communicate()
