@@ -9,7 +9,7 @@ from typing import Any
 
 import trio
 
-from plugins.console.server import ConsoleServer
+from plugins.console.server import EXPOSED_WARNING, ConsoleServer, is_loopback
 
 DEFAULT_NAMESRV = os.environ.get("NAMESRV_ADDR", "127.0.0.1:9876")
 
@@ -38,6 +38,8 @@ def cmd_console(args: argparse.Namespace) -> int:
         async with trio.open_nursery() as nursery:
             url = await nursery.start(server.run)
             print(f"console: {url} (cluster of {', '.join(addresses)})", flush=True)
+            if not is_loopback(args.host):
+                print(f"WARNING: {EXPOSED_WARNING}", flush=True)
             print("ready (Ctrl-C to stop)", flush=True)
 
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")

@@ -7,6 +7,7 @@ was picked for the app because it is small, typed and anyio-based (it runs on tr
 
 from __future__ import annotations
 
+import ipaddress
 import logging
 
 import attrs
@@ -19,6 +20,22 @@ from plugins.console.app import console_app
 from trocket.admin import AdminClient
 
 log = logging.getLogger(__name__)
+
+
+EXPOSED_WARNING = (
+    "the console listens beyond loopback and asks nobody who they are: anyone who reaches it can "
+    "create and delete topics and resend messages (bind 127.0.0.1 and tunnel, or put it behind an "
+    "authenticating proxy)"
+)
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False  # a host name: it may resolve beyond loopback
 
 
 @attrs.define(eq=False)
@@ -48,4 +65,6 @@ class ConsoleServer:
                     ) from None
                 self.url = f"{bound[0].rstrip('/')}/"
                 log.info("console: serving %s for the cluster of %s", self.url, ", ".join(self.namesrv_addrs))
+                if not is_loopback(self.host):
+                    log.warning("console: %s", EXPOSED_WARNING)
                 task_status.started(self.url)
