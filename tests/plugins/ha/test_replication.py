@@ -9,6 +9,7 @@ import time
 
 import trio
 
+from kernel.persist import read_json_with_backup
 from kernel.remoting import RemotingClient, RemotingCommand, RequestCode, ResponseCode
 from tests.network.wire import batch_body, send_request
 from tests.plugins.ha.processes import HaCluster, Process, commit_log_bytes, ha_cluster
@@ -143,14 +144,19 @@ async def test_slave_copies_topics_offsets_groups_and_delay_progress_from_its_ma
         slave_delay = slave.data_dir / "config" / "delayOffset.json"
         deadline = time.monotonic() + 30
         while True:
+            # Read as the brokers do: a state file is replaced by moving it to .bak first, so a
+            # reader between the two renames finds only the backup.
+            master_table, slave_table = (
+                read_json_with_backup(master_delay),
+                read_json_with_backup(slave_delay),
+            )
             copied = (
-                slave_delay.exists()
-                and master_delay.exists()  # the slave may copy the table before the master writes it
-                and json.loads(slave_delay.read_text()) == json.loads(master_delay.read_text())
-                and json.loads(master_delay.read_text())["offsetTable"].get("1") == 1
+                master_table is not None  # the slave may copy the table before the master writes it
+                and slave_table == master_table
+                and master_table["offsetTable"].get("1") == 1
             )
             offsets_file = slave.data_dir / "config" / "consumerOffset.json"
-            offsets = json.loads(offsets_file.read_text()) if offsets_file.exists() else {"offsetTable": {}}
+            offsets = read_json_with_backup(offsets_file) or {"offsetTable": {}}
             if copied and offsets["offsetTable"].get(f"{TOPIC}@CG_synced") == {"0": 7}:
                 break
             assert time.monotonic() < deadline, f"not copied:\n{slave.text()[-2000:]}"
