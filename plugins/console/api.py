@@ -40,6 +40,8 @@ SYSTEM_TOPICS = frozenset(
 """RocketMQ's system topics (clients may not send to them), shown under the "system" filter."""
 TOPIC_KINDS = ("normal", "retry", "dlq", "system")
 PERMS = {"6": "read and write", "4": "read only", "2": "write only"}
+MAX_TIME_RANGE_MESSAGES = 2000
+"""Messages a time-range query returns at most (the page paginates them)."""
 BODY_PREVIEW = 4096
 """Bytes of a body the console shows as text; longer bodies are cut (the page says so)."""
 
@@ -254,7 +256,58 @@ class ConsoleApi:
             "subscriptions": connection["subscriptionTable"] if connection else {},
         }
 
+    async def reset_offset(self, group: str, fields: dict[str, Any]) -> dict[str, Any]:
+        """Commit the group's offsets of a topic back (or forward) to a time (``resetOffsetByTime``)."""
+        topic = _required_text(fields, "topic")
+        timestamp = _whole(fields, "timestamp")
+        rows = await self.admin.reset_offset_by_time(group, topic, timestamp)
+        answers = [
+            f"{row['brokerName']}/{row['queueId']}: {row['oldOffset']} -> {row['newOffset']}" for row in rows
+        ]
+        return {"group": group, "topic": topic, "answers": [f"reset {group} on {topic}:", *answers]}
+
+    async def delete_group(self, group: str) -> dict[str, Any]:
+        brokers = await self.admin.delete_sub_group(group)
+        return {
+            "group": group,
+            "answers": [f"delete subscription group {group} from {', '.join(brokers)} success"],
+        }
+
     # --- messages and dead letters ------------------------------------------------------------
+
+    async def messages_by_time(
+        self, topic: str, begin_ms: int, end_ms: int, limit: int = MAX_TIME_RANGE_MESSAGES
+    ) -> dict[str, Any]:
+        """Messages of ``topic`` stored in [begin, end), queue by queue, at most ``limit`` (the
+        answer says when it was cut)."""
+        if not topic:
+            raise ConsoleError("a time-range query needs a topic")
+        if end_ms <= begin_ms:
+            raise ConsoleError("the end of the time range must come after its beginning")
+        masters = await self.admin.master_addrs()
+        found: list[dict[str, Any]] = []
+        cut = False
+        for queue in await self.admin.topic_status(topic):
+            address = masters.get(queue["brokerName"])
+            if address is None:
+                continue
+            offset = await self.admin.offset_by_time(address, topic, queue["queueId"], begin_ms)
+            end = await self.admin.offset_by_time(address, topic, queue["queueId"], end_ms)
+            while offset < end and not cut:
+                messages, next_offset = await self.admin.pull(
+                    address, topic, queue["queueId"], offset, min(32, end - offset)
+                )
+                for message in messages:
+                    if begin_ms <= message.store_timestamp < end_ms:
+                        if len(found) == limit:
+                            cut = True
+                            break
+                        found.append(message_view(message))
+                if next_offset <= offset:
+                    break
+                offset = next_offset
+        found.sort(key=lambda m: (m["storeTimestamp"], m["queueId"], m["queueOffset"]))
+        return {"messages": found, "cut": cut, "limit": limit}
 
     async def messages_by_key(self, topic: str, key: str) -> list[dict[str, Any]]:
         if not topic or not key:
@@ -327,3 +380,11 @@ def _count(fields: dict[str, Any], name: str, default: int) -> int:
     if not 1 <= value <= 1024:
         raise ConsoleError(f"{name} must be between 1 and 1024, not {value}")
     return value
+
+
+def _whole(fields: dict[str, Any], name: str) -> int:
+    raw = fields.get(name)
+    try:
+        return int(raw)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        raise ConsoleError(f"{name} must be a whole number, not {raw!r}") from None

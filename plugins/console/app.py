@@ -87,8 +87,18 @@ def console_app(api: ConsoleApi) -> Starlette:
     async def group(request: Request) -> Any:
         return await api.group(request.path_params["group"])
 
+    async def reset(request: Request) -> Any:
+        return await api.reset_offset(request.path_params["group"], await _fields(request))
+
+    async def delete_group(request: Request) -> Any:
+        return await api.delete_group(request.path_params["group"])
+
     async def messages(request: Request) -> Any:
         params = request.query_params
+        if params.get("begin") or params.get("end"):
+            begin = _query_whole(params.get("begin"), "begin")
+            end = _query_whole(params.get("end"), "end")
+            return await api.messages_by_time(params.get("topic", ""), begin, end)
         if params.get("msgId"):
             return [await api.message_by_id(params["msgId"], params.get("topic", ""))]
         return await api.messages_by_key(params.get("topic", ""), params.get("key", ""))
@@ -116,6 +126,8 @@ def console_app(api: ConsoleApi) -> Starlette:
         Route("/api/topics/{topic}/messages", json_endpoint(send), methods=["POST"]),
         Route("/api/groups", json_endpoint(groups)),
         Route("/api/groups/{group}", json_endpoint(group)),
+        Route("/api/groups/{group}", json_endpoint(delete_group), methods=["DELETE"]),
+        Route("/api/groups/{group}/reset", json_endpoint(reset), methods=["POST"]),
         Route("/api/messages", json_endpoint(messages)),
         Route("/api/dlq/{group}", json_endpoint(dead_letters)),
         Route("/api/dlq/{group}/resend", json_endpoint(resend), methods=["POST"]),
@@ -123,3 +135,10 @@ def console_app(api: ConsoleApi) -> Starlette:
         Mount("/static", StaticFiles(directory=STATIC), name="static"),
     ]
     return Starlette(routes=routes)
+
+
+def _query_whole(value: str | None, name: str) -> int:
+    try:
+        return int(value or "")
+    except ValueError:
+        raise ConsoleError(f"{name} must be milliseconds since the epoch, not {value!r}") from None

@@ -163,3 +163,45 @@ def test_a_console_without_a_cluster_says_so(tmp_path, page):
     finally:
         process.kill()
         process.communicate()
+
+
+def test_reset_a_groups_offsets_by_time_then_delete_the_group(up_with_console, page):
+    trocket("produce", "-t", "WebReset", "-b", "again {i}", "-c", "4")
+    trocket("consume", "-g", "CG_reset", "-t", "WebReset", "--from", "first", "-c", "4")
+    page.goto(up_with_console["console"] + "#/group/CG_reset")
+    expect(page.locator("#group-lag")).to_have_text("Lag: 0 messages")
+    reset = page.locator("form#reset-offsets")
+    reset.locator("select[name=topic]").select_option("WebReset")
+    reset.locator("input[name=time]").fill("2000-01-01T00:00")
+    reset.locator("button[type=submit]").click()
+    confirm(page)
+    expect(page.locator("#answer")).to_contain_text("reset CG_reset on WebReset")
+    expect(page.locator("#answer")).to_contain_text("-> 0")
+    expect(page.locator("#group-lag")).to_have_text("Lag: 4 messages")  # all of it to consume again
+    again = trocket("consume", "-g", "CG_reset", "-t", "WebReset", "-c", "4", "--json")
+    assert sorted(json.loads(line)["body"] for line in again.splitlines()) == [f"again {i}" for i in range(4)]
+
+    page.click("#delete-group")
+    expect(page.locator("#confirm-text")).to_contain_text('Delete the subscription group "CG_reset"')
+    confirm(page)
+    expect(page.locator("#answer")).to_contain_text(
+        "delete subscription group CG_reset from broker-a success"
+    )
+    expect(page.locator("table#groups")).to_be_visible()
+
+
+def test_messages_by_time_range(up_with_console, page):
+    trocket("produce", "-t", "WebTime", "-b", "timed {i}", "-c", "3")
+    page.goto(up_with_console["console"] + "#/messages")
+    search = page.locator("form#time-range")
+    search.locator("input[name=topic]").fill("WebTime")
+    search.locator("input[name=begin]").fill("2000-01-01T00:00")
+    search.locator("input[name=end]").fill("2100-01-01T00:00")
+    search.locator("button[type=submit]").click()
+    expect(page.locator("table#messages tbody tr")).to_have_count(3)
+    page.locator("table#messages button.view").first.click()
+    expect(page.locator("#message-body")).to_contain_text("timed ")
+    search = page.locator("form#time-range")
+    search.locator("input[name=begin]").fill("2090-01-01T00:00")
+    search.locator("button[type=submit]").click()
+    expect(page.locator("#no-messages")).to_have_text("No message was stored in that range.")

@@ -389,6 +389,70 @@ class AdminClient:
             errors.append(response.remark or "")
         raise AdminError(f"consumer group {group!r} is not online" + (f" ({errors[0]})" if errors else ""))
 
+    async def offset_by_time(self, broker_addr: str, topic: str, queue_id: int, timestamp_ms: int) -> int:
+        """The first queue offset whose message was stored at or after ``timestamp_ms``
+        (``SEARCH_OFFSET_BY_TIMESTAMP``; the queue's end when none was)."""
+        response = await self.call(
+            broker_addr,
+            RequestCode.SEARCH_OFFSET_BY_TIMESTAMP,
+            {"topic": topic, "queueId": queue_id, "timestamp": timestamp_ms},
+        )
+        return int(response.ext.get("offset", "0"))
+
+    async def commit_offset(
+        self, broker_addr: str, group: str, topic: str, queue_id: int, offset: int
+    ) -> None:
+        """Set ``group``'s committed offset of one queue (``UPDATE_CONSUMER_OFFSET``)."""
+        await self.call(
+            broker_addr,
+            RequestCode.UPDATE_CONSUMER_OFFSET,
+            {"consumerGroup": group, "topic": topic, "queueId": queue_id, "commitOffset": offset},
+        )
+
+    async def reset_offset_by_time(self, group: str, topic: str, timestamp_ms: int) -> list[dict[str, Any]]:
+        """Commit, for every queue of ``topic`` on every master, the offset of the first message
+        stored at or after ``timestamp_ms`` (mqadmin ``resetOffsetByTime`` for a group whose
+        consumers are stopped: running ones keep the offsets they hold and commit them again).
+        Returns one row per queue with its old and new offset."""
+        rows = []
+        masters = await self.master_addrs()
+        for queue in await self.topic_status(topic):
+            address = masters.get(queue["brokerName"])
+            if address is None:
+                continue
+            offset = await self.offset_by_time(address, topic, queue["queueId"], timestamp_ms)
+            before = await self.call(
+                address,
+                RequestCode.QUERY_CONSUMER_OFFSET,
+                {
+                    "consumerGroup": group,
+                    "topic": topic,
+                    "queueId": queue["queueId"],
+                    "setZeroIfNotFound": False,
+                },
+                ok=(0, ResponseCode.QUERY_NOT_FOUND),
+            )
+            await self.commit_offset(address, group, topic, queue["queueId"], offset)
+            rows.append(
+                {
+                    "brokerName": queue["brokerName"],
+                    "queueId": queue["queueId"],
+                    "oldOffset": int(before.ext.get("offset", "-1")) if before.code == 0 else -1,
+                    "newOffset": offset,
+                }
+            )
+        if not rows:
+            raise AdminError(f"topic {topic!r} has no queue on a master broker")
+        return rows
+
+    async def delete_sub_group(self, group: str, cluster: str | None = None) -> list[str]:
+        """Delete ``group``'s subscription config on every master (mqadmin ``deleteSubGroup``);
+        the brokers' names."""
+        brokers = await self.master_addrs(cluster)
+        for address in brokers.values():
+            await self.call(address, RequestCode.DELETE_SUBSCRIPTIONGROUP, {"groupName": group})
+        return sorted(brokers)
+
     async def update_sub_group(self, broker_addr: str, config: Mapping[str, Any]) -> None:
         await self.call(
             broker_addr,

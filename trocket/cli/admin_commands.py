@@ -9,6 +9,7 @@ import argparse
 import datetime
 import json
 import sys
+import time
 import zlib
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
@@ -119,6 +120,32 @@ def add_parsers(sub: Any) -> None:
     p.add_argument("-q", "--retryQueueNums", type=int, default=1)
     p.add_argument("-r", "--retryMaxTimes", type=int, default=16)
     p.add_argument("-a", "--notifyConsumerIdsChanged", type=_bool, default=True)
+
+    p = command(
+        "resetOffsetByTime",
+        "commit, for every queue of a topic, the offset of the first message stored at or after a time "
+        "(stop the group's consumers first: running ones commit what they hold)",
+        reset_offset_by_time,
+        _print_table,
+    )
+    p.add_argument("-g", "--group", required=True)
+    p.add_argument("-t", "--topic", required=True)
+    p.add_argument(
+        "-s",
+        "--timestamp",
+        required=True,
+        type=_timestamp,
+        help="milliseconds, 'now', or yyyy-MM-dd#HH:mm:ss:SSS",
+    )
+
+    p = command(
+        "deleteSubGroup",
+        "delete a subscription group's config on every master",
+        delete_sub_group,
+        _print_lines,
+    )
+    p.add_argument("-g", "--groupName", required=True)
+    p.add_argument("-c", "--clusterName", default=None)
 
     p = command(
         "queryDlqMsg",
@@ -434,6 +461,40 @@ async def update_sub_group(client: AdminClient, args: argparse.Namespace) -> lis
     for address in targets:
         await client.update_sub_group(address, config)
     return [f"create subscription group to {address} success." for address in targets]
+
+
+async def reset_offset_by_time(client: AdminClient, args: argparse.Namespace) -> list[dict[str, Any]]:
+    rows = await client.reset_offset_by_time(args.group, args.topic, args.timestamp)
+    return [
+        {
+            "#brokerName": r["brokerName"],
+            "#queueId": r["queueId"],
+            "#oldOffset": r["oldOffset"],
+            "#newOffset": r["newOffset"],
+        }
+        for r in rows
+    ]
+
+
+async def delete_sub_group(client: AdminClient, args: argparse.Namespace) -> list[str]:
+    brokers = await client.delete_sub_group(args.groupName, args.clusterName)
+    return [f"delete subscription group [{args.groupName}] from broker [{name}] success." for name in brokers]
+
+
+def _timestamp(text: str) -> int:
+    """mqadmin's ``-s``: milliseconds since the epoch, ``now``, or ``yyyy-MM-dd#HH:mm:ss:SSS``
+    (local time)."""
+    if text == "now":
+        return int(time.time() * 1000)
+    if text.isdigit():
+        return int(text)
+    try:
+        moment = datetime.datetime.strptime(text, "%Y-%m-%d#%H:%M:%S:%f")
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not milliseconds, 'now' or yyyy-MM-dd#HH:mm:ss:SSS"
+        ) from None
+    return int(moment.timestamp() * 1000)
 
 
 async def query_dlq(client: AdminClient, args: argparse.Namespace) -> list[StoredMessage]:

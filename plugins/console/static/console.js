@@ -373,7 +373,45 @@ async function groupPage(main, name) {
       ? table([["Client", (c) => c.clientId], ["Address", (c) => c.clientAddr], ["Language", (c) => c.language], ["Version", (c) => c.version, true]], group.connections)
       : el("p", { class: "muted" }, "No consumer of this group is online."),
     el("p", {}, link(`#/dlq?group=${encodeURIComponent(group.group)}`, "Dead letters of this group")),
+    el("h2", {}, "Reset offsets by time"),
+    el("p", { class: "muted" }, "Stop the group's consumers first: running ones keep the offsets they hold and commit them again."),
+    form(
+      [
+        ["topic", "Topic", topicsOf(group).map((t) => [t, t]), "select"],
+        ["time", "Consume again from (local time)", "", "datetime-local"],
+      ],
+      "Reset",
+      (values) => {
+        const timestamp = new Date(values.time).getTime();
+        if (!values.time || Number.isNaN(timestamp)) { showError("Pick the time to consume again from."); return; }
+        act(
+          `Reset group "${group.group}" on "${values.topic}" to the first message stored at or after ${new Date(timestamp).toISOString()}?`,
+          () => api("POST", `/api/groups/${encodeURIComponent(group.group)}/reset`, { topic: values.topic, timestamp }),
+          () => route(),
+        );
+      },
+      "reset-offsets",
+    ),
+    el("h2", {}, "Delete"),
+    el(
+      "button",
+      {
+        type: "button",
+        class: "danger",
+        id: "delete-group",
+        onclick: () => act(
+          `Delete the subscription group "${group.group}" on every master? Its consumers are refused until it is created again (automatically, when autoCreateSubscriptionGroup is on).`,
+          () => api("DELETE", `/api/groups/${encodeURIComponent(group.group)}`),
+          () => { location.hash = "#/groups"; },
+        ),
+      },
+      "Delete group",
+    ),
   );
+}
+
+function topicsOf(group) {
+  return [...new Set(group.progress.map((row) => row.topic).filter((t) => !t.startsWith("%RETRY%")))];
 }
 
 function messageTable(messages, withResend) {
@@ -410,10 +448,30 @@ function showMessage(message) {
   );
 }
 
+function localInput(ms) {
+  if (!ms) return "";
+  const date = new Date(Number(ms));
+  return new Date(date.getTime() - date.getTimezoneOffset() * 60000).toISOString().slice(0, 16);
+}
+
 async function messagesPage(main, params) {
   const topic = params.get("topic") || "";
   const key = params.get("key") || "";
   const msgId = params.get("msgId") || "";
+  const begin = params.get("begin") || "";
+  const end = params.get("end") || "";
+  if (begin || end) {
+    const range = await api("GET", `/api/messages?topic=${encodeURIComponent(topic)}&begin=${encodeURIComponent(begin)}&end=${encodeURIComponent(end)}`);
+    fill(
+      main,
+      el("h1", {}, `Messages of ${topic}`),
+      timeRangeForm(topic, begin, end),
+      range.cut ? el("p", { class: "muted", id: "range-cut" }, `The first ${range.limit} messages of the range; narrow it to see the rest.`) : null,
+      range.messages.length ? paged(range.messages, (page) => messageTable(page)) : el("p", { id: "no-messages" }, "No message was stored in that range."),
+      el("div", { id: "message-detail" }),
+    );
+    return;
+  }
   const asked = (topic && key) || msgId;
   const found = asked ? await api("GET", `/api/messages?topic=${encodeURIComponent(topic)}&key=${encodeURIComponent(key)}&msgId=${encodeURIComponent(msgId)}`) : [];
   fill(main, 
@@ -425,7 +483,27 @@ async function messagesPage(main, params) {
       "message-search",
     ),
     asked ? (found.length ? messageTable(found) : el("p", { id: "no-messages" }, "No message matches.")) : el("p", { class: "muted" }, "Search by topic and key, or by message id (a producer's id needs its topic)."),
+    el("h2", {}, "By time range"),
+    timeRangeForm(topic, begin, end),
     el("div", { id: "message-detail" }),
+  );
+}
+
+function timeRangeForm(topic, begin, end) {
+  return form(
+    [
+      ["topic", "Topic", topic],
+      ["begin", "Stored from (local time)", localInput(begin), "datetime-local"],
+      ["end", "until", localInput(end), "datetime-local"],
+    ],
+    "Search",
+    (values) => {
+      const from = new Date(values.begin).getTime();
+      const until = new Date(values.end).getTime();
+      if (Number.isNaN(from) || Number.isNaN(until)) { showError("Pick both ends of the time range."); return; }
+      location.hash = `#/messages?topic=${encodeURIComponent(values.topic)}&begin=${from}&end=${until}`;
+    },
+    "time-range",
   );
 }
 
