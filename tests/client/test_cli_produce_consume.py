@@ -72,3 +72,25 @@ def test_bad_arguments_get_one_clear_line(broker, tmp_path):
     bad_time = trocket("consume", "-n", broker.namesrv, "-g", "G", "-t", "T", "--from", "timestamp",
                        "--timestamp", "yesterday")  # fmt: skip
     assert bad_time.returncode == 2 and "neither epoch milliseconds nor an ISO time" in bad_time.stderr
+
+
+def test_reset_offset_by_time_lets_a_group_consume_again_and_delete_sub_group(broker):
+    sent = trocket("produce", "-n", broker.namesrv, "-t", "CliReset", "-b", "again {i}", "-c", "3")
+    assert sent.returncode == 0, sent.stderr
+    first = trocket("consume", "-n", broker.namesrv, "-g", "CG_reset_cli", "-t", "CliReset",
+                    "--from", "first", "-c", "3")  # fmt: skip
+    assert first.returncode == 0, first.stderr
+    rows = broker.admin_json("resetOffsetByTime", "-g", "CG_reset_cli", "-t", "CliReset", "-s", "0")
+    assert sum(r["#oldOffset"] for r in rows) == 3 and {r["#newOffset"] for r in rows} == {0}
+    again = trocket(
+        "consume", "-n", broker.namesrv, "-g", "CG_reset_cli", "-t", "CliReset", "-c", "3", "--json"
+    )
+    assert again.returncode == 0, again.stderr
+    assert sorted(json.loads(line)["body"] for line in again.stdout.splitlines()) == [
+        "again 0", "again 1", "again 2"
+    ]  # fmt: skip
+    bad = trocket("admin", "resetOffsetByTime", "-n", broker.namesrv, "-g", "G", "-t", "T", "-s", "yesterday")
+    assert bad.returncode == 2 and "is not milliseconds, 'now' or yyyy-MM-dd#HH:mm:ss:SSS" in bad.stderr
+    deleted = trocket("admin", "deleteSubGroup", "-n", broker.namesrv, "-g", "CG_reset_cli")
+    assert deleted.returncode == 0, deleted.stderr
+    assert "delete subscription group [CG_reset_cli] from broker [broker-a] success." in deleted.stdout
