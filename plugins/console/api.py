@@ -17,6 +17,8 @@ from typing import Any
 import attrs
 
 from kernel.record import StoredMessage
+from kernel.remoting import ResponseCode
+from kernel.remoting.signature import SessionCredentials
 from trocket import Message, Producer
 from trocket.admin import AdminClient, AdminError
 from trocket.admin import retries as dlq
@@ -105,6 +107,33 @@ class ConsoleApi:
     admin: AdminClient
     clock: Callable[[], float] = time.time
 
+    # --- who the console is (ACL) --------------------------------------------------------------
+
+    def signed_in_as(self) -> dict[str, str]:
+        credentials = self.admin.remoting.credentials
+        return {"accessKey": credentials.access_key if credentials is not None else ""}
+
+    async def sign_in(self, fields: dict[str, Any]) -> dict[str, str]:
+        """Sign every later request with these keys, once a master accepted them for an admin
+        request (a wrong secret or a key without admin rights is refused and changes nothing)."""
+        access_key = _required_text(fields, "accessKey")
+        secret_key = str(fields.get("secretKey") or "")
+        if not secret_key:
+            raise ConsoleError("secretKey is required")
+        before = self.admin.remoting.credentials
+        self.admin.remoting.credentials = SessionCredentials(access_key, secret_key)
+        try:
+            for address in (await self.admin.master_addrs()).values():
+                await self.admin.broker_runtime_info(address)
+        except BaseException:
+            self.admin.remoting.credentials = before
+            raise
+        return self.signed_in_as()
+
+    def sign_out(self) -> dict[str, str]:
+        self.admin.remoting.credentials = None
+        return self.signed_in_as()
+
     # --- cluster ------------------------------------------------------------------------------
 
     async def cluster(self) -> dict[str, Any]:
@@ -124,6 +153,8 @@ class ConsoleApi:
                     try:
                         runtime = await self.admin.broker_runtime_info(address)
                     except AdminError as error:
+                        if error.code == ResponseCode.NO_PERMISSION:
+                            raise  # ACL: the page asks for a key rather than calling it down
                         row.update(state=f"unreachable: {error}", reachable=False)
                     else:
                         row.update(_runtime_row(runtime), reachable=True)

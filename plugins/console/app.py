@@ -25,7 +25,9 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from kernel.errors import TrocketError
+from kernel.remoting import ResponseCode
 from plugins.console.api import ConsoleApi, ConsoleError
+from trocket.admin import AdminError
 
 log = logging.getLogger(__name__)
 STATIC = Path(__file__).parent / "static"
@@ -41,6 +43,10 @@ def json_endpoint(handler: Endpoint) -> Callable[[Request], Awaitable[Response]]
             return JSONResponse(await handler(request))
         except ConsoleError as error:
             return JSONResponse({"error": str(error)}, status_code=400)
+        except AdminError as error:
+            if error.code == ResponseCode.NO_PERMISSION:  # ACL is on: the page asks for a key
+                return JSONResponse({"error": str(error), "needsKey": True}, status_code=403)
+            return JSONResponse({"error": str(error)}, status_code=502)
         except (TrocketError, OSError) as error:  # the cluster's answer, or no answer at all
             return JSONResponse({"error": str(error) or type(error).__name__}, status_code=502)
         except Exception as error:  # the page shows a sentence; the log keeps the traceback
@@ -113,11 +119,23 @@ def console_app(api: ConsoleApi) -> Starlette:
     async def schedule(request: Request) -> Any:
         return await api.schedule()
 
+    async def session(request: Request) -> Any:
+        return api.signed_in_as()
+
+    async def sign_in(request: Request) -> Any:
+        return await api.sign_in(await _fields(request))
+
+    async def sign_out(request: Request) -> Any:
+        return api.sign_out()
+
     async def page(request: Request) -> Response:
         return FileResponse(STATIC / "index.html")
 
     routes = [
         Route("/", page),
+        Route("/api/session", json_endpoint(session)),
+        Route("/api/session", json_endpoint(sign_in), methods=["POST"]),
+        Route("/api/session", json_endpoint(sign_out), methods=["DELETE"]),
         Route("/api/cluster", json_endpoint(cluster)),
         Route("/api/topics", json_endpoint(topics)),
         Route("/api/topics", json_endpoint(create_topic), methods=["POST"]),

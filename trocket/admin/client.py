@@ -41,6 +41,11 @@ TOOLS_PRODUCER = "TOOLS_PRODUCER"
 class AdminError(TrocketError):
     """A request was answered with an error code, or no server could be reached."""
 
+    def __init__(self, message: str, *, code: int | None = None) -> None:
+        super().__init__(message)
+        self.code = code
+        """The response code that refused the request (None: no answer, or not a refusal)."""
+
 
 @attrs.define(eq=False)
 class AdminClient:
@@ -91,7 +96,7 @@ class AdminClient:
         if response.code not in ok:
             answer = code_name(response.code, response=True)
             remark = f" {response.remark}" if response.remark else ""
-            raise AdminError(f"{code_name(code)} to {address} failed: {answer}{remark}")
+            raise AdminError(f"{code_name(code)} to {address} failed: {answer}{remark}", code=response.code)
         return response
 
     async def call_namesrv(

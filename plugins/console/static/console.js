@@ -57,7 +57,11 @@ async function api(method, path, body) {
   } catch (error) {
     throw new Error(`the console server answered ${response.status} without JSON`);
   }
-  if (!response.ok) throw new Error(value.error || `HTTP ${response.status}`);
+  if (!response.ok) {
+    const error = new Error(value.error || `HTTP ${response.status}`);
+    error.needsKey = Boolean(value.needsKey);
+    throw error;
+  }
   return value;
 }
 
@@ -558,13 +562,55 @@ async function route() {
     await page(main, argument);
     showError("");
   } catch (error) {
+    if (error.needsKey) {
+      signInPage(main, error.message);
+      return;
+    }
     fill(main);
     showError(error.message);
   }
 }
 
+// ACL is on and the console's keys (if any) may not do this: ask for an access key. The keys
+// go to the console server, which signs every later request with them.
+function signInPage(main, refusal) {
+  showError("");
+  fill(
+    main,
+    el("h1", {}, "Access key needed"),
+    el("p", { id: "refusal" }, `The cluster refused the console: ${refusal}`),
+    form(
+      [["accessKey", "Access key", ""], ["secretKey", "Secret key", "", "password"]],
+      "Sign in",
+      async (values) => {
+        try {
+          const who = await api("POST", "/api/session", values);
+          showWho(who);
+          route();
+        } catch (error) {
+          showError(error.message);
+        }
+      },
+      "sign-in",
+    ),
+  );
+}
+
+function showWho(who) {
+  const box = document.getElementById("who");
+  if (!who.accessKey) {
+    box.replaceChildren();
+    return;
+  }
+  box.replaceChildren(
+    `signed in as ${who.accessKey} `,
+    el("button", { type: "button", id: "sign-out", onclick: async () => { showWho(await api("DELETE", "/api/session")); route(); } }, "Sign out"),
+  );
+}
+
 // An answer stays on screen through the navigation its action caused (a delete returns to the
 // list); following a menu link starts afresh.
 window.addEventListener("hashchange", route);
+api("GET", "/api/session").then(showWho).catch(() => {});
 for (const a of document.querySelectorAll("nav a")) a.addEventListener("click", () => showAnswer(""));
 route();
