@@ -41,6 +41,7 @@ SYSTEM_TOPICS = frozenset(
 )
 """RocketMQ's system topics (clients may not send to them), shown under the "system" filter."""
 TOPIC_KINDS = ("normal", "retry", "dlq", "system")
+TRACE_STEPS = {"normal": "sent", "retry": "retry", "dlq": "dead letter"}
 PERMS = {"6": "read and write", "4": "read only", "2": "write only"}
 MAX_TIME_RANGE_MESSAGES = 2000
 """Messages a time-range query returns at most (the page paginates them)."""
@@ -182,11 +183,8 @@ class ConsoleApi:
         """Route, per-queue status and the groups that consume the topic."""
         route = await self.admin.route(topic)
         status = await self.admin.topic_status(topic)
-        groups = sorted(
-            t[len(RETRY_PREFIX) :] for t in await self.admin.topic_list() if t.startswith(RETRY_PREFIX)
-        )
         consuming = []
-        for group in groups:
+        for group in await self._group_names():
             try:
                 progress = await self.admin.consumer_progress(group)
             except AdminError:
@@ -247,11 +245,8 @@ class ConsoleApi:
 
     async def groups(self, query: str = "") -> list[dict[str, Any]]:
         """Consumer groups: every group with a retry topic (made at its first subscription)."""
-        names = sorted(
-            t[len(RETRY_PREFIX) :] for t in await self.admin.topic_list() if t.startswith(RETRY_PREFIX)
-        )
         rows = []
-        for group in names:
+        for group in await self._group_names():
             if query and query.lower() not in group.lower():
                 continue
             try:
@@ -356,6 +351,45 @@ class ConsoleApi:
         if not found:
             raise AdminError(f"no message of topic {topic!r} has the id {msg_id!r}")
         return message_view(found[0])
+
+    async def trace(self, msg_id: str, topic: str) -> list[dict[str, Any]]:
+        """Where a producer's message went: the original, then each copy a consumer group sent
+        back (``%RETRY%<group>``, once per retry) or gave up on (``%DLQ%<group>``), by store
+        time. Copies keep the producer's id (``UNIQ_KEY``), so each topic is asked for it."""
+        if not msg_id or not topic:
+            raise ConsoleError("a trace needs the message id and its topic")
+        places = [topic]
+        for group in await self._groups_of(topic):
+            places += [RETRY_PREFIX + group, DLQ_PREFIX + group]
+        steps = []
+        for place in places:
+            try:
+                found = await self.admin.query_by_key(place, msg_id, unique=True)
+            except AdminError:
+                continue  # no such retry or dead-letter topic: nothing went there
+            kind = topic_kind(place)
+            group = place.removeprefix(RETRY_PREFIX).removeprefix(DLQ_PREFIX) if kind != "normal" else ""
+            steps += [{**message_view(m), "step": TRACE_STEPS[kind], "group": group} for m in found]
+        if not steps:
+            raise AdminError(f"no message of topic {topic!r} has the id {msg_id!r}")
+        return sorted(steps, key=lambda step: step["storeTimestamp"])
+
+    async def _groups_of(self, topic: str) -> list[str]:
+        """Groups with committed offsets on ``topic``."""
+        groups = []
+        for name in await self._group_names():
+            try:
+                progress = await self.admin.consumer_progress(name)
+            except AdminError:
+                continue
+            if any(row["topic"] == topic for row in progress):
+                groups.append(name)
+        return groups
+
+    async def _group_names(self) -> list[str]:
+        """Every consumer group with a retry topic (made at its first subscription)."""
+        topics = await self.admin.topic_list()
+        return sorted(t[len(RETRY_PREFIX) :] for t in topics if t.startswith(RETRY_PREFIX))
 
     async def dead_letters(self, group: str) -> list[dict[str, Any]]:
         try:

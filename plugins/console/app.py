@@ -105,6 +105,8 @@ def console_app(api: ConsoleApi) -> Starlette:
             begin = _query_whole(params.get("begin"), "begin")
             end = _query_whole(params.get("end"), "end")
             return await api.messages_by_time(params.get("topic", ""), begin, end)
+        if params.get("trace"):
+            return await api.trace(params.get("msgId", ""), params.get("topic", ""))
         if params.get("msgId"):
             return [await api.message_by_id(params["msgId"], params.get("topic", ""))]
         return await api.messages_by_key(params.get("topic", ""), params.get("key", ""))

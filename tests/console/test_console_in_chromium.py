@@ -49,6 +49,7 @@ def test_cluster_page_shows_the_broker_and_a_live_chart(up_with_console, page):
     expect(brokers).to_contain_text("127.0.0.1:10911")
     expect(page.locator("canvas#tps-chart")).to_be_visible()
     expect(page.locator("#tps-now")).to_contain_text("msgs/s")
+    expect(page.locator("#tps-now")).to_contain_text("lag 0 messages")  # no group is behind yet
     screenshot(page, "cluster")
 
 
@@ -120,6 +121,16 @@ def test_resend_a_dead_letter_and_see_it_delivered(up_with_console, page):
     page.goto(up_with_console["console"] + "#/dlq?group=CG_dead")
     letters = page.locator("table#messages")
     expect(letters).to_contain_text(sent["msgId"])
+    letters.locator("button.view").first.click()
+    expect(page.locator("#message-body")).to_have_text("poison pill")
+    expect(page.locator("#message-detail")).not_to_contain_text("null")  # optional parts left out
+    page.click("#trace")
+    steps = page.locator("table#trace-table tbody tr")
+    expect(steps).to_have_count(2)
+    expect(steps.nth(0)).to_contain_text("sent")
+    expect(steps.nth(0)).to_contain_text("WebDead")
+    expect(steps.nth(1)).to_contain_text("dead letter")
+    expect(steps.nth(1)).to_contain_text("%DLQ%CG_dead")
     screenshot(page, "dead-letters")
     letters.locator("button.resend").first.click()
     confirm(page)

@@ -170,6 +170,20 @@ function drawChart(canvas) {
   context.font = "12px system-ui";
   context.fillText(`${Math.round(top)} msgs/s`, 4, 12);
   const series = [["inTps", "#f28c28"], ["outTps", "#1f6feb"]];
+  const lagTop = Math.max(1, ...points.map((p) => p.lag || 0));
+  context.fillStyle = "#7a7f87";
+  context.fillText(`lag ${Math.round(lagTop)} msgs`, width - 110, 12);
+  context.strokeStyle = "#7a7f87";
+  context.setLineDash([4, 3]);
+  context.beginPath();
+  points.forEach((point, index) => {
+    const x = (index / Math.max(1, CHART_SAMPLES - 1)) * width;
+    const y = height - ((point.lag || 0) / lagTop) * (height - 16);
+    if (index === 0) context.moveTo(x, y);
+    else context.lineTo(x, y);
+  });
+  context.stroke();
+  context.setLineDash([]);
   for (const [key, colour] of series) {
     context.strokeStyle = colour;
     context.beginPath();
@@ -183,7 +197,15 @@ function drawChart(canvas) {
   }
 }
 
-function sample(cluster) {
+async function totalLag() {
+  try {
+    return (await api("GET", "/api/groups")).reduce((sum, group) => sum + group.diff, 0);
+  } catch (error) {
+    return 0; // lag is a bonus on this chart; the cluster figures still draw
+  }
+}
+
+function sample(cluster, lag) {
   const totals = cluster.brokers.reduce(
     (sum, b) => ({ put: sum.put + (b.putTotal || 0), get: sum.get + (b.getTotal || 0) }),
     { put: 0, get: 0 },
@@ -197,19 +219,21 @@ function sample(cluster) {
       get: totals.get,
       inTps: Math.max(0, (totals.put - last.put) / seconds),
       outTps: Math.max(0, (totals.get - last.get) / seconds),
+      lag,
     });
   } else {
-    samples.push({ at: cluster.sampledAt, put: totals.put, get: totals.get, inTps: 0, outTps: 0 });
+    samples.push({ at: cluster.sampledAt, put: totals.put, get: totals.get, inTps: 0, outTps: 0, lag });
   }
   if (samples.length > CHART_SAMPLES) samples.shift();
 }
 
 async function clusterPage(main) {
   const cluster = await api("GET", "/api/cluster");
-  sample(cluster);
+  sample(cluster, await totalLag());
   const last = samples[samples.length - 1];
   const canvas = el("canvas", { id: "tps-chart", width: 640, height: 160 });
-  const figures = el("p", { class: "muted", id: "tps-now" }, `in ${last.inTps.toFixed(1)} msgs/s, out ${last.outTps.toFixed(1)} msgs/s`);
+  const describeSample = (point) => `in ${point.inTps.toFixed(1)} msgs/s, out ${point.outTps.toFixed(1)} msgs/s, lag ${point.lag} messages`;
+  const figures = el("p", { class: "muted", id: "tps-now" }, describeSample(last));
   fill(main, 
     el("h1", {}, "Cluster"),
     table(
@@ -229,16 +253,15 @@ async function clusterPage(main) {
       cluster.brokers,
       { id: "brokers" },
     ),
-    el("h2", {}, "Messages per second (live: in orange, out in blue)"),
+    el("h2", {}, "Live: messages per second in (orange) and out (blue), consumer lag (grey, own scale)"),
     canvas,
     figures,
   );
   drawChart(canvas);
   chartTimer = setInterval(async () => {
     try {
-      sample(await api("GET", "/api/cluster"));
-      const now = samples[samples.length - 1];
-      figures.textContent = `in ${now.inTps.toFixed(1)} msgs/s, out ${now.outTps.toFixed(1)} msgs/s`;
+      sample(await api("GET", "/api/cluster"), await totalLag());
+      figures.textContent = describeSample(samples[samples.length - 1]);
       drawChart(canvas);
     } catch (error) {
       showError(error.message);
@@ -438,7 +461,8 @@ function messageTable(messages, withResend) {
 function showMessage(message) {
   const box = document.getElementById("message-detail");
   if (!box) return;
-  box.replaceChildren(
+  fill(
+    box,
     el("h2", {}, `Message ${message.msgId}`),
     table([["Property", (p) => p[0]], ["Value", (p) => p[1]]], [
       ["offsetMsgId", message.offsetMsgId], ["queue", `${message.queueId} @ ${message.queueOffset}`],
@@ -449,7 +473,31 @@ function showMessage(message) {
     el("h2", {}, `Body (${message.bodyEncoding}${message.bodyCut ? ", first 4 KiB" : ""})`),
     message.bodyProblem ? el("p", { class: "muted" }, message.bodyProblem) : null,
     el("pre", { class: "body", id: "message-body" }, message.body),
+    el("button", { type: "button", id: "trace", onclick: () => showTrace(message) }, "Trace retries"),
+    el("div", { id: "trace-steps" }),
   );
+}
+
+// Where the producer's message went: sent, each retry a group sent back, a dead letter.
+async function showTrace(message) {
+  const topic = message.properties.RETRY_TOPIC || message.topic;
+  const box = document.getElementById("trace-steps");
+  try {
+    const steps = await api("GET", `/api/messages?trace=1&msgId=${encodeURIComponent(message.msgId)}&topic=${encodeURIComponent(topic)}`);
+    box.replaceChildren(table(
+      [
+        ["Step", (s) => s.step],
+        ["Group", (s) => s.group],
+        ["Topic", (s) => s.topic],
+        ["Stored", (s) => time(s.storeTimestamp)],
+        ["Retries", (s) => s.reconsumeTimes, true],
+      ],
+      steps,
+      { id: "trace-table" },
+    ));
+  } catch (error) {
+    showError(error.message);
+  }
 }
 
 function localInput(ms) {
