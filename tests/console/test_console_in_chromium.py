@@ -51,6 +51,11 @@ def test_cluster_page_shows_the_broker_and_a_live_chart(up_with_console, page):
     expect(page.locator("#tps-now")).to_contain_text("msgs/s")
     expect(page.locator("#tps-now")).to_contain_text("lag 0 messages")  # no group is behind yet
     screenshot(page, "cluster")
+    page.click("nav >> text=Schedule")
+    schedule = page.locator("table#schedule")
+    expect(schedule).to_contain_text("127.0.0.1:10911")
+    expect(schedule.locator("tbody tr")).to_have_count(19)  # 18 delay levels (1s to 2h) and the timer
+    expect(schedule).to_contain_text("2h")
 
 
 def test_create_a_topic_send_a_test_message_and_find_it_by_key(up_with_console, page):
