@@ -129,9 +129,8 @@ class Router:
             raise
         elapsed = perf_counter() - started
         for request, response in zip(requests, responses, strict=True):
-            self._observe(
-                request, response, elapsed, failed=failed and response.code == ResponseCode.SYSTEM_ERROR
-            )
+            raised = failed and response is not None and response.code == ResponseCode.SYSTEM_ERROR
+            self._observe(request, response, elapsed, failed=raised)
         return responses
 
     def _observe(
@@ -206,8 +205,9 @@ class Router:
                     self._observe(request, response, perf_counter() - started, failed=True)
                 return response
         if meter is not None:
-            if request.flag & FLAG_ONEWAY:
-                meter.observe(request.code, NO_RESPONSE, RESULT_ONEWAY, perf_counter() - started)
+            if request.flag & FLAG_ONEWAY or response is None:  # a handler may leave one unanswered
+                result = RESULT_ONEWAY if request.flag & FLAG_ONEWAY else RESULT_SUCCESS
+                meter.observe(request.code, NO_RESPONSE, result, perf_counter() - started)
             else:
                 meter.observe(request.code, response.code, RESULT_SUCCESS, perf_counter() - started)
         return response
