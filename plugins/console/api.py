@@ -231,7 +231,13 @@ class ConsoleApi:
         message = Message(
             topic, body.encode(), tags=str(fields.get("tag") or "") or None, keys=[key] if key else []
         )
-        async with Producer("CONSOLE_PRODUCER_GROUP", list(self.admin.namesrv_addrs)) as producer:
+        remoting = self.admin.remoting  # the console's keys (signed in or from the environment) and TLS
+        async with Producer(
+            "CONSOLE_PRODUCER_GROUP",
+            list(self.admin.namesrv_addrs),
+            credentials=remoting.credentials,
+            tls=remoting.tls,
+        ) as producer:
             result = await producer.send(message)
         return {
             "sendStatus": result.status.name,

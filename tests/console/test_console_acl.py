@@ -1,5 +1,6 @@
 """The console against a broker with ACL on: refused, the page asks for an access key; a wrong
-secret is refused and changes nothing; the operator's key opens the page, and signing out
+secret is refused and changes nothing; the operator's key opens the page and signs what the
+console does (a topic created, a test message sent through the SDK's producer), and signing out
 closes it again."""
 
 from __future__ import annotations
@@ -42,6 +43,19 @@ def test_with_acl_on_the_console_asks_for_an_access_key_and_uses_it(tmp_path, pa
         sign_in.locator("button[type=submit]").click()
         expect(page.locator("table#brokers")).to_contain_text("broker-a")
         expect(page.locator("#who")).to_contain_text("signed in as operator-key")
+
+        page.goto(url + "#/topics")
+        create = page.locator("form#topic-create")
+        create.locator("input[name=topic]").fill("AclWeb")
+        create.locator("button[type=submit]").click()
+        page.click("#confirm-ok")
+        expect(page.locator("#answer")).to_contain_text("create topic AclWeb on broker-a")
+        page.goto(url + "#/topic/AclWeb")
+        send = page.locator("form#send-message")
+        send.locator("input[name=body]").fill("signed by the operator's key")
+        send.locator("button[type=submit]").click()
+        page.click("#confirm-ok")
+        expect(page.locator("#answer")).to_contain_text("sendStatus: SEND_OK")  # the producer signs too
 
         page.click("#sign-out")
         expect(page.locator("h1")).to_have_text("Access key needed")

@@ -61,7 +61,13 @@ async def resend_dlq_message(client: AdminClient, group: str, msg_id: str) -> di
     properties = {k: v for k, v in dead.properties.items() if k not in _NOT_RESENT}
     copy = Message(original, dead.payload, properties=properties, flag=dead.flag)
     try:
-        async with Producer(TOOLS_PRODUCER, client.namesrv_addrs, send_timeout=client.timeout) as producer:
+        async with Producer(
+            TOOLS_PRODUCER,
+            client.namesrv_addrs,
+            send_timeout=client.timeout,
+            credentials=client.remoting.credentials,  # the admin's keys and TLS, not only the environment's
+            tls=client.remoting.tls,
+        ) as producer:
             result = await producer.send(copy)
     except ClientError as error:
         raise AdminError(f"resending {msg_id} to {original!r} failed: {error}") from None
