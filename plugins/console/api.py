@@ -183,15 +183,10 @@ class ConsoleApi:
         """Route, per-queue status and the groups that consume the topic."""
         route = await self.admin.route(topic)
         status = await self.admin.topic_status(topic)
-        consuming = []
-        for group in await self._group_names():
-            try:
-                progress = await self.admin.consumer_progress(group)
-            except AdminError:
-                continue
-            rows = [row for row in progress if row["topic"] == topic]
-            if rows:
-                consuming.append({"group": group, "diff": sum(row["diff"] for row in rows)})
+        consuming = [
+            {"group": group, "diff": sum(row["diff"] for row in rows)}
+            for group, rows in (await self._consuming(topic)).items()
+        ]
         return {
             "topic": topic,
             "kind": topic_kind(topic),
@@ -365,7 +360,7 @@ class ConsoleApi:
         if not msg_id or not topic:
             raise ConsoleError("a trace needs the message id and its topic")
         places = [topic]
-        for group in await self._groups_of(topic):
+        for group in await self._consuming(topic):
             places += [RETRY_PREFIX + group, DLQ_PREFIX + group]
         steps = []
         for place in places:
@@ -380,17 +375,18 @@ class ConsoleApi:
             raise AdminError(f"no message of topic {topic!r} has the id {msg_id!r}")
         return sorted(steps, key=lambda step: step["storeTimestamp"])
 
-    async def _groups_of(self, topic: str) -> list[str]:
-        """Groups with committed offsets on ``topic``."""
-        groups = []
-        for name in await self._group_names():
+    async def _consuming(self, topic: str) -> dict[str, list[dict[str, Any]]]:
+        """Group → its progress rows on ``topic``, for the groups with committed offsets there."""
+        consuming = {}
+        for group in await self._group_names():
             try:
-                progress = await self.admin.consumer_progress(name)
+                progress = await self.admin.consumer_progress(group)
             except AdminError:
-                continue
-            if any(row["topic"] == topic for row in progress):
-                groups.append(name)
-        return groups
+                continue  # no progress anywhere yet
+            rows = [row for row in progress if row["topic"] == topic]
+            if rows:
+                consuming[group] = rows
+        return consuming
 
     async def _group_names(self) -> list[str]:
         """Every consumer group with a retry topic (made at its first subscription)."""
@@ -398,12 +394,9 @@ class ConsoleApi:
         return sorted(t[len(RETRY_PREFIX) :] for t in topics if t.startswith(RETRY_PREFIX))
 
     async def dead_letters(self, group: str) -> list[dict[str, Any]]:
-        try:
-            return [message_view(m) for m in await dlq.dlq_messages(self.admin, group)]
-        except AdminError as error:
-            if "No topic route" in str(error) or "route" in str(error).lower():
-                return []  # the group never dead-lettered anything: no %DLQ% topic yet
-            raise
+        if DLQ_PREFIX + group not in await self.admin.topic_list():
+            return []  # the group never dead-lettered anything: no %DLQ% topic yet
+        return [message_view(m) for m in await dlq.dlq_messages(self.admin, group)]
 
     async def resend_dead_letter(self, group: str, msg_id: str) -> dict[str, Any]:
         if not msg_id:

@@ -122,8 +122,10 @@ def test_resend_a_dead_letter_and_see_it_delivered(up_with_console, page):
                 {"group": "CG_dead", "offset": offset, "delayLevel": -1, "originMsgId": sent["msgId"]},
             )
 
-    trio.run(give_up)
     page.goto(up_with_console["console"] + "#/dlq?group=CG_dead")
+    expect(page.locator("#no-messages")).to_have_text('Group "CG_dead" has no dead letters.')
+    trio.run(give_up)
+    page.reload()
     letters = page.locator("table#messages")
     expect(letters).to_contain_text(sent["msgId"])
     letters.locator("button.view").first.click()
