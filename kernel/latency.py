@@ -10,6 +10,7 @@ two additions: it is taken once per flush or per waiting put, never per message.
 from __future__ import annotations
 
 import bisect
+import itertools
 from typing import Any
 
 import attrs
@@ -32,11 +33,7 @@ class LatencySnapshot:
         return sum(self.counts)
 
     def cumulative(self) -> list[int]:
-        out, running = [], 0
-        for count in self.counts:
-            running += count
-            out.append(running)
-        return out
+        return list(itertools.accumulate(self.counts))
 
 
 @attrs.define(eq=False)

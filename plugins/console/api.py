@@ -436,19 +436,19 @@ def _required_text(fields: dict[str, Any], name: str) -> str:
 
 
 def _count(fields: dict[str, Any], name: str, default: int) -> int:
-    raw = fields.get(name, default)
-    try:
-        value = int(raw)
-    except (TypeError, ValueError):
-        raise ConsoleError(f"{name} must be a whole number, not {raw!r}") from None
+    value = whole_number(fields.get(name, default), name)
     if not 1 <= value <= 1024:
         raise ConsoleError(f"{name} must be between 1 and 1024, not {value}")
     return value
 
 
 def _whole(fields: dict[str, Any], name: str) -> int:
-    raw = fields.get(name)
+    return whole_number(fields.get(name), name)
+
+
+def whole_number(raw: object, name: str, meaning: str = "a whole number") -> int:
+    """``raw`` as an int, or a :class:`ConsoleError` saying what ``name`` must be."""
     try:
-        return int(raw)  # type: ignore[arg-type]
+        return int(raw)  # type: ignore[call-overload]
     except (TypeError, ValueError):
-        raise ConsoleError(f"{name} must be a whole number, not {raw!r}") from None
+        raise ConsoleError(f"{name} must be {meaning}, not {raw!r}") from None

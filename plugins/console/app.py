@@ -26,7 +26,7 @@ from starlette.staticfiles import StaticFiles
 
 from kernel.errors import TrocketError
 from kernel.remoting import ResponseCode
-from plugins.console.api import ConsoleApi, ConsoleError
+from plugins.console.api import ConsoleApi, ConsoleError, whole_number
 from trocket.admin import AdminError
 
 log = logging.getLogger(__name__)
@@ -158,7 +158,4 @@ def console_app(api: ConsoleApi) -> Starlette:
 
 
 def _query_whole(value: str | None, name: str) -> int:
-    try:
-        return int(value or "")
-    except ValueError:
-        raise ConsoleError(f"{name} must be milliseconds since the epoch, not {value!r}") from None
+    return whole_number(value or "", name, "milliseconds since the epoch")

@@ -98,3 +98,11 @@ def screenshot(tab: object, name: str) -> None:
     if folder:
         Path(folder).mkdir(parents=True, exist_ok=True)
         tab.screenshot(path=str(Path(folder) / f"{name}.png"), full_page=True)  # type: ignore[attr-defined]
+
+
+def submit(tab: object, form_id: str, **inputs: str) -> None:
+    """Fill the named inputs of ``form#form_id`` and press its submit button, as a user would."""
+    form = tab.locator(f"form#{form_id}")  # type: ignore[attr-defined]
+    for name, value in inputs.items():
+        form.locator(f"input[name={name}]").fill(value)
+    form.locator("button[type=submit]").click()

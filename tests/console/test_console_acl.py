@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from playwright.sync_api import expect
 
+from tests.console.conftest import submit
 from tests.interop.conftest import start_broker
 from trocket.cli.defaults import TROCKET_DEFAULTS
 
@@ -32,28 +33,20 @@ def test_with_acl_on_the_console_asks_for_an_access_key_and_uses_it(tmp_path, pa
         expect(page.locator("h1")).to_have_text("Access key needed")
         expect(page.locator("#refusal")).to_contain_text("NO_PERMISSION")
 
-        sign_in = page.locator("form#sign-in")
-        sign_in.locator("input[name=accessKey]").fill("operator-key")
-        sign_in.locator("input[name=secretKey]").fill("not-the-secret")
-        sign_in.locator("button[type=submit]").click()
+        submit(page, "sign-in", accessKey="operator-key", secretKey="not-the-secret")
         expect(page.locator("#error")).to_contain_text("Check signature failed for accessKey='operator-key'")
         expect(page.locator("#who")).to_have_text("")
 
-        sign_in.locator("input[name=secretKey]").fill("operator-secret")
-        sign_in.locator("button[type=submit]").click()
+        submit(page, "sign-in", secretKey="operator-secret")
         expect(page.locator("table#brokers")).to_contain_text("broker-a")
         expect(page.locator("#who")).to_contain_text("signed in as operator-key")
 
         page.goto(url + "#/topics")
-        create = page.locator("form#topic-create")
-        create.locator("input[name=topic]").fill("AclWeb")
-        create.locator("button[type=submit]").click()
+        submit(page, "topic-create", topic="AclWeb")
         page.click("#confirm-ok")
         expect(page.locator("#answer")).to_contain_text("create topic AclWeb on broker-a")
         page.goto(url + "#/topic/AclWeb")
-        send = page.locator("form#send-message")
-        send.locator("input[name=body]").fill("signed by the operator's key")
-        send.locator("button[type=submit]").click()
+        submit(page, "send-message", body="signed by the operator's key")
         page.click("#confirm-ok")
         expect(page.locator("#answer")).to_contain_text("sendStatus: SEND_OK")  # the producer signs too
 

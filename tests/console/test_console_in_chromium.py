@@ -15,7 +15,7 @@ from playwright.sync_api import expect
 
 from kernel.record import parse_offset_msg_id
 from kernel.remoting import RequestCode
-from tests.console.conftest import screenshot
+from tests.console.conftest import screenshot, submit
 from tests.network.conftest import free_port
 from tests.support import REPO, start_trocket
 from trocket.admin import AdminClient
@@ -60,11 +60,7 @@ def test_cluster_page_shows_the_broker_and_a_live_chart(up_with_console, page):
 
 def test_create_a_topic_send_a_test_message_and_find_it_by_key(up_with_console, page):
     page.goto(up_with_console["console"] + "#/topics")
-    form = page.locator("form#topic-create")
-    form.locator("input[name=topic]").fill("WebOrders")
-    form.locator("input[name=writeQueueNums]").fill("4")
-    form.locator("input[name=readQueueNums]").fill("4")
-    form.locator("button[type=submit]").click()
+    submit(page, "topic-create", topic="WebOrders", writeQueueNums="4", readQueueNums="4")
     confirm(page)
     expect(page.locator("#answer")).to_contain_text("create topic WebOrders on broker-a")
     expect(page.locator("table#topics")).to_contain_text("WebOrders")
@@ -79,10 +75,7 @@ def test_create_a_topic_send_a_test_message_and_find_it_by_key(up_with_console, 
 
     page.locator("table#topics a", has_text="WebOrders").click()
     expect(page.locator("table#queues tbody tr")).to_have_count(4)
-    send = page.locator("form#send-message")
-    send.locator("input[name=body]").fill("hello from the console")
-    send.locator("input[name=key]").fill("order-77")
-    send.locator("button[type=submit]").click()
+    submit(page, "send-message", body="hello from the console", key="order-77")
     confirm(page)
     expect(page.locator("#answer")).to_contain_text("sendStatus: SEND_OK")
     screenshot(page, "topic")
@@ -188,10 +181,8 @@ def test_reset_a_groups_offsets_by_time_then_delete_the_group(up_with_console, p
     trocket("consume", "-g", "CG_reset", "-t", "WebReset", "--from", "first", "-c", "4")
     page.goto(up_with_console["console"] + "#/group/CG_reset")
     expect(page.locator("#group-lag")).to_have_text("Lag: 0 messages")
-    reset = page.locator("form#reset-offsets")
-    reset.locator("select[name=topic]").select_option("WebReset")
-    reset.locator("input[name=time]").fill("2000-01-01T00:00")
-    reset.locator("button[type=submit]").click()
+    page.locator("form#reset-offsets select[name=topic]").select_option("WebReset")
+    submit(page, "reset-offsets", time="2000-01-01T00:00")
     confirm(page)
     expect(page.locator("#answer")).to_contain_text("reset CG_reset on WebReset")
     expect(page.locator("#answer")).to_contain_text("-> 0")
@@ -211,15 +202,9 @@ def test_reset_a_groups_offsets_by_time_then_delete_the_group(up_with_console, p
 def test_messages_by_time_range(up_with_console, page):
     trocket("produce", "-t", "WebTime", "-b", "timed {i}", "-c", "3")
     page.goto(up_with_console["console"] + "#/messages")
-    search = page.locator("form#time-range")
-    search.locator("input[name=topic]").fill("WebTime")
-    search.locator("input[name=begin]").fill("2000-01-01T00:00")
-    search.locator("input[name=end]").fill("2100-01-01T00:00")
-    search.locator("button[type=submit]").click()
+    submit(page, "time-range", topic="WebTime", begin="2000-01-01T00:00", end="2100-01-01T00:00")
     expect(page.locator("table#messages tbody tr")).to_have_count(3)
     page.locator("table#messages button.view").first.click()
     expect(page.locator("#message-body")).to_contain_text("timed ")
-    search = page.locator("form#time-range")
-    search.locator("input[name=begin]").fill("2090-01-01T00:00")
-    search.locator("button[type=submit]").click()
+    submit(page, "time-range", begin="2090-01-01T00:00")
     expect(page.locator("#no-messages")).to_have_text("No message was stored in that range.")
