@@ -1,4 +1,5 @@
-"""``trocket up``, ``trocket broker`` and ``trocket namesrv``: run servers until Ctrl-C."""
+"""``trocket up``, ``trocket broker``, ``trocket namesrv`` and ``trocket controller``: run servers
+until Ctrl-C."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ log = logging.getLogger("trocket")
 
 INGRESS_PLUGIN = "remoting"
 NAMESRV_PLUGIN = "namesrv"
+CONTROLLER_PLUGIN = "controller"
 
 
 def add_parsers(sub: Any) -> None:
@@ -58,6 +60,12 @@ def add_parsers(sub: Any) -> None:
     namesrv = sub.add_parser("namesrv", help="run a NameServer")
     namesrv.add_argument("-c", "--config", help="TOML file with a [namesrv] table")
     namesrv.set_defaults(handler=cmd_namesrv)
+
+    controller = sub.add_parser(
+        "controller", help="run a controller (automatic failover; its state lives in etcd)"
+    )
+    controller.add_argument("-c", "--config", help="TOML file with a [controller] table")
+    controller.set_defaults(handler=cmd_controller)
 
 
 HA_SLAVE_PORT = 10921
@@ -148,6 +156,13 @@ def cmd_broker(args: argparse.Namespace) -> int:
 
 def cmd_namesrv(args: argparse.Namespace) -> int:
     return serve(Broker.assemble(load(args.config, roles=["namesrv"])))
+
+
+def cmd_controller(args: argparse.Namespace) -> int:
+    config = load(args.config, roles=["controller"])
+    if CONTROLLER_PLUGIN not in config.broker.plugins:
+        config = config.with_broker(plugins=[*config.broker.plugins, CONTROLLER_PLUGIN])
+    return serve(Broker.assemble(config))
 
 
 def serve(*brokers: Broker) -> int:
