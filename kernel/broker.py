@@ -37,7 +37,7 @@ from kernel.model import (
     StoreProvider,
     flatten,
 )
-from kernel.protocols import Dispatcher, FlushPolicy, MessageStore, Replicator
+from kernel.protocols import Dispatcher, FlushPolicy, MessageStore, Replicator, TruncatableStore
 from kernel.put import PutPipeline, PutStatistics
 
 log = logging.getLogger(__name__)
@@ -80,6 +80,9 @@ class Broker:
     _dispatch: DispatchService | None = attrs.field(default=None, init=False)
     recovery: RecoveryReport | None = attrs.field(default=None, init=False)
     role: BrokerRole = attrs.field(default=BrokerRole.ASYNC_MASTER, init=False)
+    writes_refused: str = attrs.field(default="", init=False)
+    """Why puts are refused although this broker is a master ("" when they are not): a
+    controller-mode master whose lease ran out (fenced), or one not yet confirmed."""
     clean_stop: bool = attrs.field(default=False, init=False)
 
     @classmethod
@@ -186,6 +189,7 @@ class Broker:
                 visible_after_flush=cfg.visible_after_flush,
                 persist_interval=cfg.view_persist_interval,
                 thorough_persist_interval=cfg.view_persist_thorough_interval,
+                confirmed=getattr(replicator, "confirmed", None),
             )
             phases = self._service_phases()
             phases[Phase.DURABILITY] = [
@@ -272,12 +276,13 @@ class Broker:
         slave mode, so putMessage is forbidden"): its log is its master's copy."""
         if self._put is None:
             raise RuntimeError("the broker is not running")
-        if self.role is BrokerRole.SLAVE:
+        if self.role is BrokerRole.SLAVE or self.writes_refused:
             cfg = self.config.broker
             return PutResult(
                 PutStatus.SERVICE_NOT_AVAILABLE,
                 None,
-                f"broker {cfg.broker_name} id {cfg.broker_id} is a SLAVE: send to its master",
+                self.writes_refused
+                or f"broker {cfg.broker_name} id {cfg.broker_id} is a SLAVE: send to its master",
             )
         return await self._put.put(batch)
 
@@ -286,7 +291,7 @@ class Broker:
         they can be (see ``PutPipeline.put_group``); one result per batch, in order."""
         if self._put is None:
             raise RuntimeError("the broker is not running")
-        if self.role is BrokerRole.SLAVE:
+        if self.role is BrokerRole.SLAVE or self.writes_refused:
             return [await self.put(batch) for batch in batches]
         return await self._put.put_group(batches)
 
@@ -295,6 +300,33 @@ class Broker:
         assert self._dispatch is not None
         target = self.store.watermarks().wrote if offset is None else offset
         await self._dispatch.dispatched.wait_reached(target)
+
+    def refuse_writes(self, reason: str) -> None:
+        """Refuse every put with ``reason`` ("" accepts them again) without changing the role."""
+        if reason != self.writes_refused:
+            (log.warning if reason else log.info)(
+                "writes %s", f"refused: {reason}" if reason else "accepted again"
+            )
+        self.writes_refused = reason
+
+    async def truncate_log(self, offset: int) -> int:
+        """Drop the log from ``offset`` on (a replica's divergent tail) with the views that point
+        there, between two dispatch batches; returns where dispatch resumes. Only a SLAVE (no
+        puts) of a store that can (:class:`~kernel.protocols.TruncatableStore`) truncates."""
+        store = self.store
+        if self.role is not BrokerRole.SLAVE or not isinstance(store, TruncatableStore):
+            raise RuntimeError("only a SLAVE on a truncatable store drops its log's tail")
+        assert self._dispatch is not None
+        return await self._dispatch.rewind(lambda: store.truncate(offset))
+
+    async def take_over(self) -> None:
+        """A slave about to become master: wait until dispatch reached the log end, then let the
+        store continue queue offsets from its consume queues."""
+        store = self.store
+        assert self._dispatch is not None
+        await self._dispatch.dispatched.wait_reached(store.positions.wrote.value)
+        if isinstance(store, TruncatableStore):
+            store.take_over()
 
     def change_role(self, role: BrokerRole) -> None:
         """Record a role change (called by the HA plugin) and notify ``trocket_role_changed``."""

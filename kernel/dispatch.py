@@ -8,7 +8,7 @@ reached, so a deleted or new view is rebuilt from the log.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import attrs
@@ -68,7 +68,13 @@ class DispatchService:
     visible_after_flush: bool = False
     persist_interval: float = PERSIST_INTERVAL
     thorough_persist_interval: float = THOROUGH_PERSIST_INTERVAL
+    confirmed: Watermark | None = None
+    """The replicator's confirm offset (controller mode): when set, dispatch stops there, so
+    consumers see only what every SyncStateSet member holds."""
     dispatched: Watermark = attrs.field(factory=Watermark, init=False)
+    _rewound: int | None = attrs.field(default=None, init=False)
+    _lock: trio.Lock = attrs.field(factory=trio.Lock, init=False)
+    _idle: trio.CancelScope | None = attrs.field(default=None, init=False)
     _batches: int = attrs.field(default=0, init=False)
     _records: int = attrs.field(default=0, init=False)
     _errors: int = attrs.field(default=0, init=False)
@@ -78,7 +84,10 @@ class DispatchService:
         self._dispatched_hook = self.ctx.implemented("trocket_records_dispatched")
 
     def limit(self) -> Watermark:
-        """The position dispatch may reach: flushed with ``visible_after_flush``, else wrote."""
+        """The position dispatch may reach: the confirm offset in controller mode, flushed with
+        ``visible_after_flush``, else wrote."""
+        if self.confirmed is not None:
+            return self.confirmed
         positions = self.store.positions
         return positions.flushed if self.visible_after_flush else positions.wrote
 
@@ -106,9 +115,13 @@ class DispatchService:
             limit = self.limit()
             last_batch = -GATHER_INTERVAL
             while True:
+                if self._rewound is not None:
+                    offset, self._rewound = self._rewound, None
                 end = limit.value
                 if offset >= end:
-                    await limit.wait_reached(offset + 1)
+                    with trio.CancelScope() as self._idle:
+                        await limit.wait_reached(offset + 1)
+                    self._idle = None
                     # Woken by a put after idling: let the put's handler answer its client
                     # first (its response is ready or nearly), then dispatch.
                     await trio.lowlevel.checkpoint()
@@ -120,7 +133,9 @@ class DispatchService:
                         end = limit.value
                 last_batch = trio.current_time()
                 try:
-                    offset = await self.dispatch_once(offset, end)
+                    async with self._lock:
+                        if self._rewound is None:
+                            offset = await self.dispatch_once(offset, end)
                 except OSError as error:
                     # A view could not be written (disk full, I/O error). Dispatching is
                     # idempotent, so the same batch is retried; the log itself is intact.
@@ -150,6 +165,19 @@ class DispatchService:
         self._records += len(records)
         self.dispatched.advance(next_offset)
         return next_offset
+
+    async def rewind(self, truncate: Callable[[], None]) -> int:
+        """Run ``truncate`` (which cuts the log and the views) between two batches, then resume
+        from where the views now end; returns that offset. A replica that drops its divergent
+        tail calls this (through ``Broker.truncate_log``)."""
+        async with self._lock:
+            truncate()
+            offset = self.start_offset()
+            self.dispatched.reset(offset)
+            self._rewound = offset
+            if self._idle is not None:
+                self._idle.cancel()
+        return offset
 
     async def drain(self) -> None:
         """Wait until everything visible has been dispatched (used by graceful shutdown)."""

@@ -151,6 +151,23 @@ class ReplicableStore(Protocol):
         reports to its master)."""
 
 
+class TruncatableStore(ReplicableStore, Protocol):
+    """A replicated store whose replicas change roles at run time (controller mode): a demoted
+    master drops the tail its new master does not hold, a promoted slave starts appending."""
+
+    def truncate(self, offset: int) -> None:
+        """Drop every log byte from ``offset`` (a record boundary) on, and every consume-queue
+        and index entry pointing there; durable before it returns.
+
+        :raises kernel.errors.OffsetOutOfRange: ``offset`` is before the oldest file or past
+            the received end.
+        """
+
+    def take_over(self) -> None:
+        """This replica now appends: queue offsets continue from its consume queues (called
+        once dispatch has reached the log end)."""
+
+
 class QueryableStore(MessageStore, Protocol):
     """Lookups the network layer serves to admin tools and clients (both built-in stores
     implement them; a store without them answers those requests with an error)."""

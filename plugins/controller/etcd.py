@@ -21,6 +21,7 @@ import httpx
 import orjson
 
 log = logging.getLogger(__name__)
+logging.getLogger("httpx").setLevel(logging.WARNING)  # one INFO line per etcd call otherwise
 
 
 class EtcdUnavailable(Exception):

@@ -7,22 +7,37 @@
 - ``trocket_configure``: brokerId rules (0 for masters, > 0 for slaves).
 - ``trocket_runtime_figures``: the HA figures ``brokerStatus`` shows.
 
+Controller mode (``[ha] controller_mode = true``, RocketMQ's ``enableControllerMode``): the
+same provider builds an :class:`~plugins.ha.auto_switch.AutoSwitchReplicator`, a
+:class:`~plugins.ha.controller_agent.ControllerAgent` service takes the role the controller
+gives, and ``GET_BROKER_EPOCH_CACHE`` answers the epoch history; see docs/failover.md.
+
 Settings: ``[broker] broker_role`` / ``broker_id`` and ``[ha]``; see docs/ha.md.
 """
 
 from __future__ import annotations
 
-from kernel import ConfigSection, hookimpl
+from typing import Any
+
+import orjson
+
+from kernel import ConfigSection, Phase, ServiceSpec, hookimpl
 from kernel.config import BrokerConfig
 from kernel.context import BrokerContext, StashKey
 from kernel.errors import ConfigError
 from kernel.model import BrokerRole, ReplicatorProvider
+from kernel.providers import RequestHandlerSpec
+from kernel.remoting import Connection, RemotingCommand, RequestCode, ResponseCode
+from plugins.ha.auto_switch import AutoSwitchReplicator
 from plugins.ha.config import PROPERTIES, HaConfig
+from plugins.ha.controller_agent import ControllerAgent
+from plugins.ha.epoch_file import EpochFile
 from plugins.ha.replicator import HaReplicator
 
 __all__ = ["HaConfig", "HaReplicator"]
 
-REPLICATOR = StashKey[HaReplicator]("ha.replicator")
+REPLICATOR = StashKey[HaReplicator | AutoSwitchReplicator]("ha.replicator")
+AGENT = StashKey[ControllerAgent]("ha.controller_agent")
 
 
 @hookimpl
@@ -35,6 +50,24 @@ def trocket_configure(config: BrokerConfig, ctx: BrokerContext) -> None:
     """A slave has ``broker_id`` > 0 and a master 0, as RocketMQ requires; both name the same
     ``broker_name`` so the NameServer pairs them."""
     if "broker" not in config.roles or config.replicator != "ha":
+        return
+    ha = ctx.plugin_config(HaConfig)
+    if ha.controller_mode:
+        if config.broker_id <= 0:
+            raise ConfigError(
+                ctx.config.source,
+                "broker.broker_id",
+                "in controller mode every replica has its own broker_id > 0 (the master registers as 0)",
+            )
+        if config.broker_role is BrokerRole.SLAVE:
+            raise ConfigError(
+                ctx.config.source,
+                "broker.broker_role",
+                "in controller mode broker_role says how a master acknowledges: SYNC_MASTER or ASYNC_MASTER "
+                "(the controller decides who is master)",
+            )
+        if not ha.controller_addr:
+            raise ConfigError(ctx.config.source, "ha.controller_addr", "controller mode needs controllerAddr")
         return
     slave = config.broker_role is BrokerRole.SLAVE
     if slave and config.broker_id == 0:
@@ -50,8 +83,12 @@ def trocket_configure(config: BrokerConfig, ctx: BrokerContext) -> None:
 
 @hookimpl
 def trocket_register_replicators() -> list[ReplicatorProvider]:
-    def make(ctx: BrokerContext, store: object) -> HaReplicator:
-        replicator = HaReplicator.make(ctx, store)  # type: ignore[arg-type]
+    def make(ctx: BrokerContext, store: object) -> HaReplicator | AutoSwitchReplicator:
+        replicator: HaReplicator | AutoSwitchReplicator
+        if ctx.plugin_config(HaConfig).controller_mode:
+            replicator = AutoSwitchReplicator.make(ctx, store)  # type: ignore[arg-type]
+        else:
+            replicator = HaReplicator.make(ctx, store)  # type: ignore[arg-type]
         ctx.stash[REPLICATOR] = replicator
         return replicator
 
@@ -65,6 +102,43 @@ def trocket_register_replicators() -> list[ReplicatorProvider]:
 
 
 @hookimpl
+def trocket_register_services(ctx: BrokerContext) -> list[ServiceSpec]:
+    """Controller mode: the agent that registers, heartbeats and switches roles."""
+    config = ctx.plugin_config(HaConfig)
+    if not config.controller_mode or ctx.broker.replicator != "ha":
+        return []
+
+    def make(runtime: Any) -> ControllerAgent:
+        replicator = ctx.stash[REPLICATOR]
+        assert isinstance(replicator, AutoSwitchReplicator)
+        agent = ControllerAgent(runtime, replicator, EpochFile.load(ctx.data_dir), config.controller_addr)
+        ctx.stash[AGENT] = agent
+        return agent
+
+    return [ServiceSpec("ha.controller_agent", Phase.INGRESS, make, roles=frozenset({"broker"}))]
+
+
+@hookimpl
+def trocket_register_request_handlers(ctx: BrokerContext) -> list[RequestHandlerSpec]:
+    async def epoch_cache(runtime: Any, connection: Connection, request: RemotingCommand) -> RemotingCommand:
+        """``GET_BROKER_EPOCH_CACHE``: this replica's epoch history, each epoch's end included."""
+        agent = ctx.stash.get(AGENT, None)
+        end = runtime.store.positions.wrote.value
+        entries = agent.epochs.entries(end) if agent is not None else []
+        broker = ctx.broker
+        body = {
+            "clusterName": broker.cluster_name,
+            "brokerName": broker.broker_name,
+            "brokerId": broker.broker_id,
+            "epochList": [entry.to_json() for entry in entries],
+            "maxOffset": end,
+        }
+        return request.response(ResponseCode.SUCCESS, body=orjson.dumps(body))
+
+    return [RequestHandlerSpec(RequestCode.GET_BROKER_EPOCH_CACHE, "ha", epoch_cache)]
+
+
+@hookimpl
 def trocket_runtime_figures(ctx: BrokerContext) -> dict[str, str]:
     """The HA figures ``brokerStatus`` shows: on a master its ``haAddress``, the slaves'
     connections, the highest acknowledged offset, slaves in sync and the largest lag in bytes;
@@ -73,6 +147,14 @@ def trocket_runtime_figures(ctx: BrokerContext) -> dict[str, str]:
     if replicator is None:
         return {}
     stats = replicator.statistics()
+    extra = {}
+    if isinstance(replicator, AutoSwitchReplicator):
+        extra = {
+            "haMasterEpoch": str(replicator.master_epoch),
+            "haConfirmOffset": str(replicator.confirmed.value),
+            "haSyncStateSet": ",".join(str(i) for i in sorted(replicator.sync_state_set)),
+            "haFencedPuts": str(replicator.fenced_puts),
+        }
     figures = {"haConnections": str(len(stats.slaves))}
     if stats.address:
         figures["haAddress"] = stats.address
@@ -85,4 +167,4 @@ def trocket_runtime_figures(ctx: BrokerContext) -> dict[str, str]:
         figures["haMasterAddress"] = side.master_address
         figures["haConnected"] = str(side.connected).lower()
         figures["haReceivedEnd"] = str(side.received_end)
-    return figures
+    return {**figures, **extra}

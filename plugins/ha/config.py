@@ -45,6 +45,28 @@ class HaConfig:
     reconnect_interval: float = fields.duration("5s")
     """How long a slave waits before connecting again after a failure."""
 
+    # --- controller mode (automatic failover, docs/failover.md) ---------------------------
+    controller_mode: bool = fields.boolean(False)
+    """``enableControllerMode``: the controller decides which replica is master. Every replica
+    has a distinct ``broker_id`` > 0 (the master registers with the NameServers as 0) and its
+    ``broker_role`` says how a put is acknowledged while it is master (SYNC_MASTER: once every
+    SyncStateSet member holds it; ASYNC_MASTER: at once)."""
+    controller_addr: tuple[str, ...] = fields.string_list(())
+    """``controllerAddr``: the controllers (``host:port``, ``;``-separated); any may answer."""
+    controller_heartbeat_interval: float = fields.duration("1s")
+    """``brokerHeartbeatInterval``: how often a replica heartbeats (renewing its lease)."""
+    fence_margin: float = fields.duration("1s")
+    """A master stops acknowledging writes this long before its lease can expire, counted
+    from when it sent the last heartbeat the controller answered (so clock rates may differ a
+    little between hosts without two masters acknowledging at once)."""
+    max_time_slave_not_catchup: float = fields.duration("15s")
+    """``haMaxTimeSlaveNotCatchup``: a SyncStateSet member not caught up for this long is
+    removed from the set (puts stop waiting for it); it rejoins once caught up."""
+    sync_state_set_check_interval: float = fields.duration("1s")
+    """How often a master checks whether to shrink or grow its SyncStateSet."""
+    election_priority: int = fields.integer(0, minimum=0)
+    """``electionPriority``: among equally up-to-date candidates, lower is elected first."""
+
 
 PROPERTIES = {
     "haListenPort": rocketmq.integer_alias("listen_port", "a TCP port"),
@@ -57,6 +79,11 @@ PROPERTIES = {
     "haMaxGapNotInSync": rocketmq.integer_alias("max_gap_not_in_sync", "bytes"),
     "haSlaveFallbehindMax": rocketmq.integer_alias("max_gap_not_in_sync", "bytes"),
     "syncFlushTimeout": rocketmq.milliseconds_alias("sync_timeout"),
+    "enableControllerMode": rocketmq.boolean_alias("controller_mode"),
+    "controllerAddr": rocketmq.PropertyAlias("controller_addr", rocketmq.text, "host:port;host:port"),
+    "brokerHeartbeatInterval": rocketmq.milliseconds_alias("controller_heartbeat_interval"),
+    "haMaxTimeSlaveNotCatchup": rocketmq.milliseconds_alias("max_time_slave_not_catchup"),
+    "electionPriority": rocketmq.integer_alias("election_priority", "an integer"),
 }
 """The RocketMQ ``broker.properties`` keys of ``[ha]`` (``syncFlushTimeout`` also bounds a
 SYNC_MASTER's wait for its slave, as in RocketMQ)."""

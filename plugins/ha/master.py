@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import math
+from collections.abc import Callable
 from typing import Any
 
 import attrs
@@ -56,12 +57,21 @@ class SlaveConnection:
     ack_offset: int = -1
     transferred: int = 0
     connected_at: float = attrs.field(factory=trio.current_time)
+    broker_id: int | None = None
+    """The slave's broker id (controller mode: from its hello)."""
     _last_report: float = attrs.field(factory=trio.current_time, init=False)
     _reported: trio.Event = attrs.field(factory=trio.Event, init=False)
     close_reason: str = ""
+    _scope: trio.CancelScope | None = attrs.field(default=None, init=False)
+
+    def drop(self, reason: str) -> None:
+        """Close this connection (the master stepped down)."""
+        if self._scope is not None:
+            self._close(self._scope, reason)
 
     async def serve(self) -> None:
         async with trio.open_nursery() as nursery:
+            self._scope = nursery.cancel_scope
             nursery.start_soon(self._read_reports, nursery.cancel_scope)
             nursery.start_soon(self._write_frames, nursery.cancel_scope)
             nursery.start_soon(self._housekeep, nursery.cancel_scope)
@@ -73,7 +83,7 @@ class SlaveConnection:
         scope.cancel()
 
     async def _read_reports(self, scope: trio.CancelScope) -> None:
-        decoder = ReportDecoder()
+        decoder = ReportDecoder(expect_hello=self.server.expect_hello)
         while True:
             try:
                 data = await self.stream.receive_some(RECEIVE_CHUNK)
@@ -89,12 +99,15 @@ class SlaveConnection:
                 self._close(scope, f"malformed report: {error}", error=True)
                 return
             self._last_report = trio.current_time()
+            self.broker_id = decoder.broker_id
             if offset is not None:
                 first = self.ack_offset < 0
                 self.ack_offset = offset
                 if first:
                     self._reported.set()
                 self.server.acknowledged(offset)
+                if self.server.on_ack is not None:
+                    self.server.on_ack(self)
 
     async def _housekeep(self, scope: trio.CancelScope) -> None:
         interval = self.server.config.housekeeping_interval
@@ -107,6 +120,9 @@ class SlaveConnection:
 
     async def _write_frames(self, scope: trio.CancelScope) -> None:
         await self._reported.wait()
+        if not self.server.serving:
+            self._close(scope, "this broker is not the master now", error=True)
+            return
         start, refusal = self.server.start_offset(self.ack_offset)
         if refusal:
             # No data for this slave: tell it where the master's log is (the slave logs the
@@ -194,6 +210,12 @@ class HaServer:
     acked: Watermark = attrs.field(factory=Watermark, init=False)
     """The highest offset any connected slave holds (``push2SlaveMaxOffset``)."""
     connections: list[SlaveConnection] = attrs.field(factory=list, init=False)
+    expect_hello: bool = False
+    """Controller mode: slaves name themselves first (see :mod:`plugins.ha.wire`)."""
+    serving: bool = True
+    """Whether slaves are served (controller mode: only while this broker is master)."""
+    on_ack: Callable[[SlaveConnection], None] | None = None
+    """Called after every report (controller mode: the SyncStateSet's confirm offset)."""
 
     @property
     def address(self) -> str:

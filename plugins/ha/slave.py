@@ -20,7 +20,7 @@ from kernel.errors import ReplicaMismatch, StoreNotWritable
 from kernel.protocols import ReplicableStore
 from kernel.remoting.tls import open_client_stream
 from plugins.ha.config import HaConfig
-from plugins.ha.wire import HaFrameError, TransferDecoder, encode_report
+from plugins.ha.wire import HaFrameError, TransferDecoder, encode_hello, encode_report
 
 log = logging.getLogger(__name__)
 
@@ -58,12 +58,21 @@ class HaClient:
     last_error: str = ""
     tls: ssl.SSLContext | None = None
     """TLS to the master's HA port (``tls.enable``)."""
+    hello_id: int | None = None
+    """Controller mode: this replica's broker id, sent first (see :mod:`plugins.ha.wire`)."""
     _address_changed: trio.Event = attrs.field(factory=trio.Event, init=False)
     _send_lock: trio.Lock = attrs.field(factory=trio.Lock, init=False)
 
     def __attrs_post_init__(self) -> None:
         if self.config.master_address:
             self.master_address = self.config.master_address
+
+    def follow(self, ha_address: str) -> None:
+        """Replicate from ``ha_address`` from now on (controller mode: the controller named it)."""
+        if ha_address != self.master_address:
+            log.info("HA: following master %s", ha_address)
+            self.master_address = ha_address
+            self._address_changed.set()
 
     def set_master(self, ha_address: str) -> None:
         """The master's HA address, as the NameServer named it (ignored when configured)."""
@@ -114,6 +123,8 @@ class HaClient:
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(self._heartbeats, stream)
                 try:
+                    if self.hello_id is not None:
+                        await stream.send_all(encode_hello(self.hello_id))
                     await self._report(stream)
                     await self._receive(stream)
                 except _Dropped as dropped:

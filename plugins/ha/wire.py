@@ -4,6 +4,12 @@ Slave to master: an 8-byte big-endian offset, the end of the slave's commit log 
 Master to slave: a 12-byte header, 8-byte offset of the first byte and 4-byte length, then that
 many commit-log bytes; a length of 0 is a heartbeat. There is no handshake and no error frame:
 a master that cannot serve a slave says so by the offset it sends and closes the connection.
+
+Controller mode adds one frame, first on the slave's side: a 16-byte hello, ``-1`` then the
+slave's broker id (two big-endian longs), so the master knows which SyncStateSet member acks
+(RocketMQ 4.x masters would refuse it as a negative offset; only controller-mode masters expect
+it). Epoch histories are compared before the connection, over the broker port
+(``GET_BROKER_EPOCH_CACHE``).
 """
 
 from __future__ import annotations
@@ -14,6 +20,8 @@ import attrs
 
 REPORT = struct.Struct(">q")
 HEADER = struct.Struct(">qi")
+HELLO = struct.Struct(">qq")
+HELLO_MARK = -1
 
 
 class HaFrameError(ValueError):
@@ -24,6 +32,10 @@ def encode_report(offset: int) -> bytes:
     return REPORT.pack(offset)
 
 
+def encode_hello(broker_id: int) -> bytes:
+    return HELLO.pack(HELLO_MARK, broker_id)
+
+
 def encode_header(offset: int, size: int) -> bytes:
     return HEADER.pack(offset, size)
 
@@ -32,15 +44,26 @@ def encode_header(offset: int, size: int) -> bytes:
 class ReportDecoder:
     """Splits a slave's byte stream into reported offsets (only the newest matters)."""
 
+    expect_hello: bool = False
+    """Controller mode: the stream begins with a hello naming the slave's broker id."""
+    broker_id: int | None = None
     _buffer: bytearray = attrs.field(factory=bytearray, init=False)
 
     def feed(self, data: bytes) -> int | None:
         """The last complete report in ``data`` (with what was buffered), or None.
 
-        :raises HaFrameError: a negative offset.
+        :raises HaFrameError: a negative offset, or a missing or malformed hello.
         """
         buffer = self._buffer
         buffer += data
+        if self.expect_hello and self.broker_id is None:
+            if len(buffer) < HELLO.size:
+                return None
+            mark, broker_id = HELLO.unpack_from(buffer)
+            if mark != HELLO_MARK or broker_id <= 0:
+                raise HaFrameError("a controller-mode master expects a slave's hello (its broker id) first")
+            self.broker_id = int(broker_id)
+            del buffer[: HELLO.size]
         whole = len(buffer) - len(buffer) % REPORT.size
         if not whole:
             return None

@@ -15,6 +15,7 @@ from kernel.clients import CLIENT_DIRECTORY
 from kernel.consumer_progress import CONSUMER_PROGRESS
 from kernel.context import BrokerContext, BrokerRuntime
 from kernel.dispatch_batch import queue_keys
+from kernel.model import BrokerRole
 from kernel.topics import TOPIC_DIRECTORY
 from plugins.remoting.config import PROPERTIES, RemotingConfig
 from plugins.remoting.service import NETWORK, BrokerNetwork
@@ -38,6 +39,15 @@ def trocket_register_services(ctx: BrokerContext) -> list[ServiceSpec]:
         return network
 
     return [ServiceSpec("remoting", Phase.INGRESS, make)]
+
+
+@hookimpl
+def trocket_role_changed(previous: BrokerRole, current: BrokerRole, ctx: BrokerContext) -> None:
+    """A replica promoted or demoted (controller mode): register with the NameServers at once
+    under the id of the new role (0 for the master), so clients' routes follow."""
+    network = ctx.stash.get(NETWORK, None)
+    if network is not None:
+        network.role_changed(current)
 
 
 @hookimpl

@@ -20,6 +20,11 @@ log = logging.getLogger(__name__)
 REQUEST_TIMEOUT = 3.0
 
 
+async def _first(event: trio.Event, scope: trio.CancelScope) -> None:
+    await event.wait()
+    scope.cancel()
+
+
 @attrs.define(eq=False)
 class NameServerRegistration:
     namesrv_addrs: tuple[str, ...]
@@ -40,6 +45,14 @@ class NameServerRegistration:
     failures: int = 0
     last_error: str = ""
     _client: RemotingClient | None = None
+    _poked: trio.Event = attrs.field(factory=trio.Event)
+
+    def register_now(self, broker_id: int) -> None:
+        """Register again at once, as ``broker_id`` (a replica changed role in controller mode)."""
+        if broker_id == 0:
+            self.master_addr = ""
+        self.broker_id = broker_id
+        self._poked.set()
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         async with self.outgoing.open() as client:
@@ -52,8 +65,12 @@ class NameServerRegistration:
             task_status.started()
             while True:
                 with trio.move_on_after(self.period):
-                    await changed.wait()
+                    async with trio.open_nursery() as wait:
+                        for event in (changed, self._poked):
+                            wait.start_soon(_first, event, wait.cancel_scope)
                 changed = self.topics.changed
+                if self._poked.is_set():
+                    self._poked = trio.Event()
                 await self.register_all()
 
     async def register_all(self) -> None:

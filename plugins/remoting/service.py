@@ -165,7 +165,7 @@ class BrokerNetwork:
             )
             if broker.namesrv_addr:
                 await nursery.start(self.registration.run)
-            if self.runtime.role is BrokerRole.SLAVE:
+            if self.runtime.role is BrokerRole.SLAVE or self._controller_mode():
                 nursery.start_soon(SlaveSynchronizer(self).run)
             nursery.start_soon(self._persist_offsets_loop)
             nursery.start_soon(self._expire_channels_loop)
@@ -200,6 +200,15 @@ class BrokerNetwork:
                 log.warning(
                     "client %s dropped: no heartbeat for %.0fs", client_id, self.config.channel_expiry
                 )
+
+    def _controller_mode(self) -> bool:
+        """Whether this broker's role may change at run time (a replicator that confirms)."""
+        return getattr(self.runtime.replicator, "confirmed", None) is not None
+
+    def role_changed(self, role: BrokerRole) -> None:
+        if self.registration is not None:
+            broker_id = 0 if role is not BrokerRole.SLAVE else self.runtime.ctx.broker.broker_id
+            self.registration.register_now(broker_id)
 
     def _ha_address(self) -> str:
         replicator = self.runtime.replicator

@@ -40,7 +40,7 @@ class SlaveSynchronizer:
         async with self.net.outgoing.open() as client:
             while True:
                 master = self.net.registration.master_addr if self.net.registration else ""
-                if master:
+                if master and self.net.is_slave:
                     try:
                         await self.sync_once(client, master)
                     except (RemotingError, ValueError, KeyError, TypeError) as error:

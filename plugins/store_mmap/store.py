@@ -18,7 +18,7 @@ import trio
 
 from kernel import record
 from kernel.context import BrokerContext
-from kernel.errors import FlushError, StoreNotWritable
+from kernel.errors import FlushError, OffsetOutOfRange, StoreNotWritable
 from kernel.model import AppendResult, DispatchRecord, Message, QueueEntry, RecoveryReport, Watermarks
 from kernel.queue_entries import QueueEntries
 from kernel.sync import LogPositions
@@ -181,6 +181,46 @@ class MmapStore:
 
     def received_end(self) -> int:
         return self.commit_log.append_end
+
+    # --- role changes (kernel.protocols.TruncatableStore) -------------------------------------
+
+    def truncate(self, offset: int) -> None:
+        """Drop the log from ``offset`` on (a demoted master's divergent tail), with the consume
+        queue and index entries pointing there. The cut bytes of the file holding ``offset`` are
+        zeroed and flushed first: recovery scans to the first invalid record, and must not find
+        the dropped records again after a crash."""
+        commit_log = self.commit_log
+        files = commit_log.files
+        end = commit_log.append_end
+        oldest = files.min_offset if files.files else 0
+        if offset > end or offset < oldest:
+            raise OffsetOutOfRange(f"cannot truncate the log at {offset}: it holds [{oldest}, {end})")
+        if offset == end:
+            return
+        for mapped in files.files:
+            position = offset - mapped.start
+            if 0 <= position < mapped.wrote:
+                mapped.buffer[position : mapped.wrote] = bytes(mapped.wrote - position)
+                mapped.buffer.flush()
+        files.truncate(offset)
+        commit_log.reset_end(offset)
+        dropped = sum(queue.truncate_beyond(offset) for queue in self.queues.queues.values())
+        self.queues.set_dispatched(min(self.queues.dispatched_offset(), offset))
+        if self.index is not None:
+            self.index.drop_beyond(offset)
+            self.index.set_dispatched(min(self.index.dispatched_offset(), offset))
+        self.checkpoint.dispatched_offset = min(self.checkpoint.dispatched_offset, offset)
+        self.checkpoint.save(self.checkpoint_path)
+        log.warning(
+            "log truncated at %d: %d bytes and %d consume-queue entries dropped",
+            offset,
+            end - offset,
+            dropped,
+        )
+
+    def take_over(self) -> None:
+        """Appends continue each queue where its consume queue ends (dispatch reached the end)."""
+        self.commit_log.queue_offsets = {key: q.max_queue_offset for key, q in self.queues.queues.items()}
 
     def watermarks(self) -> Watermarks:
         committed = self.positions.wrote.value
