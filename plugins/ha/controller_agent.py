@@ -270,7 +270,8 @@ class ControllerAgent:
             await runtime.truncate_log(wrote)  # half a record from the old master
         await runtime.take_over()
         end = store.positions.wrote.value
-        await trio.to_thread.run_sync(self.epochs.append, view.master_epoch, end)
+        if self.epochs.last_epoch != view.master_epoch:  # not a restart within its own epoch
+            await trio.to_thread.run_sync(self.epochs.append, view.master_epoch, end)
         self.following = None
         self.replicator.become_master(view.master_epoch, view.sync_state_set, view.sync_state_set_epoch)
         runtime.refuse_writes("")
