@@ -256,6 +256,33 @@ class AdminClient:
         """RocketMQ 5's ``HARuntimeInfo`` of a broker (``GET_BROKER_HA_STATUS``)."""
         return dict(json.loads((await self.call(broker_addr, RequestCode.GET_BROKER_HA_STATUS)).body))
 
+    # --- controller mode ---------------------------------------------------------------------
+
+    async def controller_metadata(self, controller_addr: str) -> dict[str, str]:
+        """``CONTROLLER_GET_METADATA_INFO``: the leading controller, the peers, this one's role."""
+        return dict((await self.call(controller_addr, RequestCode.CONTROLLER_GET_METADATA_INFO)).ext)
+
+    async def sync_state_data(self, controller_addr: str, broker_names: Sequence[str] = ()) -> dict[str, Any]:
+        """``CONTROLLER_GET_SYNC_STATE_DATA``: each broker set's master, epochs and replicas in and
+        out of its SyncStateSet (every set when ``broker_names`` is empty)."""
+        body = json.dumps(list(broker_names)).encode()
+        response = await self.call(controller_addr, RequestCode.CONTROLLER_GET_SYNC_STATE_DATA, body=body)
+        return dict(json.loads(response.body)["replicasInfoTable"])
+
+    async def broker_epochs(self, broker_addr: str) -> dict[str, Any]:
+        """``GET_BROKER_EPOCH_CACHE``: a replica's epoch history and log end."""
+        return dict(json.loads((await self.call(broker_addr, RequestCode.GET_BROKER_EPOCH_CACHE)).body))
+
+    async def elect_master(
+        self, controller_addr: str, cluster: str, broker_name: str, broker_id: int | None
+    ) -> dict[str, str]:
+        """``CONTROLLER_ELECT_MASTER``: move the master to ``broker_id`` (or elect one when the
+        master is dead and no id is given)."""
+        ext: dict[str, object] = {"clusterName": cluster, "brokerName": broker_name}
+        if broker_id is not None:
+            ext |= {"brokerId": broker_id, "designateElect": True}
+        return dict((await self.call(controller_addr, RequestCode.CONTROLLER_ELECT_MASTER, ext)).ext)
+
     async def broker_runtime_info(self, broker_addr: str) -> dict[str, str]:
         return dict(
             json.loads((await self.call(broker_addr, RequestCode.GET_BROKER_RUNTIME_INFO)).body)["table"]

@@ -80,6 +80,31 @@ def add_parsers(sub: Any) -> None:
     target.add_argument("-b", "--brokerAddr", help="one broker ip:port")
     target.add_argument("-c", "--clusterName", help="every broker of a cluster")
 
+    p = command(
+        "getControllerMetaData",
+        "the controllers: leader, peers (controller mode)",
+        controller_metadata,
+        _print_table,
+    )
+    p.add_argument("-a", "--controllerAddress", required=True)
+
+    p = command("getSyncStateSet", "broker sets' masters and SyncStateSets", sync_state_set, _print_table)
+    p.add_argument("-a", "--controllerAddress", required=True)
+    p.add_argument(
+        "-b", "--brokerName", action="append", default=[], help="a broker set (repeat; default all)"
+    )
+
+    p = command(
+        "getBrokerEpoch", "the epoch history of each replica of a broker set", broker_epoch, _print_table
+    )
+    p.add_argument("-b", "--brokerName", required=True)
+
+    p = command("electMaster", "elect a broker set's master (controller mode)", elect_master, _print_table)
+    p.add_argument("-a", "--controllerAddress", required=True)
+    p.add_argument("-c", "--clusterName", default="DefaultCluster")
+    p.add_argument("-b", "--brokerName", required=True)
+    p.add_argument("-i", "--brokerId", type=int, help="the replica to make master (default: any in the set)")
+
     p = command("queryMsgById", "a message by its offset message id", query_by_id, _print_messages)
     p.add_argument("-i", "--msgId", required=True)
 
@@ -328,6 +353,65 @@ async def cluster_list(client: AdminClient, args: argparse.Namespace) -> list[di
 async def broker_status(client: AdminClient, args: argparse.Namespace) -> list[dict[str, Any]]:
     info = await client.broker_runtime_info(args.brokerAddr)
     return [{"#Key": key, "#Value": value} for key, value in sorted(info.items())]
+
+
+async def controller_metadata(client: AdminClient, args: argparse.Namespace) -> list[dict[str, Any]]:
+    meta = await client.controller_metadata(args.controllerAddress)
+    return [{"#Key": key, "#Value": value} for key, value in sorted(meta.items())]
+
+
+async def sync_state_set(client: AdminClient, args: argparse.Namespace) -> list[dict[str, Any]]:
+    """One row per replica: its set, whether it is master, in the SyncStateSet, alive."""
+    table = await client.sync_state_data(args.controllerAddress, args.brokerName)
+    rows = []
+    for name, info in sorted(table.items()):
+        replicas = [(r, True) for r in info["inSyncReplicas"]] + [
+            (r, False) for r in info["notInSyncReplicas"]
+        ]
+        for replica, in_sync in sorted(replicas, key=lambda pair: pair[0]["brokerId"]):
+            rows.append(
+                {
+                    "#BrokerName": name,
+                    "#BrokerId": replica["brokerId"],
+                    "#Address": replica["brokerAddress"],
+                    "#Master": replica["brokerId"] == info["masterBrokerId"],
+                    "#MasterEpoch": info["masterEpoch"],
+                    "#InSyncStateSet": in_sync,
+                    "#SyncStateSetEpoch": info["syncStateSetEpoch"],
+                    "#Alive": replica["alive"],
+                }
+            )
+    return rows
+
+
+async def broker_epoch(client: AdminClient, args: argparse.Namespace) -> list[dict[str, Any]]:
+    """One row per epoch of each replica of the broker set the NameServer lists."""
+    info = await client.cluster_info()
+    entry = info["brokerAddrTable"].get(args.brokerName)
+    if entry is None:
+        raise AdminError(f"broker set {args.brokerName!r} is unknown to the NameServer")
+    rows = []
+    for broker_id, address in sorted(entry["brokerAddrs"].items(), key=lambda pair: int(pair[0])):
+        cache = await client.broker_epochs(address)
+        for epoch in cache["epochList"] or [{}]:
+            rows.append(
+                {
+                    "#Broker": address,
+                    "#BrokerId": cache.get("brokerId", broker_id),
+                    "#Epoch": epoch.get("epoch", ""),
+                    "#StartOffset": epoch.get("startOffset", ""),
+                    "#EndOffset": epoch.get("endOffset", ""),
+                    "#MaxOffset": cache.get("maxOffset", ""),
+                }
+            )
+    return rows
+
+
+async def elect_master(client: AdminClient, args: argparse.Namespace) -> list[dict[str, Any]]:
+    answer = await client.elect_master(
+        args.controllerAddress, args.clusterName, args.brokerName, args.brokerId
+    )
+    return [{"#Key": key, "#Value": value} for key, value in sorted(answer.items())]
 
 
 async def ha_status(client: AdminClient, args: argparse.Namespace) -> list[dict[str, Any]]:
