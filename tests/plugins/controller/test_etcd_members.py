@@ -72,7 +72,7 @@ async def test_etcd_member_loss_and_total_outage(tmp_path: Path):
             cluster.replicas[master].kill()
             new = await cluster.wait_master(not_id=master, timeout=60)
             with trio.fail_after(30):
-                while not await send_ok(producer, b"after one etcd member died"):
+                while not await send_ok(producer, b"after one etcd member died"):  # noqa: ASYNC110 - retries a send
                     await trio.sleep(0.2)
             await trio.to_thread.run_sync(cluster.restart, master)
             await cluster.wait_master(in_set=2)
