@@ -151,6 +151,7 @@ class ReplicableStore(Protocol):
         reports to its master)."""
 
 
+@runtime_checkable
 class TruncatableStore(ReplicableStore, Protocol):
     """A replicated store whose replicas change roles at run time (controller mode): a demoted
     master drops the tail its new master does not hold, a promoted slave starts appending."""

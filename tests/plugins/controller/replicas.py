@@ -13,7 +13,7 @@ import trio
 
 from kernel.remoting import RemotingClient, RemotingCommand, RequestCode, ResponseCode
 from tests.plugins.controller.etcd_cluster import EtcdCluster, etcd_cluster
-from tests.plugins.controller.test_controller import start_controller
+from tests.plugins.controller.test_controller import TEST_TIMINGS, start_controller
 from tests.plugins.ha.processes import HaCluster, Process
 
 BROKER_NAME = "broker-a"
@@ -30,14 +30,16 @@ class ReplicaCluster:
     def controller_addrs(self) -> list[str]:
         return [c.addr for c in self.controllers]
 
-    def start_replica(self, broker_id: int, role: str = "SYNC_MASTER", ha: str = "") -> Process:
+    def start_replica(
+        self, broker_id: int, role: str = "SYNC_MASTER", ha: str = "", catchup: str = "3s"
+    ) -> Process:
         process = self.ha.start_broker(
             f"replica{broker_id}",
             role,
             broker_id,
             extra=f'broker_name = "{BROKER_NAME}"',
             ha=f"controller_mode = true\ncontroller_addr = {orjson.dumps(self.controller_addrs).decode()}\n"
-            f'max_time_slave_not_catchup = "3s"\n{ha}',
+            f'max_time_slave_not_catchup = "{catchup}"\n{ha}',
         )
         self.replicas[broker_id] = process
         return process
@@ -86,13 +88,15 @@ class ReplicaCluster:
 
 
 @contextmanager
-def replica_cluster(root: Path, *, etcd_members: int = 1, controllers: int = 1) -> Iterator[ReplicaCluster]:
+def replica_cluster(
+    root: Path, *, etcd_members: int = 1, controllers: int = 1, timings: str = TEST_TIMINGS
+) -> Iterator[ReplicaCluster]:
     with etcd_cluster(root, etcd_members) as etcd:
         ha = HaCluster(root)
         cluster = ReplicaCluster(ha, etcd)
         try:
             for i in range(controllers):
-                cluster.controllers.append(start_controller(root, f"controller{i}", etcd))
+                cluster.controllers.append(start_controller(root, f"controller{i}", etcd, timings))
             ha.processes.extend(cluster.controllers)
             ha.start_namesrv()
             yield cluster
