@@ -43,21 +43,25 @@ BODY = b"x" * 120
 DEFAULT_TIMINGS = ""  # the controller's own defaults
 
 
-async def load(namesrv: str, producers: int, stop: trio.Event, acked: dict[bytes, float]) -> None:
-    """``producers`` senders until ``stop``; each acknowledged body with when it was acked."""
+async def load(
+    namesrv: str, producers: int, stop: trio.Event, acked: dict[bytes, tuple[float, float]]
+) -> None:
+    """``producers`` senders until ``stop``; each acknowledged body with when its send began
+    and when it was acknowledged."""
     producer = Producer("bench-failover", namesrv_addr=namesrv, send_timeout=3.0)
 
     async def sender(p: int) -> None:
         i = 0
         while not stop.is_set():
             body = b"%d-%d-" % (p, i) + BODY
+            began = time.monotonic()
             try:
                 result = await producer.send(Message(TOPIC, body))
             except ClientError:
                 await trio.sleep(0.02)
                 continue
             if result.status.name == "SEND_OK":
-                acked[body] = time.monotonic()
+                acked[body] = (began, time.monotonic())
                 i += 1
 
     async with producer, trio.open_nursery() as nursery:
@@ -66,7 +70,7 @@ async def load(namesrv: str, producers: int, stop: trio.Event, acked: dict[bytes
 
 
 async def throughput(namesrv: str, producers: int, seconds: float) -> float:
-    acked: dict[bytes, float] = {}
+    acked: dict[bytes, tuple[float, float]] = {}
     stop = trio.Event()
     async with trio.open_nursery() as nursery:
         nursery.start_soon(load, namesrv, producers, stop, acked)
@@ -87,7 +91,7 @@ async def failover_run(
         await cluster.wait_master(in_set=3, timeout=120)
         rate = await throughput(cluster.ha.namesrv_addr, producers, seconds)
         print(f"controller mode (3 replicas, SYNC_MASTER): {rate:,.0f} msgs/s", flush=True)
-        acked: dict[bytes, float] = {}
+        acked: dict[bytes, tuple[float, float]] = {}
         stop = trio.Event()
         rtos: list[float] = []
         async with trio.open_nursery() as nursery:
@@ -97,10 +101,12 @@ async def failover_run(
                 await trio.sleep(0.5)
                 killed_at = time.monotonic()
                 cluster.replicas[master].kill()
-                while not any(t > killed_at for t in list(acked.values())[-producers * 4 :]):  # noqa: ASYNC110
+                # The first acknowledgement of a send begun after the kill (one begun before may
+                # have been answered by the old master just before it died).
+                recent = lambda: list(acked.values())[-producers * 4 :]  # noqa: E731
+                while not (after := [done for began, done in recent() if began > killed_at]):  # noqa: ASYNC110
                     await trio.sleep(0.01)
-                first = min(t for t in list(acked.values())[-producers * 4 :] if t > killed_at)
-                rtos.append(first - killed_at)
+                rtos.append(min(after) - killed_at)
                 new = await cluster.wait_master(not_id=master, timeout=120)
                 print(f"kill {kill + 1}/{kills}: master {master} -> {new}, RTO {rtos[-1]:.2f} s", flush=True)
                 await trio.to_thread.run_sync(cluster.restart, master)

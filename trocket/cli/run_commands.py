@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import argparse
 import logging
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +16,7 @@ from kernel import Broker, Config
 from kernel.lifecycle import run_until_signalled
 from kernel.plugin import available_plugins
 from trocket.cli.assembly import describe_broker, embedded, load, security_warnings
+from trocket.cli.auto_failover import ETCD_CLIENT, EtcdMissing, auto_replicas, start_local_etcd
 from trocket.cli.defaults import TROCKET_DEFAULTS
 
 log = logging.getLogger("trocket")
@@ -47,9 +50,10 @@ def add_parsers(sub: Any) -> None:
     )
     up.add_argument(
         "--ha",
-        choices=["sync", "async"],
+        choices=["sync", "async", "auto"],
         help="also run a slave: master (SYNC_MASTER or ASYNC_MASTER) on 10911, HA port 10912, slave "
-        "on 10921; data under DATA_DIR/master and DATA_DIR/slave",
+        "on 10921; data under DATA_DIR/master and DATA_DIR/slave. 'auto': automatic failover, a "
+        "local etcd, a controller (9878) and three replicas (10911, 10921, 10931); see docs/failover.md",
     )
     up.set_defaults(handler=cmd_up)
 
@@ -77,6 +81,8 @@ CONSOLE_PLUGIN = "console"
 
 def cmd_up(args: argparse.Namespace) -> int:
     roles = ["broker", "namesrv"]
+    if args.ha == "auto":
+        return up_auto(args)
     if args.ha:
         configs = ha_pair(args.ha, args.config, args.data_dir, args.metrics_port, args.console_port)
         return serve(*[Broker.assemble(config) for config in configs])
@@ -91,6 +97,34 @@ def cmd_up(args: argparse.Namespace) -> int:
             tables=_served_tables(args.metrics_port, args.console_port),
         )
     return serve(Broker.assemble(config))
+
+
+def up_auto(args: argparse.Namespace) -> int:
+    """``--ha auto``: etcd as a child process, the rest in this one (see auto_failover)."""
+    if args.config:
+        print("trocket up --ha auto uses its built-in configuration; drop -c", file=sys.stderr)
+        return 2
+    root = Path(args.data_dir or "data")
+    try:
+        etcd = start_local_etcd(root / "etcd")
+    except (EtcdMissing, RuntimeError) as error:
+        print(f"trocket up --ha auto: {error}", file=sys.stderr)
+        return 2
+    print(f"etcd: http://{ETCD_CLIENT} (data under {root / 'etcd'})", flush=True)
+    plugins = _installed(TROCKET_DEFAULTS.plugins)
+    replication = TROCKET_DEFAULTS.replication_plugin
+    plugins += [replication] if replication and replication not in plugins else []
+    first = _served_tables(args.metrics_port, args.console_port)
+    try:
+        served = _with_served(plugins, args.metrics_port, args.console_port)
+        configs = auto_replicas(root, plugins, served, first)
+        return serve(*[Broker.assemble(config) for config in configs])
+    finally:
+        etcd.terminate()
+        try:
+            etcd.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            etcd.kill()
 
 
 def _installed(names: tuple[str, ...] | list[str]) -> list[str]:
