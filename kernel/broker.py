@@ -82,7 +82,7 @@ class Broker:
     role: BrokerRole = attrs.field(default=BrokerRole.ASYNC_MASTER, init=False)
     writes_refused: str = attrs.field(default="", init=False)
     """Why puts are refused although this broker is a master ("" when they are not): a
-    controller-mode master whose lease ran out (fenced), or one not yet confirmed."""
+    controller-mode master whose lease ran out (fenced)."""
     clean_stop: bool = attrs.field(default=False, init=False)
 
     @classmethod
