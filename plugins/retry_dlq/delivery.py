@@ -10,7 +10,7 @@ import attrs
 
 from kernel import record
 from kernel.context import BrokerRuntime
-from kernel.model import MessageBatch, PutStatus, QueueEntry
+from kernel.model import BrokerRole, MessageBatch, PutStatus, QueueEntry
 from kernel.protocols import MessageStore
 from plugins.retry_dlq.parking import unpark
 
@@ -50,6 +50,9 @@ async def deliver_parked(runtime: BrokerRuntime, entries: Sequence[QueueEntry]) 
     delivered message by message so one bad message does not hold the others back; what is
     still refused is logged and dropped.
     """
+    if runtime.role is BrokerRole.SLAVE:
+        # A controller-mode replica runs its schedules while a slave: its master delivers.
+        return Delivery(False)
     if not entries:
         return Delivery(True)
     raw = await runtime.store.read_records(entries)
