@@ -218,6 +218,7 @@ class ControllerService:
             _int(ext, "maxOffset", 0),
             _int(ext, "confirmOffset", 0),
             _int(ext, "electionPriority", 0),
+            parse_bool(ext.get("asyncLearner")),
         )
         replicas, lease = await self.controller.register(
             ext.get("clusterName", ""), broker_name, broker_id, address, ext.get("haAddress", ""), live
@@ -244,6 +245,7 @@ class ControllerService:
             _int(ext, "maxOffset", 0),
             _int(ext, "confirmOffset", 0),
             _int(ext, "electionPriority", 0),
+            parse_bool(ext.get("asyncLearner")),
         )
         replicas, ttl = await self.controller.heartbeat(broker_name, _int(ext, "leaseId", 0), live)
         return request.response(

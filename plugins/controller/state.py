@@ -86,6 +86,8 @@ class BrokerLive:
     confirm_offset: int = 0
     election_priority: int = 0
     """Lower is preferred among equally up-to-date candidates (``electionPriority``)."""
+    async_learner: bool = False
+    """An async learner is never elected (``asyncLearner``)."""
 
     def to_json(self) -> bytes:
         return orjson.dumps(attrs.asdict(self))
@@ -117,11 +119,15 @@ def choose_master(
     Candidates are alive members of the SyncStateSet (every one of them holds every confirmed
     message); among them the most up to date by (epoch, max offset) wins, then the lowest
     ``electionPriority``, then the lowest id. A set that was never formed (a new broker set)
-    admits every alive replica. Outside the set only with ``allow_unclean``
-    (``enableElectUncleanMaster``): that replica may lack confirmed messages.
+    admits every alive replica. Async learners are never candidates. Outside the set only with
+    ``allow_unclean`` (``enableElectUncleanMaster``): that replica may lack confirmed messages.
     """
     excluded = set(exclude)
-    living = {i: live for i, live in alive.items() if i in replicas.replicas and i not in excluded}
+    living = {
+        i: live
+        for i, live in alive.items()
+        if i in replicas.replicas and i not in excluded and not live.async_learner
+    }
     in_set = replicas.sync_state_set or frozenset(replicas.replicas)
     if designated is not None:
         if designated not in living:

@@ -79,7 +79,13 @@ class AutoSwitchReplicator:
         server = HaServer(store, store, config, ctx.broker.listen_host, port, tls=server_tls(ctx.config))  # type: ignore[arg-type]
         server.expect_hello = True
         server.serving = False
-        client = HaClient(store, config, tls=client_tls(ctx.config), hello_id=ctx.broker.broker_id)
+        client = HaClient(
+            store,
+            config,
+            tls=client_tls(ctx.config),
+            hello_id=ctx.broker.broker_id,
+            learner=config.async_learner,
+        )
         replicator = cls(ctx.broker.broker_role, ctx.broker.broker_id, config, store, server, client)
         server.on_ack = replicator._acked
         return replicator
@@ -189,9 +195,10 @@ class AutoSwitchReplicator:
                 await self._mode_changed.wait()
 
     def _acks(self) -> dict[int, int]:
+        """What each connected replica acknowledged (async learners left out)."""
         acks: dict[int, int] = {}
         for connection in self.server.connections:
-            if connection.broker_id is not None:
+            if connection.broker_id is not None and not connection.learner:
                 acks[connection.broker_id] = max(acks.get(connection.broker_id, -1), connection.ack_offset)
         return acks
 

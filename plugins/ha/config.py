@@ -64,6 +64,9 @@ class HaConfig:
     removed from the set (puts stop waiting for it); it rejoins once caught up."""
     sync_state_set_check_interval: float = fields.duration("1s")
     """How often a master checks whether to shrink or grow its SyncStateSet."""
+    async_learner: bool = fields.boolean(False)
+    """``asyncLearner``: this replica copies the log but never joins the SyncStateSet, so puts
+    never wait for it and it is never elected (a read replica, a far-away copy)."""
     election_priority: int = fields.integer(0, minimum=0)
     """``electionPriority``: among equally up-to-date candidates, lower is elected first."""
 
@@ -84,6 +87,7 @@ PROPERTIES = {
     "brokerHeartbeatInterval": rocketmq.milliseconds_alias("controller_heartbeat_interval"),
     "haMaxTimeSlaveNotCatchup": rocketmq.milliseconds_alias("max_time_slave_not_catchup"),
     "electionPriority": rocketmq.integer_alias("election_priority", "an integer"),
+    "asyncLearner": rocketmq.boolean_alias("async_learner"),
 }
 """The RocketMQ ``broker.properties`` keys of ``[ha]`` (``syncFlushTimeout`` also bounds a
 SYNC_MASTER's wait for its slave, as in RocketMQ)."""

@@ -145,6 +145,7 @@ class ControllerAgent:
             "maxOffset": self.replicator.store.positions.wrote.value,
             "confirmOffset": self.replicator.confirmed.value,
             "electionPriority": self.replicator.config.election_priority,
+            "asyncLearner": self.replicator.config.async_learner,
         }
 
     async def _register(self) -> None:

@@ -59,6 +59,8 @@ class SlaveConnection:
     connected_at: float = attrs.field(factory=trio.current_time)
     broker_id: int | None = None
     """The slave's broker id (controller mode: from its hello)."""
+    learner: bool = False
+    """An async learner (controller mode): never a SyncStateSet member."""
     _last_report: float = attrs.field(factory=trio.current_time, init=False)
     _reported: trio.Event = attrs.field(factory=trio.Event, init=False)
     close_reason: str = ""
@@ -99,7 +101,7 @@ class SlaveConnection:
                 self._close(scope, f"malformed report: {error}", error=True)
                 return
             self._last_report = trio.current_time()
-            self.broker_id = decoder.broker_id
+            self.broker_id, self.learner = decoder.broker_id, decoder.learner
             if offset is not None:
                 first = self.ack_offset < 0
                 self.ack_offset = offset

@@ -60,6 +60,8 @@ class HaClient:
     """TLS to the master's HA port (``tls.enable``)."""
     hello_id: int | None = None
     """Controller mode: this replica's broker id, sent first (see :mod:`plugins.ha.wire`)."""
+    learner: bool = False
+    """Controller mode: say so in the hello (``asyncLearner``)."""
     _address_changed: trio.Event = attrs.field(factory=trio.Event, init=False)
     _send_lock: trio.Lock = attrs.field(factory=trio.Lock, init=False)
 
@@ -124,7 +126,7 @@ class HaClient:
                 nursery.start_soon(self._heartbeats, stream)
                 try:
                     if self.hello_id is not None:
-                        await stream.send_all(encode_hello(self.hello_id))
+                        await stream.send_all(encode_hello(self.hello_id, learner=self.learner))
                     await self._report(stream)
                     await self._receive(stream)
                 except _Dropped as dropped:

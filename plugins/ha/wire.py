@@ -5,10 +5,10 @@ Master to slave: a 12-byte header, 8-byte offset of the first byte and 4-byte le
 many commit-log bytes; a length of 0 is a heartbeat. There is no handshake and no error frame:
 a master that cannot serve a slave says so by the offset it sends and closes the connection.
 
-Controller mode adds one frame, first on the slave's side: a 16-byte hello, ``-1`` then the
-slave's broker id (two big-endian longs), so the master knows which SyncStateSet member acks
-(RocketMQ 4.x masters would refuse it as a negative offset; only controller-mode masters expect
-it). Epoch histories are compared before the connection, over the broker port
+Controller mode adds one frame, first on the slave's side: a 16-byte hello, ``-1`` (``-2`` for
+an async learner) then the slave's broker id (two big-endian longs), so the master knows which
+SyncStateSet member acks (RocketMQ 4.x masters would refuse it as a negative offset; only
+controller-mode masters expect it). Epoch histories are compared before the connection, over the broker port
 (``GET_BROKER_EPOCH_CACHE``).
 """
 
@@ -22,6 +22,8 @@ REPORT = struct.Struct(">q")
 HEADER = struct.Struct(">qi")
 HELLO = struct.Struct(">qq")
 HELLO_MARK = -1
+LEARNER_HELLO_MARK = -2
+"""The hello of an async learner: a replica that copies the log but never joins the SyncStateSet."""
 
 
 class HaFrameError(ValueError):
@@ -32,8 +34,8 @@ def encode_report(offset: int) -> bytes:
     return REPORT.pack(offset)
 
 
-def encode_hello(broker_id: int) -> bytes:
-    return HELLO.pack(HELLO_MARK, broker_id)
+def encode_hello(broker_id: int, *, learner: bool = False) -> bytes:
+    return HELLO.pack(LEARNER_HELLO_MARK if learner else HELLO_MARK, broker_id)
 
 
 def encode_header(offset: int, size: int) -> bytes:
@@ -47,6 +49,7 @@ class ReportDecoder:
     expect_hello: bool = False
     """Controller mode: the stream begins with a hello naming the slave's broker id."""
     broker_id: int | None = None
+    learner: bool = False
     _buffer: bytearray = attrs.field(factory=bytearray, init=False)
 
     def feed(self, data: bytes) -> int | None:
@@ -60,9 +63,10 @@ class ReportDecoder:
             if len(buffer) < HELLO.size:
                 return None
             mark, broker_id = HELLO.unpack_from(buffer)
-            if mark != HELLO_MARK or broker_id <= 0:
+            if mark not in (HELLO_MARK, LEARNER_HELLO_MARK) or broker_id <= 0:
                 raise HaFrameError("a controller-mode master expects a slave's hello (its broker id) first")
             self.broker_id = int(broker_id)
+            self.learner = mark == LEARNER_HELLO_MARK
             del buffer[: HELLO.size]
         whole = len(buffer) - len(buffer) % REPORT.size
         if not whole:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import signal
 from pathlib import Path
 
 import trio
@@ -31,3 +32,44 @@ async def test_master_killed_new_master_serves(tmp_path: Path):
                     except Exception:  # noqa: BLE001
                         await trio.sleep(0.2)
         assert second != first
+
+
+async def sync_state_set(cluster) -> list[int]:
+    return sorted(int(i) for i in (await cluster.replica_info()).get("syncStateSet", ()))
+
+
+async def test_a_stalled_slave_leaves_the_sync_state_set_and_rejoins_and_a_learner_never_enters(
+    tmp_path: Path,
+):
+    """A SyncStateSet member frozen with SIGSTOP is removed after haMaxTimeSlaveNotCatchup (3 s
+    here): SYNC_MASTER puts stop waiting for it. Resumed, it catches up and is added back. An
+    async learner copies the log but is never added."""
+    with replica_cluster(tmp_path) as cluster:
+        cluster.start_replica(1)
+        cluster.start_replica(2)
+        master = await cluster.wait_master(in_set=2)
+        learner = cluster.start_replica(3, ha="async_learner = true")
+        slave = 2 if master == 1 else 1
+        async with Producer("stalled", namesrv_addr=cluster.ha.namesrv_addr) as producer:
+            for i in range(20):
+                assert (await producer.send(Message("Stalled", f"m{i}".encode()))).status.name == "SEND_OK"
+            await trio.sleep(3)
+            assert await sync_state_set(cluster) == sorted({master, slave}), "the learner stays out"
+            figures = await trio.to_thread.run_sync(cluster.ha.figures, learner)
+            assert int(figures["haReceivedEnd"]) > 0, "the learner copies the log"
+
+            cluster.replicas[slave].process.send_signal(signal.SIGSTOP)
+            try:
+                with trio.fail_after(30):
+                    while await sync_state_set(cluster) != [master]:  # noqa: ASYNC110 - polls the controller
+                        await trio.sleep(0.3)
+                result = await producer.send(Message("Stalled", b"without the frozen slave"))
+                assert result.status.name == "SEND_OK"
+            finally:
+                cluster.replicas[slave].process.send_signal(signal.SIGCONT)
+            with trio.fail_after(30):
+                while await sync_state_set(cluster) != sorted({master, slave}):  # noqa: ASYNC110 - polls
+                    await trio.sleep(0.3)
+        log = cluster.replicas[master].text()
+        assert f"replicas [{slave}] left the SyncStateSet" in log
+        assert f"replicas [{slave}] joined the SyncStateSet" in log
