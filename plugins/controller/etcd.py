@@ -134,8 +134,9 @@ class EtcdClient:
         assert self._http is not None, "use EtcdClient as an async context manager"
         errors = []
         count = len(self.endpoints)
+        first = self._preferred  # read once: concurrent calls move it
         for step in range(count):
-            index = (self._preferred + step) % count
+            index = (first + step) % count
             endpoint = self.endpoints[index]
             try:
                 response = await self._http.post(endpoint + path, content=orjson.dumps(body))

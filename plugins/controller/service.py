@@ -181,10 +181,7 @@ class ControllerService:
                         )
                     renew_at = now + self.config.lease_ttl / 3
                 if not self.is_leader:
-                    leader_key = f"{prefix}/leader"
-                    self.is_leader = await self.etcd.txn(
-                        [Compare(leader_key, 0)], [Put(leader_key, member, self.lease)]
-                    )
+                    self.is_leader = await self._take_leader_key(member)
                     if self.is_leader:
                         log.info("controller %s leads (scans for dead masters)", self.controller_id)
                 if self.is_leader:
@@ -203,6 +200,16 @@ class ControllerService:
                 self.etcd_reachable = False
                 self.is_leader = False
             await trio.sleep(self.config.scan_interval)
+
+    async def _take_leader_key(self, member: bytes) -> bool:
+        """Whether this controller holds the ``leader`` key: it takes the key when free, and
+        recognises it as its own when it still carries this controller's lease (after etcd was
+        out of reach for less than the lease, the key is still ours and nobody else can take it)."""
+        leader_key = f"{self.controller.prefix}/leader"
+        if await self.etcd.txn([Compare(leader_key, 0)], [Put(leader_key, member, self.lease)]):
+            return True
+        holder = await self.etcd.get(leader_key)
+        return holder is not None and holder.lease == self.lease
 
     # --- handlers ---------------------------------------------------------------------------
 

@@ -3,7 +3,8 @@ role the controller gives (RocketMQ 5's ReplicasManager).
 
 - **Register** (``CONTROLLER_REGISTER_BROKER``) at start, and again whenever a heartbeat is
   told the lease expired. The answer names the master and the lease.
-- **Heartbeat** (``BROKER_HEARTBEAT``) every ``controller_heartbeat_interval`` with this
+- **Heartbeat** (``BROKER_HEARTBEAT``) every ``controller_heartbeat_interval`` (at most half
+  of lease TTL minus ``fence_margin``) with this
   replica's epoch and offsets (the controller elects the most up-to-date). The answer carries
   the set as it stands, so a new master is learned within one interval.
 - **Fence**: a master's lease deadline is the send time of the last answered heartbeat plus
@@ -84,6 +85,7 @@ class ControllerAgent:
     _client: RemotingClient | None = attrs.field(default=None, init=False)
     _preferred: int = attrs.field(default=0, init=False)
     _apply_lock: trio.Lock = attrs.field(factory=trio.Lock, init=False)
+    _warned_no_room: bool = attrs.field(default=False, init=False)
 
     @property
     def cfg(self) -> Any:
@@ -102,7 +104,6 @@ class ControllerAgent:
         async with RemotingClient.open() as client:
             self._client = client
             task_status.started()
-            interval = self.replicator.config.controller_heartbeat_interval
             while True:
                 try:
                     if not self.lease:
@@ -111,8 +112,30 @@ class ControllerAgent:
                         await self._heartbeat()
                 except RemotingError as error:
                     self._note(str(error))
-                await self._fence_check()
-                await trio.sleep(interval)
+                fenced = await self._fence_check()
+                # A heartbeat slower than the lease (etcd electing a leader) leaves a master
+                # fenced although its lease was renewed: the next heartbeat goes out at once.
+                interval = self.heartbeat_interval()
+                await trio.sleep(min(interval, 0.1) if fenced else interval)
+
+    def heartbeat_interval(self) -> float:
+        """``controller_heartbeat_interval``, shortened to half the room the lease leaves
+        (TTL minus ``fence_margin``) when that is smaller: a master whose next heartbeat is due
+        only after its deadline would refuse writes for a moment in every round."""
+        configured = float(self.replicator.config.controller_heartbeat_interval)
+        if not self.lease_ttl:
+            return configured
+        room = self.lease_ttl - self.replicator.config.fence_margin
+        if room <= 0:
+            if not self._warned_no_room:
+                self._warned_no_room = True
+                log.error(
+                    f"controller: the lease ({self.lease_ttl:g}s) is not longer than fence_margin "
+                    f"({self.replicator.config.fence_margin:g}s): this replica is fenced whenever it is "
+                    "master; lower fence_margin or raise the controller's heartbeat_timeout"
+                )
+            return min(configured, 0.1)
+        return min(configured, room / 2)
 
     def _note(self, error: str) -> None:
         if error != self.last_error:
@@ -213,16 +236,20 @@ class ControllerAgent:
         self.replicator.lease_deadline = self._deadline(sent)
         await self.apply(MasterView.parse(response))
 
-    async def _fence_check(self) -> None:
+    async def _fence_check(self) -> bool:
+        """Refuse writes past the lease deadline, accept them again before it; whether this
+        replica is a fenced master."""
         if self.runtime.role is BrokerRole.SLAVE:
-            return
+            return False
         if trio.current_time() > self.replicator.lease_deadline:
             self.runtime.refuse_writes(
                 f"broker {self.cfg.broker_name} id {self.broker_id} lost its controller lease (fenced): "
                 "a new master may be elected; retry"
             )
-        elif self.runtime.writes_refused:
+            return True
+        if self.runtime.writes_refused:
             self.runtime.refuse_writes("")
+        return False
 
     async def _alter(self, members: frozenset[int], set_epoch: int) -> tuple[frozenset[int], int] | None:
         view = self.view

@@ -57,9 +57,15 @@ class RunningBroker:
         return json.loads(self.admin(*args, "--json").stdout)
 
 
-def run_client(*args: str, timeout: float = 120, credentials: tuple[str, str] | None = None) -> list[dict]:
-    """The official client's results; ``credentials`` (access key, secret) make it sign."""
-    env = subprocess_env()
+def run_client(
+    *args: str,
+    timeout: float = 120,
+    credentials: tuple[str, str] | None = None,
+    env_extra: dict[str, str] | None = None,
+) -> list[dict]:
+    """The official client's results; ``credentials`` (access key, secret) make it sign;
+    ``env_extra`` adds environment variables."""
+    env = subprocess_env() | (env_extra or {})
     if credentials is not None:
         env |= {"CPP_CLIENT_ACCESS_KEY": credentials[0], "CPP_CLIENT_SECRET_KEY": credentials[1]}
     result = subprocess.run(

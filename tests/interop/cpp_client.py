@@ -5,6 +5,12 @@ line per result so the test can check exactly what the official client saw.
 
     python cpp_client.py produce NAMESRV TOPIC COUNT
     python cpp_client.py consume NAMESRV TOPIC GROUP EXPRESSION EXPECTED SECONDS [MODE]
+    python cpp_client.py produce_for NAMESRV TOPIC SECONDS
+
+``produce_for`` sends ``p-<i>`` one at a time for SECONDS, through whatever happens to the
+brokers: each send is a ``sync`` line (with the wall time) or a ``failed`` line, and it goes on.
+With ``CPP_CLIENT_EXPECT_FILE`` set, ``consume`` also stops once every body listed in that
+file (one JSON list, written when known) was received.
 
 MODE ``reconsume_first`` fails each message once; ``always_fail`` fails every delivery and
 EXPECTED counts failures instead of distinct messages received.
@@ -80,6 +86,40 @@ def produce(namesrv: str, topic: str, count: int) -> None:
         producer.shutdown()
 
 
+def produce_for(namesrv: str, topic: str, seconds: float) -> None:
+    from rocketmq.client import Message, Producer
+
+    producer = Producer("PG_interop_failover")
+    producer.set_namesrv_addr(namesrv)
+    producer.start()
+    deadline = time.monotonic() + seconds
+    i = 0
+    try:
+        while time.monotonic() < deadline:
+            message = Message(topic)
+            message.set_keys(f"key-{i}")
+            message.set_body(f"p-{i}")
+            try:
+                result = producer.send_sync(message)
+            except Exception as error:  # noqa: BLE001 - a failover in progress: go on
+                emit({"kind": "failed", "i": i, "t": time.time(), "error": str(error)[:200]})
+                time.sleep(0.2)
+            else:
+                emit({"kind": "sync", "i": i, "t": time.time(), "status": int(result.status)})
+            i += 1
+            time.sleep(0.02)
+    finally:
+        producer.shutdown()
+
+
+def _expected_bodies() -> set[str] | None:
+    path = os.environ.get("CPP_CLIENT_EXPECT_FILE")
+    if not path or not os.path.exists(path):
+        return None
+    with open(path) as source:
+        return set(json.load(source))
+
+
 def consume(
     namesrv: str, topic: str, group: str, expression: str, expected: int, seconds: float, mode: str
 ) -> None:
@@ -130,6 +170,9 @@ def consume(
     consumer.start()
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline and len(done) < expected:
+        wanted = _expected_bodies()
+        if wanted is not None and wanted <= received:
+            break
         time.sleep(0.1)
     time.sleep(1.0)  # anything arriving late (a duplicate) is still recorded
     consumer.shutdown()
@@ -158,6 +201,8 @@ if __name__ == "__main__":
     command, *args = sys.argv[1:]
     if command == "produce":
         produce(args[0], args[1], int(args[2]))
+    elif command == "produce_for":
+        produce_for(args[0], args[1], float(args[2]))
     else:
         consume(
             args[0], args[1], args[2], args[3], int(args[4]), float(args[5]), args[6] if len(args) > 6 else ""
