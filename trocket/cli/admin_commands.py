@@ -350,14 +350,19 @@ async def cluster_list(client: AdminClient, args: argparse.Namespace) -> list[di
     return rows
 
 
+def key_value_rows(mapping: dict[str, Any]) -> list[dict[str, Any]]:
+    """A mapping as mqadmin prints one: a ``#Key``/``#Value`` row per entry, sorted by key."""
+    return [{"#Key": key, "#Value": value} for key, value in sorted(mapping.items())]
+
+
 async def broker_status(client: AdminClient, args: argparse.Namespace) -> list[dict[str, Any]]:
     info = await client.broker_runtime_info(args.brokerAddr)
-    return [{"#Key": key, "#Value": value} for key, value in sorted(info.items())]
+    return key_value_rows(info)
 
 
 async def controller_metadata(client: AdminClient, args: argparse.Namespace) -> list[dict[str, Any]]:
     meta = await client.controller_metadata(args.controllerAddress)
-    return [{"#Key": key, "#Value": value} for key, value in sorted(meta.items())]
+    return key_value_rows(meta)
 
 
 async def sync_state_set(client: AdminClient, args: argparse.Namespace) -> list[dict[str, Any]]:
@@ -411,7 +416,7 @@ async def elect_master(client: AdminClient, args: argparse.Namespace) -> list[di
     answer = await client.elect_master(
         args.controllerAddress, args.clusterName, args.brokerName, args.brokerId
     )
-    return [{"#Key": key, "#Value": value} for key, value in sorted(answer.items())]
+    return key_value_rows(answer)
 
 
 async def ha_status(client: AdminClient, args: argparse.Namespace) -> list[dict[str, Any]]:
