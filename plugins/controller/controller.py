@@ -53,6 +53,9 @@ class Controller:
     elections: int = 0
     unclean_elections: int = 0
     """Elections that picked a replica outside the SyncStateSet (each may have lost messages)."""
+    _leaderless: dict[str, str] = attrs.field(factory=dict, init=False)
+    """Broker sets whose master is dead and that no replica may take over, with the reason
+    last logged."""
 
     # --- keys -----------------------------------------------------------------------------
 
@@ -210,11 +213,17 @@ class Controller:
         """Elect a master when the set has none alive; the set unchanged otherwise (or when no
         replica may be elected: the caller sees ``master_id`` None or dead)."""
         try:
-            return await self.elect(broker_name, only_if_dead=True)
+            replicas = await self.elect(broker_name, only_if_dead=True)
         except Refusal as refusal:
             if refusal.code != ResponseCode.CONTROLLER_MASTER_NOT_AVAILABLE:
                 raise
+            if self._leaderless.get(broker_name) != refusal.remark:  # once per situation, not per scan
+                log.error("no live master: %s", refusal.remark)
+            self._leaderless[broker_name] = refusal.remark
             return await self.require(broker_name)
+        if self._leaderless.pop(broker_name, None) is not None:
+            log.warning("%s has a master again: %s", broker_name, replicas.master_id)
+        return replicas
 
     async def elect(
         self, broker_name: str, *, designated: int | None = None, only_if_dead: bool = False

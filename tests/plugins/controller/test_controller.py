@@ -24,8 +24,11 @@ TEST_TIMINGS = 'heartbeat_timeout = "2s"\nscan_interval = "200ms"\nlease_ttl = "
 """Shorter than the defaults so tests fail over in about 3 s (the benchmark uses the defaults)."""
 
 
-def start_controller(root: Path, name: str, etcd: EtcdCluster, timings: str = TEST_TIMINGS) -> Process:
-    port = free_port()
+def start_controller(
+    root: Path, name: str, etcd: EtcdCluster, timings: str = TEST_TIMINGS, port: int = 0
+) -> Process:
+    """A ``trocket controller`` process (``port``: a given one, to restart it in place)."""
+    port = port or free_port()
     config = root / f"{name}.toml"
     config.write_text(
         f"""
