@@ -11,6 +11,9 @@ The server runs in its own process (as a broker would), the client in this one. 
   of the socket path itself;
 * remoting: ``kernel.remoting`` server and client, a JSON-header request of the same size,
   decoded, routed to a handler, answered with a response, correlated by opaque;
+* inline: the same handler registered ``inline=True``: run in the connection's read loop
+  instead of a task per request (printed as a second table, alternating rounds with the task
+  per request);
 * acl: the same with the acl plugin's guard on the server (RocketMQ plain ACL: account lookup,
   HMAC-SHA1 signature check, SUB on the topic and the group) and every request signed by the
   client.
@@ -65,12 +68,12 @@ ACL_FILE = {
 """51 accounts, the bench's with 101 topic permissions: lookups in tables of a realistic size."""
 
 
-async def serve_remoting(port: int, *, acl: bool = False) -> None:
+async def serve_remoting(port: int, *, acl: bool = False, inline: bool = False) -> None:
     async def echo(connection: Connection, request: RemotingCommand) -> RemotingCommand:
         return request.response(0, {"offset": "1"})
 
     router = Router()
-    router.register(ECHO, echo)
+    router.register(ECHO, echo, inline=inline)
     if acl:
         from plugins.acl.guard import AclGuard
         from plugins.acl.plain_acl import parse_plain_acl
@@ -81,6 +84,10 @@ async def serve_remoting(port: int, *, acl: bool = False) -> None:
 
 async def serve_acl(port: int) -> None:
     await serve_remoting(port, acl=True)
+
+
+async def serve_inline(port: int) -> None:
+    await serve_remoting(port, inline=True)
 
 
 async def serve_echo(port: int) -> None:
@@ -252,6 +259,37 @@ def start_server(kind: str) -> tuple[subprocess.Popen[bytes], int]:
     raise SystemExit(f"{kind} server did not start")
 
 
+def compare_inline(servers: dict[str, tuple[subprocess.Popen[bytes], int]], seconds: float) -> None:
+    """A task per request (the default) against the handler run in the read loop
+    (``Router.register(..., inline=True)``), alternating short rounds, medians of each."""
+    print("\ntask per request against inline handling (same echo handler, alternating rounds)")
+    print(
+        f"{'connections':>11} {'in flight':>9} {'task rt/s':>11} {'inline rt/s':>12} {'ratio':>6} "
+        f"{'task us/rt':>11} {'inline us/rt':>13} {'task p50 us':>12} {'inline p50 us':>14}"
+    )
+    for connections, in_flight in ((1, 1), (1, 64), (8, 64)):
+        short = (connections, in_flight, seconds / ROUNDS)
+        figures: dict[str, list[tuple[float, float]]] = {"remoting": [], "inline": []}
+        for _ in range(ROUNDS):
+            for kind in figures:
+                figures[kind].append(measured(servers[kind], run_remoting, short))
+        task_rate = statistics.median(r for r, _ in figures["remoting"])
+        inline_rate = statistics.median(r for r, _ in figures["inline"])
+        task_cpu = statistics.median(c for _, c in figures["remoting"])
+        inline_cpu = statistics.median(c for _, c in figures["inline"])
+        # One in flight on one connection: the round trip is 1 / rate.
+        latency = (
+            (f"{1e6 / task_rate:>12.0f} {1e6 / inline_rate:>14.0f}")
+            if (connections, in_flight) == (1, 1)
+            else f"{'':>12} {'':>14}"
+        )
+        print(
+            f"{connections:>11} {in_flight:>9} {task_rate:>11,.0f} {inline_rate:>12,.0f} "
+            f"{inline_rate / task_rate:>6.2f} {task_cpu:>11.1f} {inline_cpu:>13.1f} {latency}",
+            flush=True,
+        )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -261,7 +299,13 @@ def main() -> None:
     args = parser.parse_args()
     if args.serve:
         kind, port = args.serve
-        servers = {"remoting": serve_remoting, "acl": serve_acl, "echo": serve_echo, "pump": serve_pump}
+        servers = {
+            "remoting": serve_remoting,
+            "inline": serve_inline,
+            "acl": serve_acl,
+            "echo": serve_echo,
+            "pump": serve_pump,
+        }
         trio.run(servers[kind], int(port))
         return
     print(f"frame size {FRAME_SIZE} B, {args.seconds:g} s per point, server in a separate process")
@@ -271,7 +315,7 @@ def main() -> None:
         f"{'server CPU us/rt':>13}"
     )
     print(f"{'':>93}{'plain':>6} {'acl':>6}")
-    servers = {kind: start_server(kind) for kind in ("pump", "echo", "remoting", "acl")}
+    servers = {kind: start_server(kind) for kind in ("pump", "echo", "remoting", "acl", "inline")}
     try:
         for connections in (1, 8):
             for in_flight in (1, 64):
@@ -296,6 +340,7 @@ def main() -> None:
                     f"{remoting / baseline:>18.2f} {signed:>11,.0f} {signed / remoting:>13.2f} {cpu_note}",
                     flush=True,
                 )
+        compare_inline(servers, args.seconds)
     finally:
         for process, _ in servers.values():
             process.kill()

@@ -276,3 +276,41 @@ async def test_oneway_requests_sent_just_before_the_peer_closes_are_all_handled(
         while len(handled) < 300:  # noqa: ASYNC110 - polling a plain list
             await trio.sleep(0.01)
     assert sorted(handled) == list(range(300))
+
+
+async def test_inline_handlers_answer_in_order_and_a_failing_one_leaves_the_connection_up(nursery):
+    """A handler registered ``inline`` runs in the read loop: requests read together are
+    answered one after another in their order; a raising one gets SYSTEM_ERROR and the
+    requests behind it are still answered; other codes still run as tasks beside it."""
+    handled: list[str] = []
+
+    async def inline_echo(connection: Connection, request: RemotingCommand) -> RemotingCommand:
+        handled.append(request.ext["i"])
+        if request.ext["i"] == "3":
+            raise RuntimeError("inline bug")
+        return request.response(0, request.ext)
+
+    async def slow(connection: Connection, request: RemotingCommand) -> RemotingCommand:
+        await trio.sleep(0.2)
+        return request.response(0, {"slow": "1"})
+
+    router = Router(name="inline")
+    router.register(ECHO, inline_echo, inline=True)
+    router.register(SLOW, slow)
+    server = await serve(nursery, router, TransportLimits())
+    stream = await raw_connection(server)
+    held = RemotingCommand.request(SLOW)
+    held.opaque = 1000
+    await stream.send_all(held.encode() + echo_frames(50))
+    decoder = FrameDecoder()
+    answers: list[RemotingCommand] = []
+    with trio.fail_after(10):
+        while len(answers) < 51:
+            answers += decoder.feed(await stream.receive_some(65536))
+    await stream.aclose()
+    assert handled == [str(i) for i in range(50)], "inline requests run in the order read"
+    echoes = [answer for answer in answers if answer.opaque != 1000]
+    assert [answer.opaque for answer in echoes] == list(range(50)), "answered in order"
+    failed = echoes[3]
+    assert failed.code == ResponseCode.SYSTEM_ERROR and "inline bug" in failed.remark
+    assert answers[-1].opaque == 1000, "the slow task ran beside them and answered last"
