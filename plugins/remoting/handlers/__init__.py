@@ -57,9 +57,26 @@ is a batch already, and answering a group of them only when the last is stored w
 pipelining producer (measured: 20 % less throughput)."""
 
 
+INLINE = (
+    RequestCode.GET_CONSUMER_LIST_BY_GROUP,
+    RequestCode.LOCK_BATCH_MQ,
+    RequestCode.UNLOCK_BATCH_MQ,
+    RequestCode.QUERY_CONSUMER_OFFSET,
+    RequestCode.UPDATE_CONSUMER_OFFSET,
+    RequestCode.GET_MAX_OFFSET,
+    RequestCode.GET_MIN_OFFSET,
+)
+"""Handlers that never wait for anything but the CPU: run in the connection's read loop, with
+their answers written together (``./run bench remoting``: 1.4-1.7x the round trips of a task
+per request with 64 in flight, 8 against 19 µs of server CPU each). Sends are not among them,
+even when puts never wait (async flush, no replica): measured in ``bench produce_consume``,
+answering a receive's sends only once all of them are stored stalls pipelining producers, as
+grouping batch sends did (docs/performance.md, item 5)."""
+
+
 def register_all(router: Router, net: BrokerNetwork) -> None:
     for code, handler in HANDLERS.items():
-        router.register(code, functools.partial(_answer_problems, handler, net))
+        router.register(code, functools.partial(_answer_problems, handler, net), inline=code in INLINE)
     sends = functools.partial(send.handle_send_group, net)
     for code in GROUPED:
         router.register_group(code, sends)
