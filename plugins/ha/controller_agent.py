@@ -130,11 +130,13 @@ class ControllerAgent:
             if not self._warned_no_room:
                 self._warned_no_room = True
                 log.error(
-                    f"controller: the lease ({self.lease_ttl:g}s) is not longer than fence_margin "
-                    f"({self.replicator.config.fence_margin:g}s): this replica is fenced whenever it is "
-                    "master; lower fence_margin or raise the controller's heartbeat_timeout"
+                    "controller: the lease (%gs) is not longer than fence_margin (%gs): this replica "
+                    "is fenced whenever it is master; lower fence_margin or raise the controller's "
+                    "heartbeat_timeout",
+                    self.lease_ttl,
+                    self.replicator.config.fence_margin,
                 )
-            return min(configured, 0.1)
+            return configured
         return min(configured, room / 2)
 
     def _note(self, error: str) -> None:
@@ -149,8 +151,9 @@ class ControllerAgent:
         assert self._client is not None
         errors = []
         count = len(self.controllers)
+        first = self._preferred  # read once: the heartbeat and SyncStateSet changes ask concurrently
         for step in range(count):
-            index = (self._preferred + step) % count
+            index = (first + step) % count
             try:
                 response = await self._client.invoke(
                     self.controllers[index], RemotingCommand.request(code, ext, body), REQUEST_TIMEOUT
