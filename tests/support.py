@@ -69,3 +69,23 @@ def start_logged(name: str, args: list[str], log: Path, *, fresh: bool = True) -
 
 def _readies(log: Path) -> int:
     return log.read_text().count("ready (Ctrl-C") if log.exists() else 0
+
+
+async def consume_bodies(
+    namesrv: str, group: str, topic: str, wanted: set[bytes], seconds: float
+) -> set[bytes]:
+    """Every body a LitePullConsumer of ``group`` reads from ``topic``'s first offset, until
+    ``wanted`` is among them or ``seconds`` pass (the caller asserts on what was seen)."""
+    import trio
+
+    from trocket import ConsumeFromWhere, LitePullConsumer
+
+    seen: set[bytes] = set()
+    consumer = LitePullConsumer(group, namesrv, consume_from_where=ConsumeFromWhere.FIRST_OFFSET)
+    async with consumer:
+        consumer.subscribe(topic)
+        with trio.move_on_after(seconds):
+            while not wanted <= seen:
+                for message in await consumer.poll(timeout=1.0):
+                    seen.add(message.body)
+    return seen

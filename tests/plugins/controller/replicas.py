@@ -66,6 +66,10 @@ class ReplicaCluster:
                     return {**response.ext, **orjson.loads(response.body)}
         return {}
 
+    async def sync_state_set(self) -> list[int]:
+        """The controller's SyncStateSet of the set, sorted ([] when no controller answers)."""
+        return sorted(int(i) for i in (await self.replica_info()).get("syncStateSet", ()))
+
     async def wait_master(self, *, not_id: int | None = None, in_set: int = 1, timeout: float = 60) -> int:
         """The master's broker id once it serves as master (its brokerStatus says so) with at
         least ``in_set`` members in its SyncStateSet."""

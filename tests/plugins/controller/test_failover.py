@@ -34,10 +34,6 @@ async def test_master_killed_new_master_serves(tmp_path: Path):
         assert second != first
 
 
-async def sync_state_set(cluster) -> list[int]:
-    return sorted(int(i) for i in (await cluster.replica_info()).get("syncStateSet", ()))
-
-
 async def test_a_stalled_slave_leaves_the_sync_state_set_and_rejoins_and_a_learner_never_enters(
     tmp_path: Path,
 ):
@@ -54,21 +50,21 @@ async def test_a_stalled_slave_leaves_the_sync_state_set_and_rejoins_and_a_learn
             for i in range(20):
                 assert (await producer.send(Message("Stalled", f"m{i}".encode()))).status.name == "SEND_OK"
             await trio.sleep(3)
-            assert await sync_state_set(cluster) == sorted({master, slave}), "the learner stays out"
+            assert await cluster.sync_state_set() == sorted({master, slave}), "the learner stays out"
             figures = await trio.to_thread.run_sync(cluster.ha.figures, learner)
             assert int(figures["haReceivedEnd"]) > 0, "the learner copies the log"
 
             cluster.replicas[slave].process.send_signal(signal.SIGSTOP)
             try:
                 with trio.fail_after(30):
-                    while await sync_state_set(cluster) != [master]:  # noqa: ASYNC110 - polls the controller
+                    while await cluster.sync_state_set() != [master]:  # noqa: ASYNC110 - polls the controller
                         await trio.sleep(0.3)
                 result = await producer.send(Message("Stalled", b"without the frozen slave"))
                 assert result.status.name == "SEND_OK"
             finally:
                 cluster.replicas[slave].process.send_signal(signal.SIGCONT)
             with trio.fail_after(30):
-                while await sync_state_set(cluster) != sorted({master, slave}):  # noqa: ASYNC110 - polls
+                while await cluster.sync_state_set() != sorted({master, slave}):  # noqa: ASYNC110 - polls
                     await trio.sleep(0.3)
         log = cluster.replicas[master].text()
         assert f"replicas [{slave}] left the SyncStateSet" in log

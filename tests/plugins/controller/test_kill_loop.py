@@ -13,7 +13,8 @@ from kernel.remoting import RemotingClient
 from tests.network.wire import pulled_bodies
 from tests.plugins.controller.replicas import ReplicaCluster, replica_cluster
 from tests.plugins.ha.processes import commit_log_bytes
-from trocket import ConsumeFromWhere, LitePullConsumer, Message, Producer
+from tests.support import consume_bodies
+from trocket import Message, Producer
 from trocket.client.errors import ClientError
 
 TOPIC = "KillLoop"
@@ -49,20 +50,6 @@ async def bodies(addr: str) -> set[bytes]:
         return set(await pulled_bodies(client, addr, TOPIC, QUEUES))
 
 
-async def consume_all(cluster: ReplicaCluster, wanted: set[bytes]) -> set[bytes]:
-    seen: set[bytes] = set()
-    consumer = LitePullConsumer(
-        "CG_kill_loop", cluster.ha.namesrv_addr, consume_from_where=ConsumeFromWhere.FIRST_OFFSET
-    )
-    async with consumer:
-        consumer.subscribe(TOPIC)
-        with trio.move_on_after(120):
-            while not wanted <= seen:
-                for message in await consumer.poll(timeout=1.0):
-                    seen.add(message.body)
-    return seen
-
-
 async def test_master_sigkilled_20_times_under_64_producers_loses_nothing(tmp_path: Path):
     with replica_cluster(tmp_path) as cluster:
         for broker_id in (1, 2, 3):
@@ -87,7 +74,7 @@ async def test_master_sigkilled_20_times_under_64_producers_loses_nothing(tmp_pa
         assert len(acked) >= KILLS * 200
         missing = acked - await bodies(cluster.replicas[final].addr)
         assert not missing, f"{len(missing)} acknowledged messages lost, e.g. {sorted(missing)[:3]}"
-        seen = await consume_all(cluster, acked)
+        seen = await consume_bodies(cluster.ha.namesrv_addr, "CG_kill_loop", TOPIC, acked, 120)
         assert acked <= seen, f"the consumer missed {len(acked - seen)} acknowledged messages"
         # Every replica, rejoined and truncated, holds the master's bytes up to the confirm offset.
         figures = await trio.to_thread.run_sync(cluster.ha.figures, cluster.replicas[final])

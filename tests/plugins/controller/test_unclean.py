@@ -11,25 +11,10 @@ import trio
 
 from tests.plugins.controller.replicas import replica_cluster
 from tests.plugins.controller.test_controller import TEST_TIMINGS, start_controller
-from trocket import ConsumeFromWhere, LitePullConsumer, Message, Producer
+from tests.support import consume_bodies
+from trocket import Message, Producer
 
 TOPIC = "Unclean"
-
-
-async def sync_state_set(cluster) -> list[int]:
-    return sorted(int(i) for i in (await cluster.replica_info()).get("syncStateSet", ()))
-
-
-async def consume_all(namesrv: str, expected: int) -> set[bytes]:
-    bodies: set[bytes] = set()
-    consumer = LitePullConsumer("CG_unclean", namesrv, consume_from_where=ConsumeFromWhere.FIRST_OFFSET)
-    async with consumer:
-        consumer.subscribe(TOPIC)
-        with trio.move_on_after(20):
-            while len(bodies) < expected:
-                for message in await consumer.poll(timeout=1.0):
-                    bodies.add(message.body)
-    return bodies
 
 
 async def test_an_out_of_set_replica_is_elected_only_when_unclean_elections_are_enabled(tmp_path: Path):
@@ -44,7 +29,7 @@ async def test_an_out_of_set_replica_is_elected_only_when_unclean_elections_are_
                 assert (await producer.send(Message(TOPIC, f"both-{i}".encode()))).status.name == "SEND_OK"
             cluster.replicas[slave].kill()
             with trio.fail_after(30):
-                while await sync_state_set(cluster) != [master]:  # noqa: ASYNC110 - polls the controller
+                while await cluster.sync_state_set() != [master]:  # noqa: ASYNC110 - polls the controller
                     await trio.sleep(0.3)
             for i in range(10):
                 result = await producer.send(Message(TOPIC, f"master-only-{i}".encode()))
@@ -79,8 +64,9 @@ async def test_an_out_of_set_replica_is_elected_only_when_unclean_elections_are_
                             break
                     except Exception:  # noqa: BLE001 - the route is moving to the new master
                         await trio.sleep(0.2)
-        bodies = await consume_all(namesrv, 11)
-        assert {f"both-{i}".encode() for i in range(10)} | {b"after"} <= bodies
+        wanted = {f"both-{i}".encode() for i in range(10)} | {b"after"}
+        bodies = await consume_bodies(namesrv, "CG_unclean", TOPIC, wanted, 20)
+        assert wanted <= bodies
         assert not any(body.startswith(b"master-only") for body in bodies), "only the dead master held them"
 
         # The old master rejoins as a slave and drops what the new master never had.

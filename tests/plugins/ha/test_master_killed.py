@@ -15,7 +15,7 @@ from kernel.remoting import RemotingClient, ResponseCode
 from tests.network.wire import pulled_bodies, send_request
 from tests.plugins.ha.processes import HaCluster, Process, ha_cluster
 from tests.plugins.ha.test_replication import wait_connected
-from trocket import ConsumeFromWhere, LitePullConsumer
+from tests.support import consume_bodies
 
 TOPIC = "Killed"
 PRODUCERS = 64
@@ -61,17 +61,7 @@ async def load_until_killed(
 async def read_from_slave_through_the_namesrv(cluster: HaCluster, wanted: set[bytes]) -> set[bytes]:
     """A group-less subscriber that knows only the NameServer: the master is gone from the
     route, so the SDK reads the broker's queues from its slave."""
-    seen: set[bytes] = set()
-    consumer = LitePullConsumer(
-        "CG_after_kill", cluster.namesrv_addr, consume_from_where=ConsumeFromWhere.FIRST_OFFSET
-    )
-    async with consumer:
-        consumer.subscribe(TOPIC)
-        with trio.move_on_after(90):
-            while not wanted <= seen:
-                for message in await consumer.poll(timeout=1.0):
-                    seen.add(message.body)
-    return seen
+    return await consume_bodies(cluster.namesrv_addr, "CG_after_kill", TOPIC, wanted, 90)
 
 
 async def slave_bodies(slave: Process) -> set[bytes]:
