@@ -133,6 +133,11 @@ class Broker:
         return self._replicator
 
     @property
+    def puts_acknowledged_at_once(self) -> bool:
+        """Whether a put's answer waits for nothing but the append (async flush, no replica)."""
+        return self._put is not None and self._put.acknowledges_at_once
+
+    @property
     def state(self) -> str:
         return self._state
 

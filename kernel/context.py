@@ -142,6 +142,10 @@ class BrokerRuntime(Protocol):
     def replicator(self) -> Replicator | None:
         """The configured replicator, or None for a standalone broker."""
 
+    @property
+    def puts_acknowledged_at_once(self) -> bool:
+        """Whether a put's answer waits for nothing but the append (no flush or replica wait)."""
+
     async def put(self, batch: MessageBatch) -> PutResult: ...
 
     async def put_group(self, batches: Sequence[MessageBatch]) -> list[PutResult]:

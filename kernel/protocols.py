@@ -211,7 +211,12 @@ class Dispatcher(Protocol):
 
 
 class FlushPolicy(Protocol):
-    """Decides when written bytes are flushed, and what an acknowledgement waits for."""
+    """Decides when written bytes are flushed, and what an acknowledgement waits for.
+
+    A policy whose :meth:`wait_durable` never waits may say so with a class attribute
+    ``acknowledges_at_once = True`` (read with ``getattr``, default false): a standalone
+    broker then answers a lone send in the connection's read loop, without a task.
+    """
 
     name: str
 

@@ -171,6 +171,12 @@ class PutPipeline:
         self._before_append = self.ctx.implemented("trocket_before_append")
         self._after_put = self.ctx.implemented("trocket_after_put")
 
+    @property
+    def acknowledges_at_once(self) -> bool:
+        """Whether a put's answer waits for nothing but the append: a flush policy that says
+        so (``acknowledges_at_once``) and no replicator."""
+        return self.replicator is None and bool(getattr(self.flush, "acknowledges_at_once", False))
+
     async def put(self, batch: MessageBatch) -> PutResult:
         """Put one batch; the result's status says how durable it is. Never raises for an
         expected outcome (rejection, disk full, timeouts)."""

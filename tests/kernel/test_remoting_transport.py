@@ -314,3 +314,42 @@ async def test_inline_handlers_answer_in_order_and_a_failing_one_leaves_the_conn
     failed = echoes[3]
     assert failed.code == ResponseCode.SYSTEM_ERROR and "inline bug" in failed.remark
     assert answers[-1].opaque == 1000, "the slow task ran beside them and answered last"
+
+
+async def test_inline_alone_handlers_run_in_the_read_loop_only_for_a_lone_request(nursery):
+    """``inline_alone``: a request that arrives alone (one in flight) is handled by the read
+    loop itself; requests read together get a task each, so a slow one does not hold back
+    the answers of the others."""
+    tasks: list[object] = []
+
+    async def maybe_slow(connection: Connection, request: RemotingCommand) -> RemotingCommand:
+        tasks.append(trio.lowlevel.current_task())
+        await trio.sleep(float(request.ext.get("sleep", "0")))
+        return request.response(0, request.ext)
+
+    router = Router(name="alone")
+    router.register(ECHO, maybe_slow, inline_alone=True)
+    server = await serve(nursery, router, TransportLimits())
+    stream = await raw_connection(server)
+    decoder = FrameDecoder()
+
+    async def answers(count: int) -> list[RemotingCommand]:
+        got: list[RemotingCommand] = []
+        with trio.fail_after(10):
+            while len(got) < count:
+                got += decoder.feed(await stream.receive_some(65536))
+        return got
+
+    for i in range(3):
+        await stream.send_all(echo_frames(1).replace(b'"i":"0"', f'"i":"{i}"'.encode()))
+        (answer,) = await answers(1)
+        assert answer.ext["i"] == str(i)
+    assert tasks[0] is tasks[1] is tasks[2], "lone requests are handled by the connection's own task"
+
+    slow, quick = RemotingCommand.request(ECHO, {"sleep": "0.3"}), RemotingCommand.request(ECHO, {"i": "q"})
+    slow.opaque, quick.opaque = 100, 101
+    await stream.send_all(slow.encode() + quick.encode())  # read together
+    together = await answers(2)
+    await stream.aclose()
+    assert [answer.opaque for answer in together] == [101, 100], "the quick one was not held back"
+    assert tasks[3] is not tasks[0] and tasks[4] is not tasks[0] and tasks[3] is not tasks[4]

@@ -74,9 +74,21 @@ answering a receive's sends only once all of them are stored stalls pipelining p
 grouping batch sends did (docs/performance.md, item 5)."""
 
 
+SENDS = (RequestCode.SEND_MESSAGE, RequestCode.SEND_MESSAGE_V2, RequestCode.SEND_BATCH_MESSAGE)
+
+
 def register_all(router: Router, net: BrokerNetwork) -> None:
+    # A send alone in its receive (one in flight) is answered from the read loop when the put
+    # waits for nothing (async flush, no replica): no task, no scheduler pass between the
+    # append and the answer (single-message round trip, docs/performance.md, sixth step).
+    lone_sends = net.runtime.puts_acknowledged_at_once
     for code, handler in HANDLERS.items():
-        router.register(code, functools.partial(_answer_problems, handler, net), inline=code in INLINE)
+        router.register(
+            code,
+            functools.partial(_answer_problems, handler, net),
+            inline=code in INLINE,
+            inline_alone=lone_sends and code in SENDS,
+        )
     sends = functools.partial(send.handle_send_group, net)
     for code in GROUPED:
         router.register_group(code, sends)
