@@ -26,6 +26,7 @@ _SIZE_UNITS = {
     "tib": 1024**4,
 }
 _DURATION_UNITS = {
+    "us": 0.000001,
     "ms": 0.001,
     "s": 1.0,
     "m": 60.0,
@@ -57,7 +58,8 @@ def parse_size(value: object) -> int:
 
 
 def parse_duration(value: object) -> float:
-    """Return seconds from ``5`` (seconds), ``"500ms"``, ``"10s"``, ``"2m"``, ``"72h"``, ``"3d"``.
+    """Return seconds from ``5`` (seconds), ``"200us"``, ``"500ms"``, ``"10s"``, ``"2m"``,
+    ``"72h"``, ``"3d"``.
 
     :raises ValueError: for negatives and unknown units.
     """
@@ -70,7 +72,8 @@ def parse_duration(value: object) -> float:
     if isinstance(value, str):
         match = _NUMBER_UNIT.match(value)
         if match and match.group(2).lower() in _DURATION_UNITS:
-            return float(match.group(1)) * _DURATION_UNITS[match.group(2).lower()]
+            # Rounded to the nanosecond: 200 * 1e-6 is 0.00019999999999999998 otherwise.
+            return round(float(match.group(1)) * _DURATION_UNITS[match.group(2).lower()], 9)
     raise ValueError(f"expected a duration such as '500ms', '10s', '2m' or '72h', got {value!r}")
 
 

@@ -16,6 +16,7 @@ import attrs
 import trio
 
 from kernel.errors import RemotingConnectError
+from kernel.remoting.busy_poll import BusyPoller, start_busy_poll
 from kernel.remoting.command import RemotingCommand
 from kernel.remoting.connection import Connection, Router, TransportLimits
 from kernel.remoting.server import format_address
@@ -46,6 +47,8 @@ class RemotingClient:
     """When set, every request this client sends is signed (RocketMQ ACL)."""
     tls: ssl.SSLContext | None = None
     """When set, every connection speaks TLS (``tls.enable``; see :mod:`kernel.remoting.tls`)."""
+    busy_poller: BusyPoller | None = None
+    """Keeps the loop polling while answers are due (see :mod:`kernel.remoting.busy_poll`)."""
     _connections: dict[str, Connection] = attrs.field(factory=dict, init=False)
     _locks: dict[str, trio.Lock] = attrs.field(factory=dict, init=False)
 
@@ -59,10 +62,16 @@ class RemotingClient:
         limits: TransportLimits | None = None,
         credentials: SessionCredentials | None = None,
         tls: ssl.SSLContext | None = None,
+        busy_poll: float = 0.0,
     ) -> AsyncIterator[RemotingClient]:
+        """``busy_poll``: seconds the event loop keeps polling after each request sent and
+        each receive, instead of sleeping (lower latency for a CPU core; 0 = off)."""
         try:
             async with trio.open_nursery() as nursery:
-                client = cls(nursery, router, limits or TransportLimits(), connect_timeout, credentials, tls)
+                poller = start_busy_poll(nursery, busy_poll)
+                client = cls(
+                    nursery, router, limits or TransportLimits(), connect_timeout, credentials, tls, poller
+                )
                 try:
                     yield client
                 finally:
@@ -104,6 +113,7 @@ class RemotingClient:
                 self.router,
                 self.limits,
                 local=format_address(socket_stream.socket.getsockname()),
+                busy_poller=self.busy_poller,
             )
             await self.nursery.start(connection.run)
             self._connections[address] = connection

@@ -21,6 +21,7 @@ import attrs
 import trio
 
 from kernel.errors import RemotingClosedError, RemotingTimeoutError
+from kernel.remoting.busy_poll import BusyPoller
 from kernel.remoting.codes import RequestCode, ResponseCode, code_name
 from kernel.remoting.command import (
     DEFAULT_MAX_FRAME_SIZE,
@@ -256,6 +257,8 @@ class Connection:
     """Per-connection state for handlers (a client id, a registered broker address)."""
     on_close: list[Callable[[Connection], None]] = attrs.field(factory=list)
     close_reason: str = ""
+    busy_poller: BusyPoller | None = None
+    """Told of every receive and every request sent, when the process busy-polls."""
     _outbox: list[bytes] = attrs.field(factory=list, init=False)
     _outbox_bytes: int = attrs.field(default=0, init=False)
     _written: trio.Event = attrs.field(factory=trio.Event, init=False)
@@ -400,6 +403,8 @@ class Connection:
                 self._peer_finished = True
                 return
             self._last_activity = now = trio.current_time()
+            if self.busy_poller is not None:
+                self.busy_poller.touch()
             try:
                 commands = decoder.feed(data)
             except FrameError as error:
@@ -621,6 +626,8 @@ class Connection:
         command.flag = 0
         pending = _Pending()
         self._pending[command.opaque] = pending
+        if self.busy_poller is not None:
+            self.busy_poller.touch()  # the answer is due within the window: poll for it
         try:
             await self._send(command.encode())
             with trio.move_on_after(timeout):

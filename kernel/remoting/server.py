@@ -8,6 +8,7 @@ from collections.abc import Callable
 import attrs
 import trio
 
+from kernel.remoting.busy_poll import BusyPoller, start_busy_poll
 from kernel.remoting.connection import Connection, Router, TransportLimits
 from kernel.remoting.tls import ServerTls
 
@@ -51,6 +52,10 @@ class RemotingServer:
     on_close: list[Callable[[Connection], None]] = attrs.field(factory=list)
     tls: ServerTls | None = None
     """TLS as ``tls.server.mode`` says; ``None`` is plain TCP (``disabled``)."""
+    busy_poll: float = 0.0
+    """Seconds the event loop keeps polling after a receive (see :mod:`kernel.remoting.busy_poll`);
+    0 sleeps in epoll as usual."""
+    busy_poller: BusyPoller | None = attrs.field(default=None, init=False)
     connections: set[Connection] = attrs.field(factory=set, init=False)
     refused: int = attrs.field(default=0, init=False)
     accepted: int = attrs.field(default=0, init=False)
@@ -64,6 +69,7 @@ class RemotingServer:
         listeners, self.port = await open_listeners(self.name, self.host, self.port)
         log.info("%s listening on %s", self.name, self.address)
         async with trio.open_nursery() as nursery:
+            self.busy_poller = start_busy_poll(nursery, self.busy_poll)
             task_status.started(self)
             await trio.serve_listeners(self._serve, listeners, handler_nursery=nursery)
 
@@ -93,6 +99,7 @@ class RemotingServer:
             self.limits,
             local=format_address(stream.socket.getsockname()),
             on_close=[self.connections.discard, *self.on_close],
+            busy_poller=self.busy_poller,
         )
         self.connections.add(connection)
         for callback in self.on_connect:

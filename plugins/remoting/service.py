@@ -147,6 +147,7 @@ class BrokerNetwork:
             ),
             on_close=[self._connection_closed],
             tls=server_tls(self.runtime.ctx.config),
+            busy_poll=self.config.busy_poll,
         )
         await self.topics.persist()
         async with trio.open_nursery() as nursery:

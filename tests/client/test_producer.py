@@ -15,7 +15,17 @@ from kernel.remoting import RequestCode
 from tests.interop.conftest import subprocess_env
 from tests.interop.test_namesrv_expiry import start
 from tests.network.conftest import free_port, pulled
-from trocket import ClientError, InvalidMessage, Message, Producer, SendError, SendStatus, select_by_hash
+from trocket import (
+    ClientError,
+    ConsumeFromWhere,
+    InvalidMessage,
+    LitePullConsumer,
+    Message,
+    Producer,
+    SendError,
+    SendStatus,
+    select_by_hash,
+)
 from trocket.client.selectors import java_string_hash
 
 
@@ -32,6 +42,36 @@ async def test_send_returns_where_the_message_was_stored(cluster_factory):
         assert stored.offset_msg_id == result.offset_msg_id
         view = await cluster.call(RequestCode.VIEW_MESSAGE_BY_ID, {"offset": stored.physical_offset})
         assert record.decode_record(view.body).body == b"order 42 paid"
+
+
+async def test_busy_polling_broker_and_clients_send_and_consume_as_usual(cluster_factory):
+    """``[remoting] busy_poll`` on the broker and ``busy_poll`` on the producer and consumer:
+    the same answers and messages; the broker's loop polled while they came and parks after."""
+    async with cluster_factory(remoting={"busy_poll": "20ms"}) as cluster:
+        async with Producer("PG", cluster.namesrv_addr, busy_poll=0.02) as producer:
+            results = [await producer.send(Message("Polled", f"m{i}".encode())) for i in range(20)]
+            batch = await producer.send_batch([Message("Polled", f"b{i}".encode()) for i in range(8)])
+        assert all(r.status is SendStatus.SEND_OK for r in [*results, batch])
+        bodies = {f"m{i}".encode() for i in range(20)} | {f"b{i}".encode() for i in range(8)}
+        consumer = LitePullConsumer(
+            "CG_polled",
+            cluster.namesrv_addr,
+            consume_from_where=ConsumeFromWhere.FIRST_OFFSET,
+            busy_poll=0.02,
+        )
+        seen: set[bytes] = set()
+        async with consumer:
+            consumer.subscribe("Polled")
+            with trio.move_on_after(20):
+                while not bodies <= seen:
+                    seen |= {message.body for message in await consumer.poll(timeout=1.0)}
+        assert seen == bodies
+        poller = cluster.network.server.busy_poller
+        assert poller is not None and poller.spins > 0
+        await trio.sleep(0.2)
+        parked_at = poller.spins
+        await trio.sleep(0.2)
+        assert poller.spins == parked_at, "no traffic: the broker's loop sleeps again"
 
 
 async def test_round_robin_spreads_sends_over_the_write_queues(cluster_factory):

@@ -19,7 +19,15 @@ def test_bad_sizes_say_what_is_expected(raw):
 
 @pytest.mark.parametrize(
     ("raw", "expected"),
-    [(5, 5.0), ("500ms", 0.5), ("10s", 10.0), ("2m", 120.0), ("72h", 259200.0), ("3d", 259200.0)],
+    [
+        (5, 5.0),
+        ("200us", 0.0002),
+        ("500ms", 0.5),
+        ("10s", 10.0),
+        ("2m", 120.0),
+        ("72h", 259200.0),
+        ("3d", 259200.0),
+    ],
 )
 def test_durations(raw, expected):
     assert units.parse_duration(raw) == expected

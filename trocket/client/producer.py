@@ -101,6 +101,9 @@ class Producer:
     tls: ssl.SSLContext | bool | None = None
     """TLS to NameServers and brokers: a context (:func:`trocket.client.tls_context`),
     ``True`` (the system's CAs), or ``None``: ``TROCKET_TLS``/``TROCKET_TLS_CA_FILE`` decide."""
+    busy_poll: float = 0.0
+    """Seconds the event loop keeps polling after each request and receive instead of sleeping:
+    lower latency for up to a CPU core while sends flow (docs/performance.md; 0 = off)."""
     _remoting: RemotingClient | None = attrs.field(default=None, init=False)
     _routes: RouteCache | None = attrs.field(default=None, init=False)
     _nursery: trio.Nursery | None = attrs.field(default=None, init=False)
@@ -122,7 +125,10 @@ class Producer:
         stack = AsyncExitStack()
         self._remoting = await stack.enter_async_context(
             RemotingClient.open(
-                self._router(), credentials=resolve_credentials(self.credentials), tls=resolve_tls(self.tls)
+                self._router(),
+                credentials=resolve_credentials(self.credentials),
+                tls=resolve_tls(self.tls),
+                busy_poll=self.busy_poll,
             )
         )
         # Runs after the nursery below has waited for background sends, before the close.

@@ -54,6 +54,9 @@ class ConsumerBase:
     tls: ssl.SSLContext | bool | None = None
     """TLS to NameServers and brokers: a context (:func:`trocket.client.tls_context`),
     ``True`` (the system's CAs), or ``None``: ``TROCKET_TLS``/``TROCKET_TLS_CA_FILE`` decide."""
+    busy_poll: float = 0.0
+    """Seconds the event loop keeps polling after each request and receive instead of sleeping:
+    lower latency for up to a CPU core while traffic flows (docs/performance.md; 0 = off)."""
 
     _subscriptions: dict[str, Subscription] = attrs.field(factory=dict, init=False)
     _session: ConsumerSession | None = attrs.field(default=None, init=False)
@@ -87,7 +90,7 @@ class ConsumerBase:
         session = await open_session(
             stack, self.group, addresses, self.message_model.value, consume_type,
             self.consume_from_where.value, subscriptions, self.instance_name,
-            resolve_credentials(self.credentials), resolve_tls(self.tls),
+            resolve_credentials(self.credentials), resolve_tls(self.tls), self.busy_poll,
         )  # fmt: skip
         self._session = session
         self._offsets = offset_store_for(

@@ -252,10 +252,13 @@ async def open_session(
     instance_name: str | None,
     credentials: SessionCredentials | None = None,
     tls: ssl.SSLContext | None = None,
+    busy_poll: float = 0.0,
 ) -> ConsumerSession:
     """A session whose connections ``stack`` closes, listening for membership changes."""
     router, holder = ConsumerSession.router()
-    remoting = await stack.enter_async_context(RemotingClient.open(router, credentials=credentials, tls=tls))
+    remoting = await stack.enter_async_context(
+        RemotingClient.open(router, credentials=credentials, tls=tls, busy_poll=busy_poll)
+    )
     client_id = f"{local_ip()}@{instance_name or default_instance_name()}"
     session = ConsumerSession(
         group, namesrv_addrs, client_id, message_model, consume_type, consume_from_where, remoting,
