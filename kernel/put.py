@@ -166,8 +166,10 @@ class PutPipeline:
     _appends: int = attrs.field(default=0, init=False)
     _before_append: Any = attrs.field(init=False)
     _after_put: Any = attrs.field(init=False)
+    _at_once: bool = attrs.field(init=False)
 
     def __attrs_post_init__(self) -> None:
+        self._at_once = self.replicator is None and bool(getattr(self.flush, "acknowledges_at_once", False))
         self._before_append = self.ctx.implemented("trocket_before_append")
         self._after_put = self.ctx.implemented("trocket_after_put")
 
@@ -175,7 +177,7 @@ class PutPipeline:
     def acknowledges_at_once(self) -> bool:
         """Whether a put's answer waits for nothing but the append: a flush policy that says
         so (``acknowledges_at_once``) and no replicator."""
-        return self.replicator is None and bool(getattr(self.flush, "acknowledges_at_once", False))
+        return self._at_once
 
     async def put(self, batch: MessageBatch) -> PutResult:
         """Put one batch; the result's status says how durable it is. Never raises for an
@@ -247,7 +249,9 @@ class PutPipeline:
     async def _wait(self, batch: MessageBatch, appended: AppendResult) -> PutResult:
         """The flush (and replica) wait of an appended batch, and its status."""
         self._messages += len(batch)
-        wait = batch.wait_store_ok
+        # Whether the client waits matters only to a policy that waits at all (a property scan
+        # per message otherwise).
+        wait = True if self._at_once else batch.wait_store_ok
         if self.replicator is None:
             durability = await self.flush.wait_durable(appended, wait=wait)
             replication = Replication.NOT_REQUIRED

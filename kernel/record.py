@@ -16,6 +16,7 @@ not fit. The body CRC is ``zlib.crc32(body) & 0x7FFFFFFF`` as RocketMQ computes 
 
 from __future__ import annotations
 
+import functools
 import socket
 import struct
 import zlib
@@ -456,8 +457,14 @@ def offset_msg_ids(store_host: tuple[str, int], physical_offsets: Sequence[int])
     encoded once, each offset formatted as 16 hex digits."""
     if not physical_offsets:
         return []
-    template = offset_msg_id(store_host, 0)[:16] + "{:016X}"
-    return list(map(template.format, physical_offsets))
+    return list(map(_offset_msg_id_template(store_host).format, physical_offsets))
+
+
+@functools.lru_cache(maxsize=64)
+def _offset_msg_id_template(store_host: tuple[str, int]) -> str:
+    """The store host's half of its offset message ids, and a slot for the offset (a broker
+    answers every send with one: the host part is encoded once, not per answer)."""
+    return offset_msg_id(store_host, 0)[:16] + "{:016X}"
 
 
 def parse_offset_msg_id(msg_id: str) -> tuple[tuple[str, int], int]:

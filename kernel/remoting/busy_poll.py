@@ -38,6 +38,11 @@ class BusyPoller:
         if self.window <= 0:
             raise ValueError(f"a busy-poll window must be positive, got {self.window!r}")
 
+    @property
+    def parked(self) -> bool:
+        """Whether the loop sleeps as usual now (no activity within the window)."""
+        return self._parked is not None
+
     def touch(self) -> None:
         """Activity now: keep polling for another window (wakes the parked loop)."""
         self._hot_until = trio.current_time() + self.window

@@ -50,6 +50,8 @@ def trocket_before_append(batch: MessageBatch, ctx: BrokerContext) -> Rejection 
     encoded = batch.encoded
     if encoded is not None and not encoded.needs_attention():
         return None  # no message asks for a delay: the batch stays columns
+    if encoded is None and not any(message.wants_delay for message in batch.messages):
+        return None  # the usual single send: nothing to park
     levels = ctx.broker.message_delay_level
     max_delay = ctx.plugin_config(RetryDlqConfig).timer_max_delay
     now_ms = int(time.time() * 1000)

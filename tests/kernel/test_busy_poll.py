@@ -17,14 +17,14 @@ async def test_a_poller_parks_until_touched_and_polls_for_its_window_after():
     async with trio.open_nursery() as nursery:
         nursery.start_soon(poller.run)
         await trio.sleep(0.1)
-        assert poller.spins == 0, "never touched: parked from the start"
+        assert poller.spins == 0 and poller.parked, "never touched: parked from the start"
         poller.touch()
         await trio.sleep(0.02)
         assert poller.spins > 0, "touched: polling"
         await trio.sleep(0.2)  # the window ended long ago
         parked_at = poller.spins
         await trio.sleep(0.1)
-        assert poller.spins == parked_at, "parked again once the window passed"
+        assert poller.spins == parked_at and poller.parked, "parked again once the window passed"
         poller.touch()
         await trio.sleep(0.02)
         assert poller.spins > parked_at, "a touch wakes the parked poller"

@@ -26,6 +26,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+BORN_HOST = "send.born_host"
+"""Connection attribute: the peer as a record's born host, parsed once per connection."""
+
 V2_FIELDS = {
     "a": "producerGroup",
     "b": "topic",
@@ -135,8 +138,10 @@ async def _prepare(
             remark=f"request queueId[{queue_id}] is illegal, topic [{topic}] has "
             f"writeQueueNums {config.write_queue_nums} readQueueNums {config.read_queue_nums}",
         )
-    host, _, port = connection.peer.rpartition(":")
-    born_host = (host, int(port))
+    born_host = connection.attributes.get(BORN_HOST)
+    if born_host is None:
+        host, _, port = connection.peer.rpartition(":")
+        born_host = connection.attributes[BORN_HOST] = (host, int(port))
     born = _int(header, "bornTimestamp", 0)
     sys_flag = _int(header, "sysFlag", 0)
     reconsume = _int(header, "reconsumeTimes", 0)
