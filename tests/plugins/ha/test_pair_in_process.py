@@ -51,7 +51,8 @@ async def test_slave_log_is_byte_identical_across_file_rolls(broker_factory, tmp
         member(broker_factory, tmp_path / "m", "SYNC_MASTER", 0, listen_port=ha_port) as master,
         member(broker_factory, tmp_path / "s", "SLAVE", 1, master_address=f"127.0.0.1:{ha_port}") as slave,
     ):
-        await _wait_until(lambda: master.replicator.statistics().slaves)
+        # Connected is not enough: a SYNC_MASTER counts a slave once it reported what it holds.
+        await _wait_until(lambda: any(s.in_sync for s in master.replicator.statistics().slaves))
         for i in range(300):
             batch = [
                 Message("T", f"body-{i}-{j}".encode() * (1 + (i + j) % 7), queue_id=j % 3) for j in range(5)
@@ -109,7 +110,7 @@ async def test_replication_over_tls_and_a_plain_slave_refused_by_an_enforcing_ma
         async with member(
             broker_factory, tmp_path / "s", "SLAVE", 1, secure_slave, master_address=master_address
         ) as slave:
-            await _wait_until(lambda: master.replicator.statistics().slaves)
+            await _wait_until(lambda: any(s.in_sync for s in master.replicator.statistics().slaves))
             for i in range(20):
                 result = await master.put(MessageBatch([Message("T", f"secret-{i}".encode())]))
                 assert result.status is PutStatus.PUT_OK, result.remark
