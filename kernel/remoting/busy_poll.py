@@ -2,14 +2,15 @@
 
 Why it exists: a thread asleep in ``epoll_wait`` that a packet wakes pays for the wake-up
 before it runs a line, and on virtual machines that is tens of microseconds (measured on this
-project's machines: 20-25 µs of CPU per ``time.sleep`` wake-up, 40-70 µs per trio wake-up, and
-the code after it runs slower). A request with one message in flight pays it twice per round
-trip, once on each end; it was half of the broker's single-send latency. Busy polling (as
-Linux's ``net.core.busy_poll``, Netty's epoll busy-wait or Aeron's busy-spin idle strategy)
-trades CPU for that latency: for ``window`` seconds after each receive, and after each request
-this end sends, a task yields to the scheduler in a loop, which keeps trio polling epoll with a
-zero timeout instead of sleeping in it. After the window the task parks until the next
-activity, so an idle process burns nothing.
+project's machines: about 25 µs of CPU per ``time.sleep`` wake-up and 75 µs per trio one), and
+the code after it runs slower. A request with one message in flight pays it twice per round
+trip, once on each end: about half of the single-message round trip (docs/performance.md).
+
+Busy polling (as Linux's ``net.core.busy_poll``, Netty's epoll busy-wait or Aeron's
+busy-spin idle strategy) trades CPU for that latency: for ``window`` seconds after each
+receive, and after each request this end sends, a task yields to the scheduler in a loop,
+which keeps trio polling epoll with a zero timeout instead of sleeping in it. After the window
+the task parks until the next activity, so an idle process burns nothing.
 
 The cost is up to one core while traffic comes faster than the window, and a little
 throughput under load (one more runnable task per scheduler pass). Off unless configured

@@ -599,7 +599,7 @@ class Connection:
     def _write_now(self, data: bytes) -> int:
         """Write what the socket takes at once, without trio (0 for a TLS stream, or when the
         socket buffer is full). A frame usually fits the socket buffer whole; trio's
-        ``send_all`` costs two scheduler passes and a cancel scope even then, about a third of
+        ``send_all`` costs two scheduler passes and a cancel scope even then, about a quarter of
         the broker's time per single-message round trip. A partial write leaves the rest to
         ``send_all``, which waits for the socket to drain.
 

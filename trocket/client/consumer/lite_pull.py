@@ -258,6 +258,10 @@ class LitePullConsumer(ConsumerBase):
 
     async def _apply(self, assignment: Mapping[str, set[MessageQueue] | None]) -> None:
         async with self._applying:
+            if self._stack is None:
+                # Shut down while this waited for the lock (acquiring it ends with a shielded
+                # checkpoint, so a cancelled rebalance can resume here): nothing to apply.
+                return
             await self._apply_now(assignment)
 
     async def _apply_now(self, assignment: Mapping[str, set[MessageQueue] | None]) -> None:
