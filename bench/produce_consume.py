@@ -131,21 +131,29 @@ def redis_server(path: str, root: Path, flush: str) -> Iterator[int]:
 # --- Trocket workloads ------------------------------------------------------------------------
 
 
+async def one_in_flight(
+    producer: Producer, topic: str, body: bytes, round_trips: int, suffix: str = ""
+) -> Figures:
+    """Sends one after another: messages/s and p50/p99 latency (rows named with ``suffix``)."""
+    await producer.send(Message(topic, body))  # route and connection warm
+    latencies = []
+    started = time.perf_counter()
+    for _ in range(round_trips):
+        sent = time.perf_counter()
+        await producer.send(Message(topic, body))
+        latencies.append(time.perf_counter() - sent)
+    return {
+        f"1 in flight{suffix}": round_trips / (time.perf_counter() - started),
+        f"p50 ms{suffix}": percentile(latencies, 0.50) * 1000,
+        f"p99 ms{suffix}": percentile(latencies, 0.99) * 1000,
+    }
+
+
 async def trocket_workloads(namesrv: str, size: int, args: argparse.Namespace, tag: str) -> Figures:
     body = os.urandom(size // 2).hex().encode()[:size]
-    out: Figures = {}
     async with Producer("PG_bench", namesrv, send_timeout=30) as producer:
         topic = f"Bench{tag}"
-        await producer.send(Message(topic, body))  # route and connection warm
-        latencies = []
-        started = time.perf_counter()
-        for _ in range(args.round_trips):
-            sent = time.perf_counter()
-            await producer.send(Message(topic, body))
-            latencies.append(time.perf_counter() - sent)
-        out["1 in flight"] = args.round_trips / (time.perf_counter() - started)
-        out["p50 ms"] = percentile(latencies, 0.50) * 1000
-        out["p99 ms"] = percentile(latencies, 0.99) * 1000
+        out = await one_in_flight(producer, topic, body, args.round_trips)
 
         async def sender(count: int) -> None:
             for _ in range(count):
@@ -206,19 +214,7 @@ async def trocket_busy_poll(namesrv: str, size: int, args: argparse.Namespace, t
     """One message in flight again, with broker and producer busy-polling (``busy_poll``)."""
     body = os.urandom(size // 2).hex().encode()[:size]
     async with Producer("PG_bench", namesrv, send_timeout=30, busy_poll=BUSY_POLL_SECONDS) as producer:
-        topic = f"BenchPoll{tag}"
-        await producer.send(Message(topic, body))
-        latencies = []
-        started = time.perf_counter()
-        for _ in range(args.round_trips):
-            sent = time.perf_counter()
-            await producer.send(Message(topic, body))
-            latencies.append(time.perf_counter() - sent)
-        return {
-            "1 in flight, busy poll": args.round_trips / (time.perf_counter() - started),
-            "p50 ms, busy poll": percentile(latencies, 0.50) * 1000,
-            "p99 ms, busy poll": percentile(latencies, 0.99) * 1000,
-        }
+        return await one_in_flight(producer, f"BenchPoll{tag}", body, args.round_trips, ", busy poll")
 
 
 # --- Redis workloads --------------------------------------------------------------------------
