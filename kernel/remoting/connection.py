@@ -580,11 +580,11 @@ class Connection:
             return
         self._writing = True
         try:
-            sent = self._write_now(data)
-            if sent < len(data):
+            rest = self._write_now(data)
+            if rest is not None:
                 limit = min(self.limits.frame_timeout, DIRECT_SEND_LIMIT)
                 with trio.CancelScope(shield=True, deadline=trio.current_time() + limit) as scope:
-                    await self.stream.send_all(memoryview(data)[sent:] if sent else data)
+                    await self.stream.send_all(rest)
                 if scope.cancelled_caught:
                     self.close(f"a frame could not be sent within {limit:g}s (the peer does not read)")
         except (trio.BrokenResourceError, trio.ClosedResourceError, trio.BusyResourceError, OSError) as error:
@@ -596,21 +596,22 @@ class Connection:
                 self._wakeup.set()
         self._last_activity = trio.current_time()
 
-    def _write_now(self, data: bytes) -> int:
-        """Write what the socket takes at once, without trio (0 for a TLS stream, or when the
-        socket buffer is full). A frame usually fits the socket buffer whole; trio's
-        ``send_all`` costs two scheduler passes and a cancel scope even then, about a quarter of
-        the broker's time per single-message round trip. A partial write leaves the rest to
-        ``send_all``, which waits for the socket to drain.
+    def _write_now(self, data: bytes) -> bytes | memoryview | None:
+        """Write what the socket takes at once, without trio; what is left for ``send_all``
+        (all of it for a TLS stream or a full socket buffer), None when nothing is. A frame
+        usually fits the socket buffer whole; trio's ``send_all`` costs two scheduler passes
+        and a cancel scope even then, about a quarter of the broker's time per single-message
+        round trip.
 
         :raises OSError: the peer is gone (the caller closes the connection).
         """
         if self._fd < 0:
-            return 0
+            return data
         try:
-            return os.write(self._fd, data)
+            sent = os.write(self._fd, data)
         except BlockingIOError:
-            return 0
+            return data
+        return None if sent == len(data) else memoryview(data)[sent:]
 
     async def _wait_writable(self) -> None:
         while self._outbox_bytes > OUTBOX_HIGH_WATER and not self.closed:
@@ -636,9 +637,9 @@ class Connection:
             self._writing = True
             data = chunks[0] if len(chunks) == 1 else b"".join(chunks)
             try:
-                sent = self._write_now(data)
-                if sent < len(data):
-                    await self.stream.send_all(memoryview(data)[sent:] if sent else data)
+                rest = self._write_now(data)
+                if rest is not None:
+                    await self.stream.send_all(rest)
             except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as error:
                 self.close(f"send failed: {error}")
                 return

@@ -71,7 +71,8 @@ their answers written together (``./run bench remoting``: 1.4-1.7x the round tri
 per request with 64 in flight, 8 against 19 µs of server CPU each). Sends are not among them,
 even when puts never wait (async flush, no replica): measured in ``bench produce_consume``,
 answering a receive's sends only once all of them are stored stalls pipelining producers, as
-grouping batch sends did (docs/performance.md, item 5)."""
+grouping batch sends did (docs/performance.md, item 5). A send alone in its receive is inline
+when puts never wait (``SENDS`` below)."""
 
 
 SENDS = (RequestCode.SEND_MESSAGE, RequestCode.SEND_MESSAGE_V2, RequestCode.SEND_BATCH_MESSAGE)
