@@ -152,6 +152,14 @@ class MessageBatch:
         """What the store appends: the encoded batch while there is one, else the objects."""
         return self._messages
 
+    def needs_attention(self) -> bool:
+        """Whether a message asks for a delay or a transaction: hooks that act only on those
+        return at once when not (columns are searched once; objects are scanned)."""
+        encoded = self.encoded
+        if encoded is not None:
+            return encoded.needs_attention()
+        return any(m.wants_delay or m.is_prepared for m in self.messages)
+
     @property
     def wait_store_ok(self) -> bool:
         encoded = self.encoded

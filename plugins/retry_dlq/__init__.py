@@ -47,11 +47,8 @@ def trocket_register_parking_topics() -> tuple[str, ...]:
 @hookimpl
 def trocket_before_append(batch: MessageBatch, ctx: BrokerContext) -> Rejection | None:
     """Park every delayed message of the batch; one illegal delay refuses the whole batch."""
-    encoded = batch.encoded
-    if encoded is not None and not encoded.needs_attention():
-        return None  # no message asks for a delay: the batch stays columns
-    if encoded is None and not any(message.wants_delay for message in batch.messages):
-        return None  # the usual single send: nothing to park
+    if not batch.needs_attention():
+        return None  # no message asks for a delay (an encoded batch stays columns)
     levels = ctx.broker.message_delay_level
     max_delay = ctx.plugin_config(RetryDlqConfig).timer_max_delay
     now_ms = int(time.time() * 1000)
