@@ -35,6 +35,10 @@ the previous batch started less than ``GATHER_INTERVAL`` seconds ago, the loop w
 interval has passed and dispatches everything that came meanwhile. An idle broker dispatches a
 lone message at once; under load a message becomes visible to consumers at most 4 ms after its
 put (RocketMQ's reput service sleeps 1 ms per round, with a far cheaper round)."""
+TURN_RECORDS = 32
+"""Batches of more records give the network a turn between the log read and each view (a
+request arriving meanwhile would wait for all of it: the tail of single-message latency);
+smaller ones, a few single sends at a few µs each, are dispatched in one go."""
 PERSIST_INTERVAL = 1.0
 THOROUGH_PERSIST_INTERVAL = 60.0
 RETRY_DELAY = 1.0
@@ -148,11 +152,10 @@ class DispatchService:
     async def dispatch_once(self, offset: int, end: int) -> int:
         """Dispatch one batch from ``offset`` (not past ``end``); return the next offset."""
         records, next_offset = await self.store.read_log(offset, end=end, max_bytes=BATCH_BYTES)
+        turns = len(records) > TURN_RECORDS
         for dispatcher in self.dispatchers:
-            # A turn for the network between the read and each view: a batch of a few small
-            # puts costs several hundred µs in all, and a request arriving meanwhile waited
-            # for all of it (the tail of single-message latency).
-            await trio.lowlevel.checkpoint()
+            if turns:
+                await trio.lowlevel.checkpoint()
             reached = dispatcher.dispatched_offset()
             if reached >= next_offset:
                 continue

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 import attrs
 
-from kernel.java_hash import java_string_hash
+from kernel.batch_codec import string_hash
 from kernel.names import (
     PROPERTY_DELAY_TIME_LEVEL,
     PROPERTY_KEYS,
@@ -47,7 +47,7 @@ def decode_properties(data: bytes | memoryview) -> dict[str, str]:
 
 def tags_code(tags: str | None) -> int:
     """The consume-queue tag field for a message's ``TAGS`` (0 when it has none)."""
-    return java_string_hash(tags) if tags else 0
+    return string_hash(tags) if tags else 0
 
 
 class MessagePropertiesView:

@@ -114,6 +114,7 @@ class RecordEncoder:
         store_ip, store_port = self._store_ip, self.store_host[1]
         host_mask = ~(SYSFLAG_BORNHOST_V6 | SYSFLAG_STOREHOST_V6)
         at = physical_offset
+        as_given = True
         for message in messages:
             properties = message.properties
             if properties:
@@ -121,6 +122,7 @@ class RecordEncoder:
                     props = ("\x02".join(map("\x01".join, properties.items())) + "\x02").encode()
                 except TypeError:  # a non-str value: let the general encoder format it
                     props = encode_properties(properties)
+                    as_given = False
                 if len(props) > 32767:
                     raise ValueError(f"properties are {len(props)} bytes; the limit is 32767")
                 if b"\0" in props:
@@ -171,7 +173,9 @@ class RecordEncoder:
             sizes.append(size)
             assigned.append(queue_offset)
             at += size
-        return EncodedRun(b"".join(parts), offsets, sizes, assigned, next_offsets)
+        return EncodedRun(
+            b"".join(parts), offsets, sizes, assigned, next_offsets, properties_as_given=as_given
+        )
 
     def _encode_wire(
         self,
@@ -240,6 +244,10 @@ class EncodedRun:
     arrays: tuple[np.ndarray, np.ndarray] | None = attrs.field(default=None, eq=False)
     """``offsets`` and ``sizes`` as the arrays they were computed as, when the run was encoded
     column-wise (so a caller that wants arrays does not convert the lists back)."""
+    properties_as_given: bool = attrs.field(default=False, eq=False)
+    """Messages encoded one by one whose properties were all strings, stored as given: each
+    message's ``properties`` is then what decoding its record gives back (see
+    :func:`dispatch_records`)."""
 
 
 def encode_record(
@@ -348,6 +356,50 @@ def decode_dispatch(
     at += 1 + topic_len
     props_len = _PROPS_LEN.unpack_from(buffer, at)[0]
     props = decode_properties(buffer[at + 2 : at + 2 + props_len]) if props_len else {}
+    return _dispatch_record(
+        topic, queue_id, queue_offset, physical_offset, size, store_ts, sys_flag, props, prepared_tx, parking
+    )
+
+
+def dispatch_records(
+    messages: Sequence[Message], run: EncodedRun, store_ts: int, parking: frozenset[str] = frozenset()
+) -> list[DispatchRecord]:
+    """What :func:`decode_dispatch` would read back from the records ``run`` encoded from
+    ``messages`` (one by one, ``run.properties_as_given``), built from the messages instead:
+    the dispatch loop of the process that appended them skips reading them back."""
+    assert run.properties_as_given, "properties were reformatted; read the records back"
+    host_mask = ~(SYSFLAG_BORNHOST_V6 | SYSFLAG_STOREHOST_V6)
+    return [
+        _dispatch_record(
+            m.topic,
+            m.queue_id,
+            queue_offset,
+            offset,
+            size,
+            store_ts,
+            m.sys_flag & host_mask,
+            dict(m.properties),
+            m.prepared_transaction_offset,
+            parking,
+        )  # fmt: skip
+        for m, offset, size, queue_offset in zip(
+            messages, run.offsets, run.sizes, run.queue_offsets, strict=True
+        )
+    ]
+
+
+def _dispatch_record(
+    topic: str,
+    queue_id: int,
+    queue_offset: int,
+    physical_offset: int,
+    size: int,
+    store_ts: int,
+    sys_flag: int,
+    props: dict[str, str],
+    prepared_tx: int,
+    parking: frozenset[str],
+) -> DispatchRecord:
     return DispatchRecord(
         topic=topic,
         queue_id=queue_id,

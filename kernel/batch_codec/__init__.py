@@ -52,6 +52,7 @@ region_crcs = _impl.region_crcs
 find_byte = _impl.find_byte
 gather = _impl.gather
 property_pairs = _impl.property_pairs
+string_hash = _impl.string_hash
 
 
 def dispatch_properties(
@@ -93,4 +94,5 @@ __all__ = [
     "pure",
     "region_crcs",
     "size_chain",
+    "string_hash",
 ]

@@ -6,7 +6,7 @@ answers (a property test holds them together). Inputs are buffers and ``int64`` 
 are one ``bytes`` object or arrays: no Python object per message is made in these loops.
 """
 
-from libc.stdint cimport int64_t, uint8_t, uint32_t, uint64_t
+from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t
 from libc.string cimport memchr, memcpy
 
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize
@@ -248,6 +248,22 @@ def java_hashes_at(const uint8_t[::1] buffer, const int64_t[::1] start, const in
                 other[others] = i
                 others += 1
     return hashes_a, other_a[:others].copy()
+
+
+def string_hash(str text):
+    """Java's ``String.hashCode`` of ``text`` as a signed 32-bit int, over UTF-16 code units
+    (a character past U+FFFF counts as its surrogate pair)."""
+    cdef uint32_t h = 0, u
+    cdef Py_UCS4 c
+    for c in text:
+        u = <uint32_t>c
+        if u > 0xFFFF:
+            u -= 0x10000
+            h = h * 31 + (0xD800 + (u >> 10))
+            h = h * 31 + (0xDC00 + (u & 0x3FF))
+        else:
+            h = h * 31 + u
+    return <int32_t>h
 
 
 cdef inline bint _is_space(uint8_t c) noexcept nogil:

@@ -17,7 +17,7 @@ from itertools import repeat
 import numpy as np
 
 from kernel.errors import MalformedBatch
-from kernel.java_hash import as_signed, java_hashes
+from kernel.java_hash import as_signed, java_hashes, java_string_hash
 from kernel.property_scan import Buffer, JoinedProperties, pattern_for
 from kernel.record_layout import HEADER_DTYPE, HEADER_SIZE
 
@@ -199,6 +199,10 @@ def java_hashes_at(
     getitem = buffer.__getitem__
     keys = list(map(getitem, map(slice, start.tolist(), end.tolist())))
     return java_hashes(keys, prefix=prefix), np.zeros(0, dtype=np.int64)
+
+
+string_hash = java_string_hash
+"""Java's ``String.hashCode`` of one string, signed (the scalar definition itself)."""
 
 
 _WANTED = (b"TAGS", b"KEYS", b"UNIQ_KEY", b"TIMER_OUT_MS")

@@ -16,6 +16,7 @@ import collections
 import logging
 import time
 from collections.abc import Sequence
+from typing import NamedTuple
 
 import attrs
 import numpy as np
@@ -38,9 +39,19 @@ SMALL_RUN_BYTES = 4096
 """Below this many log bytes a scan decodes record by record (see ``_scan_small``)."""
 MAX_HANDED_BATCHES = 4096
 MAX_HANDED_BYTES = 64 << 20
-"""Appended batches whose columns wait for the dispatch loop (each holds its request body,
-where the properties are), at most this many and spanning at most this much of the log; more
-means dispatch is far behind, and it reads the log instead."""
+"""Appended batches whose columns or messages wait for the dispatch loop (each holds its
+request body or message objects, where the properties are), at most this many and spanning at
+most this much of the log; more means dispatch is far behind, and it reads the log instead."""
+
+
+class AppendedMessages(NamedTuple):
+    """What the put path keeps of messages it encoded one by one (single sends, the broker's
+    own puts), for the dispatch loop: the messages, unchanged after their append (the put
+    pipeline owns them), and where their records went."""
+
+    messages: Sequence[Message]
+    run: record.EncodedRun
+    store_timestamp: int
 
 
 @attrs.define(eq=False)
@@ -63,11 +74,11 @@ class CommitLog:
     """Store time of the newest message covered by the last flush (checkpoint field)."""
     _encoder: record.RecordEncoder = attrs.field(init=False)
     _append_end: int = attrs.field(default=0, init=False)
-    _handed: collections.deque[tuple[int, int, AppendedWire]] = attrs.field(
+    _handed: collections.deque[tuple[int, int, AppendedWire | AppendedMessages]] = attrs.field(
         factory=collections.deque, init=False
     )
-    """Batches appended from encoded requests, (start, end, what became of them) in log order,
-    waiting for the dispatch loop, which turns runs of them into columns (see :meth:`scan`)."""
+    """Appended batches, (start, end, what became of them) in log order, waiting for the
+    dispatch loop, which takes them instead of reading the records back (see :meth:`scan`)."""
 
     def __attrs_post_init__(self) -> None:
         self._encoder = record.RecordEncoder(self.store_host)
@@ -132,7 +143,7 @@ class CommitLog:
         try:
             if active.wrote + len(run.data) <= limit:
                 active.write(run.data)  # the common case: the batch fits the active file
-                handed = run.arrays is not None  # encoded column-wise: a WireBatch
+                handed = run.arrays is not None or run.properties_as_given
             else:
                 run, active = self._append_across_files(messages, active, limit, now)
         except OSError as error:
@@ -142,7 +153,7 @@ class CommitLog:
         self.queue_offsets.update(run.next_queue_offsets)
         end = active.start + active.wrote
         if handed:
-            self._hand_over(messages, run, now)  # type: ignore[arg-type]
+            self._hand_over(messages, run, now)
         self.last_append_timestamp = now
         if self.stages_writes:
             self._append_end = end
@@ -150,16 +161,23 @@ class CommitLog:
             self.positions.wrote.advance(end)
         return AppendResult(run.offsets, run.sizes, run.queue_offsets, now, end, self.store_host)
 
-    def _hand_over(self, batch: WireBatch, run: record.EncodedRun, now: int) -> None:
-        """Keep an encoded batch's columns for the dispatch loop, which then does not read the
-        records back. Bounded: when dispatch falls this far behind it reads the log."""
+    def _hand_over(self, messages: Sequence[Message] | WireBatch, run: record.EncodedRun, now: int) -> None:
+        """Keep what the dispatch loop needs of an appended batch (an encoded batch's columns,
+        or the messages encoded one by one), so it does not read the records back. Bounded:
+        when dispatch falls this far behind it reads the log."""
         handed = self._handed
         end = run.offsets[-1] + run.sizes[-1]
         if handed and (len(handed) >= MAX_HANDED_BATCHES or end - handed[0][0] > MAX_HANDED_BYTES):
             handed.clear()
-        assert run.arrays is not None
-        offsets, sizes = run.arrays
-        handed.append((run.offsets[0], end, AppendedWire(batch, offsets, sizes, run.queue_offsets[0], now)))
+        if run.arrays is not None:
+            assert isinstance(messages, WireBatch)
+            offsets, sizes = run.arrays
+            kept: AppendedWire | AppendedMessages = AppendedWire(
+                messages, offsets, sizes, run.queue_offsets[0], now
+            )
+        else:
+            kept = AppendedMessages(messages, run, now)
+        handed.append((run.offsets[0], end, kept))
 
     def _append_across_files(
         self, messages: Sequence[Message], active: MappedFile, limit: int, now: int
@@ -426,37 +444,59 @@ class CommitLog:
         return mapped.read(position, size)
 
     def scan(self, offset: int, *, end: int, max_bytes: int) -> tuple[Sequence[DispatchRecord], int]:
-        """Checked records from ``offset`` up to ``end`` as columns (about ``max_bytes`` of
-        them, at least one; a few records of an idle broker come as a list of records instead);
-        skips end-of-file fillers. Batches this process appended from
-        encoded requests come with their columns (kept at append time, see
-        :meth:`_hand_over`); anything else (a slave's replicated bytes, the log after a
-        restart, object-path appends) is read back: each file's run is validated in bulk
-        (:func:`~kernel.record_run.check_run`, no CRC: the put path computed it and recovery
-        checks it) and gathered into a :class:`~kernel.dispatch_batch.DispatchBatch`.
+        """Checked records from ``offset`` up to ``end`` (about ``max_bytes`` of them, at least
+        one), skipping end-of-file fillers: as columns, or as a list of records when all of
+        them are a few records or messages appended one by one.
+
+        What this process appended comes from what the put path kept (see
+        :meth:`_hand_over`): an encoded batch's columns, or the messages of single sends,
+        which views take one by one at less cost than any bulk set-up. Anything else (a
+        slave's replicated bytes, the log after a restart) is read back: each file's run is
+        validated in bulk (:func:`~kernel.record_run.check_run`, no CRC: the put path computed
+        it and recovery checks it) and gathered into a
+        :class:`~kernel.dispatch_batch.DispatchBatch`.
 
         :raises CorruptRecord: a record between ``offset`` and ``end`` fails its check.
         """
         parts: list[Sequence[DispatchRecord]] = []
-        appended: list[AppendedWire] = []
+        wires: list[AppendedWire] = []
+        singles: list[DispatchRecord] = []
         at = offset
         handed = self._handed
-        while at < end and (at - offset < max_bytes or not (parts or appended)):
+        while at < end and (at - offset < max_bytes or not (parts or wires or singles)):
             while handed and handed[0][0] < at:
                 handed.popleft()  # dispatched by a scan already (or before a restart point)
             if handed and handed[0][0] == at and handed[0][1] <= end:
-                _, at, wire = handed.popleft()
-                appended.append(wire)
+                _, at, kept = handed.popleft()
+                if isinstance(kept, AppendedWire):
+                    if singles:
+                        parts.append(singles)
+                        singles = []
+                    wires.append(kept)
+                else:
+                    if wires:
+                        parts.append(DispatchBatch.from_wires(wires, self.parking_topics))
+                        wires = []
+                    singles += record.dispatch_records(*kept, self.parking_topics)
                 continue
-            if appended:
-                parts.append(DispatchBatch.from_wires(appended, self.parking_topics))
-                appended = []
+            if wires:
+                parts.append(DispatchBatch.from_wires(wires, self.parking_topics))
+                wires = []
+            if singles:
+                parts.append(singles)
+                singles = []
             stop = handed[0][0] if handed and at < handed[0][0] < end else end
             at = self._scan_file_run(at, stop, max_bytes - (at - offset), parts)
-        if appended:
-            parts.append(DispatchBatch.from_wires(appended, self.parking_topics))
-        if len(parts) == 1 and isinstance(parts[0], list):
-            return parts[0], at  # a few records: views take them one by one, no columns
+        if wires:
+            parts.append(DispatchBatch.from_wires(wires, self.parking_topics))
+        if singles:
+            parts.append(singles)
+        if not parts:
+            return [], at
+        if all(isinstance(part, list) for part in parts):
+            # Records one by one (single sends, an idle broker's few): views take them as a
+            # list, no columns.
+            return (parts[0] if len(parts) == 1 else [r for part in parts for r in part]), at
         return DispatchBatch.concat([as_batch(part) for part in parts]), at
 
     def _scan_small(

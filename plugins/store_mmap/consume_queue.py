@@ -17,7 +17,7 @@ import attrs
 import numpy as np
 import trio
 
-from kernel.dispatch_batch import DispatchBatch, as_batch
+from kernel.dispatch_batch import DispatchBatch
 from kernel.model import DispatchRecord, QueueEntry
 from kernel.queue_entries import QueueEntries
 from plugins.store_mmap.config import CQ_ENTRY_SIZE
@@ -30,9 +30,6 @@ ENTRY = struct.Struct(">qiq")
 ENTRY_DTYPE = np.dtype([("offset", ">i8"), ("size", ">i4"), ("tags", ">i8")])
 """An entry as a numpy row (the same 20 bytes as :data:`ENTRY`)."""
 BLANK_ENTRY = ENTRY.pack(0, 0x7FFFFFFF, 0)
-SMALL_DISPATCH = 8
-"""Up to this many records a dispatch batch that is not columns (an idle broker's lone put)
-is appended entry by entry rather than through numpy set-up."""
 
 
 @attrs.define(eq=False)
@@ -218,15 +215,11 @@ class ConsumeQueues:
     def dispatch(self, records: Sequence[DispatchRecord], end_offset: int) -> None:
         """Append the batch's entries, queue by queue, each queue's entries packed column-wise
         into one buffer (20-byte big-endian rows) and written at once."""
-        if not isinstance(records, DispatchBatch) and len(records) <= SMALL_DISPATCH:
-            for r in records:  # an idle broker's lone put: no columns to set up
-                self._append_entries(
-                    r.topic, r.queue_id, r.queue_offset, ENTRY.pack(r.physical_offset, r.size, r.tags_code), 1
-                )
-                self._newest_timestamp = r.store_timestamp
+        if not isinstance(records, DispatchBatch):
+            self._append_each(records)
             self._dispatched = end_offset
             return
-        batch = as_batch(records)
+        batch = records
         if len(batch):
             # Stable sort by (topic, queue id): each queue's records stay in log order.
             group_key = batch.topic_index * (1 << 32) + batch.queue_id
@@ -237,6 +230,23 @@ class ConsumeQueues:
                 self._append_rows(batch, rows)
             self._newest_timestamp = int(batch.store_timestamp[-1])
         self._dispatched = end_offset
+
+    def _append_each(self, records: Sequence[DispatchRecord]) -> None:
+        """Records as objects (single sends, an idle broker's few): entries packed one by one,
+        gathered per queue in log order and written once per queue, with no numpy set-up."""
+        runs: dict[tuple[str, int], tuple[int, list[bytes]]] = {}
+        pack = ENTRY.pack
+        for r in records:
+            key = (r.topic, r.queue_id)
+            run = runs.get(key)
+            if run is None:
+                runs[key] = (r.queue_offset, [pack(r.physical_offset, r.size, r.tags_code)])
+            else:
+                run[1].append(pack(r.physical_offset, r.size, r.tags_code))
+        for (topic, queue_id), (first, entries) in runs.items():
+            self._append_entries(topic, queue_id, first, b"".join(entries), len(entries))
+        if records:
+            self._newest_timestamp = records[-1].store_timestamp
 
     def _append_rows(self, batch: DispatchBatch, rows: np.ndarray) -> None:
         """Append the records ``rows`` of ``batch`` (one queue, in log order) to their queue."""

@@ -29,8 +29,8 @@ import numpy as np
 import trio
 
 from kernel import batch_codec
-from kernel.dispatch_batch import DispatchBatch, as_batch
-from kernel.java_hash import as_signed, java_string_hash, unsigned_hash
+from kernel.dispatch_batch import DispatchBatch
+from kernel.java_hash import as_signed, unsigned_hash
 from kernel.model import SYSFLAG_TRANSACTION_ROLLBACK, DispatchRecord
 from plugins.store_mmap.mapped_file import MappedFile
 
@@ -43,7 +43,7 @@ ENTRY = struct.Struct(">iqii")
 ENTRY_SIZE = 20
 ENTRY_DTYPE = np.dtype([("hash", ">i4"), ("offset", ">i8"), ("diff", ">i4"), ("previous", ">i4")])
 _TRANSACTION_TYPE = 0xC
-SMALL_PUT_KEYS = 8
+SMALL_PUT_KEYS = 32
 """Up to this many keys a dispatch batch's keys are written one by one (a few µs each) rather
 than by :meth:`IndexFile.put_many` (about 40 µs of array set-up whatever the count)."""
 
@@ -51,7 +51,7 @@ than by :meth:`IndexFile.put_many` (about 40 µs of array set-up whatever the co
 def key_hash(key: str) -> int:
     """RocketMQ's index hash of a key: Java's hash made non-negative (``Math.abs``, whose
     result for ``Integer.MIN_VALUE`` is negative and is stored as 0)."""
-    value = abs(java_string_hash(key))
+    value = abs(batch_codec.string_hash(key))
     return value if value >= 0 and value < 2**31 else 0
 
 
@@ -307,12 +307,12 @@ class IndexService:
     def dispatch(self, records: Sequence[DispatchRecord], end_offset: int) -> None:
         """Index the batch's keys: hashed as arrays (:mod:`kernel.java_hash`), written in bulk
         (:meth:`IndexFile.put_many`), byte for byte what one :meth:`IndexFile.put` per key in
-        log order writes."""
-        if not isinstance(records, DispatchBatch) and len(records) <= SMALL_PUT_KEYS:
+        log order writes. Records that come one by one (single sends) are indexed one by one."""
+        if not isinstance(records, DispatchBatch):
             self._dispatch_each(records)
             self._dispatched = end_offset
             return
-        batch = as_batch(records)
+        batch = records
         if len(batch):
             last = self.files[-1].end_offset if self.files and self.files[-1].count > 1 else -1
             rows = batch.key_rows
@@ -329,20 +329,26 @@ class IndexService:
         self._dispatched = end_offset
 
     def _dispatch_each(self, records: Sequence[DispatchRecord]) -> None:
-        """A few records (an idle broker's lone put), each key added by :meth:`IndexFile.put`,
-        the definition the bulk path is held to."""
+        """Records as objects (single sends, an idle broker's few): each ``topic#key`` hashed
+        by :func:`key_hash` (the compiled codec's, a fraction of a µs), the same entries
+        :meth:`IndexFile.put` per key writes."""
         last = self.files[-1].end_offset if self.files and self.files[-1].count > 1 else -1
+        hashed: list[int] = []
+        offsets: list[int] = []
+        timestamps: list[int] = []
         for r in records:
             if r.sys_flag & _TRANSACTION_TYPE == SYSFLAG_TRANSACTION_ROLLBACK:
                 continue
             if r.physical_offset <= last:
                 continue  # indexed before a restart
-            keys = [r.unique_key] if r.unique_key else []
-            for key in [*keys, *r.keys.split()]:
-                if (not self.files or self.files[-1].full) and not self._new_file():
-                    return
-                self.files[-1].put(f"{r.topic}#{key}", r.physical_offset, r.store_timestamp)
+            keys = r.keys.split() if r.keys else []
+            for key in [r.unique_key, *keys] if r.unique_key else keys:
+                hashed.append(key_hash(f"{r.topic}#{key}"))
+                offsets.append(r.physical_offset)
+                timestamps.append(r.store_timestamp)
             self._newest_timestamp = r.store_timestamp
+        if hashed:
+            self._write_keys(hashed, offsets, timestamps)
 
     def _put_keys(self, batch: DispatchBatch, chosen: np.ndarray) -> None:
         """Index keys ``chosen`` (positions among the batch's keys, in order) as
@@ -359,17 +365,27 @@ class IndexService:
             mine = np.flatnonzero(topic_of == topic) if len(batch.topics) > 1 else slice(None)
             prefix = unsigned_hash(f"{batch.topics[topic]}#")
             hashes[mine] = batch_codec.java_hashes_at(blob, starts[mine], ends[mine], prefix)
-        hashed = key_hashes(hashes)
-        offsets = batch.physical_offset[rows]
-        timestamps = batch.store_timestamp[rows]
+        self._write_keys(key_hashes(hashes), batch.physical_offset[rows], batch.store_timestamp[rows])
+
+    def _write_keys(
+        self,
+        hashed: Sequence[int] | np.ndarray,
+        offsets: Sequence[int] | np.ndarray,
+        timestamps: Sequence[int] | np.ndarray,
+    ) -> None:
+        """Write hashed keys in order, starting new files as they fill: one by one when there
+        are so few that the bulk set-up would cost more, else by :meth:`IndexFile.put_many`."""
         if len(hashed) <= SMALL_PUT_KEYS:
-            for key, offset, timestamp in zip(
-                hashed.tolist(), offsets.tolist(), timestamps.tolist(), strict=True
-            ):
+            if isinstance(hashed, np.ndarray):
+                hashed, offsets, timestamps = hashed.tolist(), list(offsets), list(timestamps)
+            for key, offset, timestamp in zip(hashed, offsets, timestamps, strict=True):
                 if (not self.files or self.files[-1].full) and not self._new_file():
                     return
-                self.files[-1].put_hashed(key, offset, timestamp)
+                self.files[-1].put_hashed(int(key), int(offset), int(timestamp))
             return
+        hashed = np.asarray(hashed, dtype=np.int64)
+        offsets = np.asarray(offsets, dtype=np.int64)
+        timestamps = np.asarray(timestamps, dtype=np.int64)
         done = 0
         while done < len(hashed):
             if not self.files or self.files[-1].full:

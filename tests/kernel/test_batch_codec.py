@@ -131,6 +131,19 @@ def test_hashes_agree(found, prefix):
     same(hashes, pure.java_hashes_at(buffer, begin, end, prefix)[0])
 
 
+@given(st.text(max_size=40))
+@settings(max_examples=300, deadline=None)
+def test_string_hashes_agree(text):
+    assert compiled.string_hash(text) == pure.string_hash(text) == java_string_hash(text)
+
+
+def test_string_hash_counts_surrogate_pairs():
+    # Java: "\U0001F600".hashCode() == 1772899 (the pair D83D DE00), "a".hashCode() == 97
+    assert compiled.string_hash("\U0001f600") == 1772899
+    assert compiled.string_hash("a") == 97
+    assert compiled.string_hash("x" * 20) == java_string_hash("x" * 20)
+
+
 @given(st.lists(_PROPS, max_size=20))
 @settings(max_examples=300, deadline=None)
 def test_dispatch_properties_agree(records):

@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from kernel import Message, record
 from kernel.dispatch_batch import AppendedWire, DispatchBatch, as_batch
 from kernel.java_hash import as_signed, java_hashes, java_string_hash, unsigned_hash
-from kernel.model import SCHEDULE_TOPIC
+from kernel.model import SCHEDULE_TOPIC, SYSFLAG_BORNHOST_V6, SYSFLAG_STOREHOST_V6
 from kernel.record_run import check_run
 from kernel.testing import dispatch_all
 from kernel.wire_batch import WireBatch
@@ -86,6 +86,33 @@ def test_dispatch_batch_matches_decode_dispatch(seed, count):
     assert list(batch.since(cut)) == [r for r in expected if r.physical_offset >= cut]
     halves = DispatchBatch.concat([batch[: count // 2], batch[count // 2 :]])
     assert list(halves) == expected and halves.key_texts() == batch.key_texts()
+
+
+@given(st.integers(0, 2**32), st.integers(1, 60))
+@settings(max_examples=60, deadline=None)
+def test_records_of_messages_handed_over_at_append_match_the_stored_records(seed, count):
+    """Single sends are dispatched from their message objects, never read back: what the
+    dispatch loop builds from them is what decoding their records gives."""
+    rng = random.Random(seed)
+    batch = [_random_message(rng, i) for i in range(count)]
+    for message in batch:
+        message.sys_flag |= rng.choice([0, SYSFLAG_BORNHOST_V6, SYSFLAG_STOREHOST_V6])
+        message.prepared_transaction_offset = rng.choice([0, rng.randint(1, 2**40)])
+    encoder = record.RecordEncoder(("127.0.0.1", 10911))
+    run = encoder.encode_run(batch, 500, {("TopicA", 1): 7}, 1_700_000_000_123)
+    assert run.properties_as_given
+    data = b"\0" * 500 + run.data
+    expected = [record.decode_dispatch(data, o, PARKING) for o in run.offsets]
+    assert record.dispatch_records(batch, run, 1_700_000_000_123, PARKING) == expected
+
+
+def test_a_message_whose_properties_are_reformatted_is_not_handed_over():
+    """A property value that is not a string is stored formatted (``str``), so the message no
+    longer says what the record holds: such a run is read back instead."""
+    message = Message("TopicA", b"b", properties={"UNIQ_KEY": "K1", "count": 3})  # type: ignore[dict-item]
+    run = record.RecordEncoder(("127.0.0.1", 10911)).encode_run([message], 0, {}, 1)
+    assert not run.properties_as_given
+    assert record.decode_dispatch(run.data, 0).properties == {"UNIQ_KEY": "K1", "count": "3"}
 
 
 @given(st.integers(0, 2**32), st.integers(1, 100), st.integers(0, 50))
@@ -181,18 +208,24 @@ def _view_files(root) -> tuple[dict[str, bytes], list[bytes]]:
 
 @pytest.mark.parametrize("dispatch_each_put", [False, True])
 async def test_views_built_from_handed_columns_equal_views_rebuilt_from_the_log(tmp_path, dispatch_each_put):
-    """Encoded batches hand their columns to dispatch, object batches are read back, and file
-    ends leave fillers between them; a store rebuilt from the same log by scanning alone
-    writes the same consume-queue and index bytes. Dispatched after each put, the object
-    batches take the record-by-record path of an idle broker (a few records, no columns)."""
+    """Encoded batches hand their columns to dispatch, object batches their messages (read
+    back when a property had to be reformatted), and file ends leave fillers between them; a
+    store rebuilt from the same log by scanning alone writes the same consume-queue and index
+    bytes. Dispatched after each put, the views take each put's records on their own."""
     rng = random.Random(7)
     live = tmp_path / "live"
     async with opened(live) as (store, _):
-        for i in range(60):
+        for i in range(90):
             if dispatch_each_put:
                 await dispatch_all(store)
             if i % 3 == 2:
                 await store.append(messages("TopicA", i % 4, 3, start=i * 3, size=rng.randint(10, 300)))
+                continue
+            if i % 3 == 1:
+                batch = [_random_message(rng, j) for j in range(rng.randint(1, 40))]
+                if rng.random() < 0.2:
+                    batch[0].properties["count"] = 7  # type: ignore[assignment]
+                await store.append(batch)
                 continue
             entries = []
             for j in range(rng.randint(1, 12)):
