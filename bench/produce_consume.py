@@ -6,8 +6,8 @@ One run, for 128 B and 1 KiB bodies and for async and sync flush, on this machin
 * pipelined produce: 16 batches of 32 in flight (512 messages), which also builds the backlog;
 * consume that backlog (``--messages``, default 1,000,000) with a LitePullConsumer;
 * async flush only: 1 message in flight again against a second broker with
-  ``[remoting] busy_poll = "200us"`` and a producer with ``busy_poll=0.0002`` (the latency
-  setting; see docs/performance.md), next to Redis's plain single-message figures.
+  ``[remoting] busy_poll = "off"`` and a producer with ``busy_poll=0``: what the adaptive
+  polling both run with by default saves (see docs/performance.md).
 
 The same workloads run against Redis Streams (Debian's ``redis-server``, AOF with
 ``appendfsync everysec`` for async and ``always`` for sync; redis-py with hiredis): XADD one per
@@ -16,6 +16,7 @@ Trocket / Redis. The broker answers pulls of up to 1000 messages here (``max_pul
 RocketMQ's default is 32) so both sides move 1000 messages per consume round trip.
 
     ./run bench produce_consume [--messages 1000000] [--sizes 128,1024] [--flush async,sync]
+                                [--busy-poll auto|off|200us]
 
 The script installs what it needs when it can (``apt-get install redis-server`` as root, pip
 ``redis[hiredis]``) and says clearly when it cannot (then only Trocket's figures are printed).
@@ -47,9 +48,8 @@ Figures = dict[str, float]
 TARGET_PIPELINED = 200_000
 TARGET_CONSUME = 500_000
 TARGET_P50_MS = 0.15
-BUSY_POLL = "200us"
+POLLING_OFF = "off"
 """``[remoting] busy_poll`` of the second broker the single-message rows run against again."""
-BUSY_POLL_SECONDS = 0.0002
 
 
 def percentile(samples: list[float], q: float) -> float:
@@ -90,9 +90,11 @@ def ensure_redis() -> str | None:
 
 
 @contextmanager
-def trocket_server(root: Path, flush: str, busy_poll: str = "0s") -> Iterator[str]:
+def trocket_server(root: Path, flush: str, busy_poll: str | None = None) -> Iterator[str]:
+    """A NameServer and broker; ``busy_poll`` as given, else the broker's default."""
+    polling = f'busy_poll = "{busy_poll}"\n' if busy_poll is not None else ""
     tables = (
-        f'[remoting]\nmax_pull_messages = 1000\nmax_pull_bytes = "4MiB"\nbusy_poll = "{busy_poll}"\n'
+        f'[remoting]\nmax_pull_messages = 1000\nmax_pull_bytes = "4MiB"\n{polling}'
         '[store_mmap]\ncommit_log_file_size = "512MiB"\n'
     )
     with running_trocket(root, f'flush = "{flush}"', tables) as namesrv:
@@ -151,7 +153,8 @@ async def one_in_flight(
 
 async def trocket_workloads(namesrv: str, size: int, args: argparse.Namespace, tag: str) -> Figures:
     body = os.urandom(size // 2).hex().encode()[:size]
-    async with Producer("PG_bench", namesrv, send_timeout=30) as producer:
+    polling = {} if args.busy_poll is None else {"busy_poll": args.busy_poll}
+    async with Producer("PG_bench", namesrv, send_timeout=30, **polling) as producer:
         topic = f"Bench{tag}"
         out = await one_in_flight(producer, topic, body, args.round_trips)
 
@@ -192,7 +195,7 @@ async def trocket_workloads(namesrv: str, size: int, args: argparse.Namespace, t
 
     async with LitePullConsumer(
         f"CG_bench_{tag}", namesrv, consume_from_where=ConsumeFromWhere.FIRST_OFFSET, pull_batch_size=1000,
-        pull_threshold_for_queue=4000, pull_threshold_for_all=16000, auto_commit=False,
+        pull_threshold_for_queue=4000, pull_threshold_for_all=16000, auto_commit=False, **polling,
     ) as consumer:  # fmt: skip
         consumer.subscribe(backlog)
         got = 0
@@ -210,11 +213,11 @@ async def trocket_workloads(namesrv: str, size: int, args: argparse.Namespace, t
     return out
 
 
-async def trocket_busy_poll(namesrv: str, size: int, args: argparse.Namespace, tag: str) -> Figures:
-    """One message in flight again, with broker and producer busy-polling (``busy_poll``)."""
+async def trocket_polling_off(namesrv: str, size: int, args: argparse.Namespace, tag: str) -> Figures:
+    """One message in flight again, with neither the broker nor the producer polling."""
     body = os.urandom(size // 2).hex().encode()[:size]
-    async with Producer("PG_bench", namesrv, send_timeout=30, busy_poll=BUSY_POLL_SECONDS) as producer:
-        return await one_in_flight(producer, f"BenchPoll{tag}", body, args.round_trips, ", busy poll")
+    async with Producer("PG_bench", namesrv, send_timeout=30, busy_poll=0) as producer:
+        return await one_in_flight(producer, f"BenchOff{tag}", body, args.round_trips, ", polling off")
 
 
 # --- Redis workloads --------------------------------------------------------------------------
@@ -287,7 +290,7 @@ async def _redis_concurrent(port: int, stream: str, body: bytes, total: int) -> 
 # --- report -----------------------------------------------------------------------------------
 
 ROWS = ["1 in flight", "p50 ms", "p99 ms", "64 in flight", "batch 32", "pipelined 512", "consume backlog"]
-BUSY_ROWS = ["1 in flight, busy poll", "p50 ms, busy poll", "p99 ms, busy poll"]
+BUSY_ROWS = ["1 in flight, polling off", "p50 ms, polling off", "p99 ms, polling off"]
 """Compared with Redis's plain single-message rows (redis-server needs no such setting)."""
 
 
@@ -301,7 +304,7 @@ def report(results: dict[tuple[str, str, int], Figures], sizes: list[int], flush
             for row in ROWS + [r for r in BUSY_ROWS if r in ours]:
                 unit = "" if "ms" in row else " msgs/s"
                 mine = ours[row]
-                other = theirs[row.removesuffix(", busy poll")] if theirs else None
+                other = theirs[row.removesuffix(", polling off")] if theirs else None
                 if other is None:
                     print(f"  {row:<24}{mine:>14,.2f}{'-':>14}")
                     continue
@@ -314,7 +317,7 @@ def report(results: dict[tuple[str, str, int], Figures], sizes: list[int], flush
             for row, target in (("pipelined 512", TARGET_PIPELINED), ("consume backlog", TARGET_CONSUME)):
                 verdict = "met" if figures[row] >= target else "NOT met"
                 print(f"target {row}, async, {size} B: {figures[row]:,.0f} msgs/s (>= {target:,}: {verdict})")
-            for row in ("p50 ms", "p50 ms, busy poll"):
+            for row in ("p50 ms", "p50 ms, polling off"):
                 if row in figures:
                     verdict = "met" if figures[row] <= TARGET_P50_MS else "NOT met"
                     print(f"target 1 in flight {row}, async, {size} B: {figures[row]:.3f} ms "
@@ -333,7 +336,10 @@ def main() -> None:
     parser.add_argument("--flush", default="async,sync")
     parser.add_argument("--skip-redis", action="store_true")
     parser.add_argument(
-        "--skip-busy-poll", action="store_true", help="skip the single-message rows with busy polling"
+        "--busy-poll", default=None, help="[remoting] busy_poll of the broker and busy_poll of the clients"
+    )
+    parser.add_argument(
+        "--skip-polling-off", action="store_true", help="skip the single-message rows without polling"
     )
     args = parser.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")]
@@ -342,19 +348,19 @@ def main() -> None:
     results: dict[tuple[str, str, int], Figures] = {}
     for flush in flushes:
         with tempfile.TemporaryDirectory(prefix="trocket-bench-") as tmp:
-            with trocket_server(Path(tmp), flush) as namesrv:
+            with trocket_server(Path(tmp), flush, args.busy_poll) as namesrv:
                 for size in sizes:
                     print(f"Trocket, {flush} flush, {size} B ...", flush=True)
                     results[("trocket", flush, size)] = trio.run(
                         trocket_workloads, namesrv, size, args, f"{flush}{size}"
                     )
-        if flush == "async" and not args.skip_busy_poll:
+        if flush == "async" and not args.skip_polling_off:
             with tempfile.TemporaryDirectory(prefix="trocket-bench-") as tmp:
-                with trocket_server(Path(tmp), flush, BUSY_POLL) as namesrv:
+                with trocket_server(Path(tmp), flush, POLLING_OFF) as namesrv:
                     for size in sizes:
-                        print(f"Trocket, {flush} flush, {size} B, busy_poll = {BUSY_POLL} ...", flush=True)
+                        print(f"Trocket, {flush} flush, {size} B, busy_poll = {POLLING_OFF} ...", flush=True)
                         results[("trocket", flush, size)].update(
-                            trio.run(trocket_busy_poll, namesrv, size, args, f"{flush}{size}")
+                            trio.run(trocket_polling_off, namesrv, size, args, f"{flush}{size}")
                         )
         if redis_path:
             with tempfile.TemporaryDirectory(prefix="redis-bench-") as tmp:

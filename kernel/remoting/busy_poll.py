@@ -8,13 +8,24 @@ trip, once on each end: about half of the single-message round trip (docs/perfor
 
 Busy polling (as Linux's ``net.core.busy_poll``, Netty's epoll busy-wait or Aeron's
 busy-spin idle strategy) trades CPU for that latency: for ``window`` seconds after each
-receive, and after each request this end sends, a task yields to the scheduler in a loop,
-which keeps trio polling epoll with a zero timeout instead of sleeping in it. After the window
-the task parks until the next activity, so an idle process burns nothing.
+activity (a receive, a request sent, an answer written), a task yields to the scheduler in a
+loop, which keeps trio polling epoll with a zero timeout instead of sleeping in it. After the
+window the task parks until the next activity, so an idle process burns nothing.
 
-The cost is up to one core while traffic comes faster than the window, and a little
-throughput under load (one more runnable task per scheduler pass). Off unless configured
-(``[remoting] busy_poll`` on the broker, ``busy_poll=`` on the SDK's clients).
+Two modes:
+
+- **adaptive** (``"auto"``, the default of the broker and the SDK): poll only while it pays.
+  After an activity the loop polls only if the idle gap before it was shorter than the
+  window (traffic this dense: the next activity is likely to come while polling; sparser
+  traffic sleeps as usual and costs nothing). A window that runs out with nothing arriving is
+  a miss, and the next 1, 2, 4 ... 64 chances to poll are passed up, so a peer that answers
+  slower than the window (a sync-flush put, a held pull) costs at most one window per 64
+  requests; an activity arriving while polling is a hit and clears the back-off. While
+  traffic is that dense, sleeping costs a wake-up per gap, which on these machines is most of
+  what polling through the gap costs.
+- **fixed** (a duration): always poll for the window after each activity.
+
+Off with ``0``: the loop sleeps in epoll as it always did.
 """
 
 from __future__ import annotations
@@ -23,6 +34,35 @@ import attrs
 import trio
 import trio.lowlevel
 
+from kernel import units
+
+AUTO = "auto"
+"""The setting for adaptive polling (see the module docstring)."""
+AUTO_WINDOW = 200e-6
+"""Window of adaptive polling: a few single-message round trips of this machine kind, well
+under the 1 ms at which the loop's timers start to matter."""
+MAX_BACK_OFF = 64
+"""Most chances to poll an adaptive poller passes up after consecutive misses."""
+
+BusyPollSetting = float | str
+"""Seconds of a fixed window, ``0`` for off, or :data:`AUTO`."""
+
+
+def parse_busy_poll(value: object) -> BusyPollSetting:
+    """A busy-poll setting from configuration: ``"auto"``, ``"off"``, or a duration (``"200us"``,
+    a number of seconds; ``0`` is off).
+
+    :raises ValueError: anything else (the message names what is accepted)."""
+    if isinstance(value, str) and value.strip().lower() in (AUTO, "off"):
+        return AUTO if value.strip().lower() == AUTO else 0.0
+    try:
+        seconds = units.parse_duration(value)
+    except (TypeError, ValueError) as error:
+        raise ValueError(f'busy_poll must be "auto", "off" or a duration such as "200us": {error}') from None
+    if seconds < 0:
+        raise ValueError(f"busy_poll must not be negative, got {value!r}")
+    return seconds
+
 
 @attrs.define(eq=False)
 class BusyPoller:
@@ -30,10 +70,20 @@ class BusyPoller:
 
     window: float
     """Seconds the loop keeps polling after the last :meth:`touch`."""
+    adaptive: bool = False
+    """Poll only while traffic is dense enough for it to pay (see the module docstring)."""
     _hot_until: float = attrs.field(default=0.0, init=False)
     _parked: trio.Event | None = attrs.field(default=None, init=False)
+    _last_touch: float = attrs.field(default=float("-inf"), init=False)
+    _passing: int = attrs.field(default=0, init=False)
+    """Chances to poll still to pass up after a miss (adaptive)."""
+    _back_off: int = attrs.field(default=1, init=False)
     spins: int = attrs.field(default=0, init=False)
     """Scheduler passes spent polling (for tests and statistics)."""
+    hits: int = attrs.field(default=0, init=False)
+    """Activities that arrived while polling."""
+    misses: int = attrs.field(default=0, init=False)
+    """Windows that ran out with nothing arriving."""
 
     def __attrs_post_init__(self) -> None:
         if self.window <= 0:
@@ -45,8 +95,21 @@ class BusyPoller:
         return self._parked is not None
 
     def touch(self) -> None:
-        """Activity now: keep polling for another window (wakes the parked loop)."""
-        self._hot_until = trio.current_time() + self.window
+        """Activity now: keep polling for another window (wakes the parked loop), unless the
+        adaptive rules say polling would not pay."""
+        now = trio.current_time()
+        gap = now - self._last_touch
+        self._last_touch = now
+        if now <= self._hot_until:
+            self.hits += 1
+            self._back_off = 1
+        elif self.adaptive:
+            if self._passing:
+                self._passing -= 1
+                return
+            if gap > self.window:
+                return  # traffic this sparse would not arrive while polling: sleep as usual
+        self._hot_until = now + self.window
         parked = self._parked
         if parked is not None:
             self._parked = None
@@ -59,14 +122,26 @@ class BusyPoller:
                 self.spins += 1
                 await trio.lowlevel.checkpoint()
                 continue
+            if self._hot_until:
+                # The window ran out with nothing arriving: a miss.
+                self.misses += 1
+                if self.adaptive:
+                    self._passing = self._back_off
+                    self._back_off = min(self._back_off * 2, MAX_BACK_OFF)
+            self._hot_until = 0.0
             parked = self._parked = trio.Event()
             await parked.wait()
 
 
-def start_busy_poll(nursery: trio.Nursery, window: float) -> BusyPoller | None:
-    """A poller running in ``nursery`` for a positive ``window``; None (nothing runs) for 0."""
-    if window <= 0:
+def start_busy_poll(nursery: trio.Nursery, setting: BusyPollSetting) -> BusyPoller | None:
+    """A poller running in ``nursery``: adaptive for :data:`AUTO`, a fixed window for a
+    positive number of seconds; None (nothing runs) for 0."""
+    setting = parse_busy_poll(setting)
+    if setting == AUTO:
+        poller = BusyPoller(AUTO_WINDOW, adaptive=True)
+    elif isinstance(setting, float | int) and setting > 0:
+        poller = BusyPoller(float(setting))
+    else:
         return None
-    poller = BusyPoller(window)
     nursery.start_soon(poller.run)
     return poller

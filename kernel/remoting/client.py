@@ -16,7 +16,7 @@ import attrs
 import trio
 
 from kernel.errors import RemotingConnectError
-from kernel.remoting.busy_poll import BusyPoller, start_busy_poll
+from kernel.remoting.busy_poll import BusyPoller, BusyPollSetting, start_busy_poll
 from kernel.remoting.command import RemotingCommand
 from kernel.remoting.connection import Connection, Router, TransportLimits
 from kernel.remoting.server import format_address
@@ -62,10 +62,12 @@ class RemotingClient:
         limits: TransportLimits | None = None,
         credentials: SessionCredentials | None = None,
         tls: ssl.SSLContext | None = None,
-        busy_poll: float = 0.0,
+        busy_poll: BusyPollSetting = 0.0,
     ) -> AsyncIterator[RemotingClient]:
-        """``busy_poll``: seconds the event loop keeps polling after each request sent and
-        each receive, instead of sleeping (lower latency for a CPU core; 0 = off)."""
+        """``busy_poll``: whether the event loop polls instead of sleeping after each request
+        sent and each receive: ``"auto"`` (adaptive), seconds of a fixed window, or 0 (off,
+        the default here; the SDK's clients default to ``"auto"``). See
+        :mod:`kernel.remoting.busy_poll`."""
         try:
             async with trio.open_nursery() as nursery:
                 poller = start_busy_poll(nursery, busy_poll)

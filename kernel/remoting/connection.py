@@ -574,6 +574,8 @@ class Connection:
         write loop sends coalesced. The direct write is shielded from the caller's cancellation
         (a frame cut short would corrupt the stream) and bounded by the frame timeout instead:
         a peer that does not read for that long loses the connection."""
+        if self.busy_poller is not None:
+            self.busy_poller.touch()  # an answer (or the next request) may follow soon
         if self._writing or self._outbox or self.closed:
             await self._wait_writable()
             self._enqueue(data)
@@ -662,8 +664,6 @@ class Connection:
         command.flag = 0
         pending = _Pending()
         self._pending[command.opaque] = pending
-        if self.busy_poller is not None:
-            self.busy_poller.touch()  # the answer is due within the window: poll for it
         try:
             await self._send(command.encode())
             with trio.move_on_after(timeout):

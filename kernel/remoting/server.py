@@ -8,7 +8,7 @@ from collections.abc import Callable
 import attrs
 import trio
 
-from kernel.remoting.busy_poll import BusyPoller, start_busy_poll
+from kernel.remoting.busy_poll import BusyPoller, BusyPollSetting, start_busy_poll
 from kernel.remoting.connection import Connection, Router, TransportLimits
 from kernel.remoting.tls import ServerTls
 
@@ -52,9 +52,10 @@ class RemotingServer:
     on_close: list[Callable[[Connection], None]] = attrs.field(factory=list)
     tls: ServerTls | None = None
     """TLS as ``tls.server.mode`` says; ``None`` is plain TCP (``disabled``)."""
-    busy_poll: float = 0.0
-    """Seconds the event loop keeps polling after a receive (see :mod:`kernel.remoting.busy_poll`);
-    0 sleeps in epoll as usual."""
+    busy_poll: BusyPollSetting = 0.0
+    """Polling after activity (see :mod:`kernel.remoting.busy_poll`): ``"auto"``, seconds of a
+    fixed window, or 0 (the default here: sleeps in epoll as usual; the broker's
+    ``[remoting] busy_poll`` defaults to ``"auto"``)."""
     busy_poller: BusyPoller | None = attrs.field(default=None, init=False)
     connections: set[Connection] = attrs.field(factory=set, init=False)
     refused: int = attrs.field(default=0, init=False)

@@ -6,6 +6,7 @@ import attrs
 
 from kernel.config import fields
 from kernel.config import property_aliases as rocketmq
+from kernel.remoting.busy_poll import parse_busy_poll
 
 
 @attrs.frozen(kw_only=True)
@@ -36,12 +37,13 @@ class RemotingConfig:
     frame_read_timeout: float = fields.duration("30s")
     """A frame whose first bytes arrived must be complete within this long, or the connection
     is closed (a truncated frame or a declared 15 MiB that never comes holds no buffer)."""
-    busy_poll: float = fields.duration(0)
-    """After each receive the event loop keeps polling the sockets for this long instead of
-    sleeping in epoll: the single-message round trip loses the wake-up (about half of it on a
-    VM) for up to a CPU core while traffic flows (Linux's ``net.core.busy_poll``;
-    ``kernel.remoting.busy_poll``). 0 (the default) sleeps as usual; "200us" suits one
-    message in flight."""
+    busy_poll: float | str = attrs.field(default="auto", converter=parse_busy_poll)
+    """After network activity the event loop keeps polling the sockets instead of sleeping in
+    epoll, so a request arriving soon does not pay a wake-up (about half of a single-message
+    round trip on a VM; ``kernel.remoting.busy_poll``). ``"auto"`` (the default) polls for
+    200 µs only while requests come faster than that, and backs off when polls catch nothing:
+    it then costs less CPU than the wake-ups it saves. A duration (``"200us"``) always polls
+    that long; ``"off"`` or ``0`` never polls."""
     max_in_flight: int = fields.integer(256, minimum=1)
     """Requests of one connection handled concurrently (held pulls included)."""
     max_pull_messages: int = fields.integer(32, minimum=1)

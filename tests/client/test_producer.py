@@ -73,6 +73,26 @@ async def test_busy_polling_broker_and_clients_send_and_consume_as_usual(cluster
                 await trio.sleep(0.05)
 
 
+async def test_broker_and_clients_poll_adaptively_by_default(cluster_factory):
+    """Without any setting the broker and the SDK poll adaptively (``"auto"``): only while
+    traffic is dense; a broker taking sends one after another catches some of them polling."""
+    async with cluster_factory() as cluster:
+        poller = cluster.network.server.busy_poller
+        assert poller is not None and poller.adaptive
+        async with Producer("PG", cluster.namesrv_addr) as producer:
+            assert producer._remoting is not None and producer._remoting.busy_poller is not None
+            assert producer._remoting.busy_poller.adaptive
+            for i in range(50):
+                assert (await producer.send(Message("Auto", f"m{i}".encode()))).status is SendStatus.SEND_OK
+        assert poller.hits > 0
+        with trio.fail_after(10):  # idle now: the loop sleeps
+            while not poller.parked:  # noqa: ASYNC110 - polling a plain attribute
+                await trio.sleep(0.05)
+    with pytest.raises(ValueError, match='busy_poll must be "auto", "off" or a duration'):
+        async with Producer("PG", "127.0.0.1:9876", busy_poll="sometimes"):
+            pass
+
+
 async def test_round_robin_spreads_sends_over_the_write_queues(cluster_factory):
     async with cluster_factory() as cluster, Producer("PG", cluster.namesrv_addr) as producer:
         results = [await producer.send(Message("Spread", f"m{i}".encode())) for i in range(16)]

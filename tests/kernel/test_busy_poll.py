@@ -7,7 +7,7 @@ import pytest
 import trio
 
 from kernel.remoting import RemotingClient, RemotingCommand, RemotingServer, Router
-from kernel.remoting.busy_poll import BusyPoller, start_busy_poll
+from kernel.remoting.busy_poll import AUTO, MAX_BACK_OFF, BusyPoller, parse_busy_poll, start_busy_poll
 
 ECHO = 900
 
@@ -34,8 +34,67 @@ async def test_a_poller_parks_until_touched_and_polls_for_its_window_after():
 async def test_no_window_starts_nothing_and_a_negative_one_is_refused():
     async with trio.open_nursery() as nursery:
         assert start_busy_poll(nursery, 0) is None
+        assert start_busy_poll(nursery, "off") is None
+        auto = start_busy_poll(nursery, "auto")
+        assert auto is not None and auto.adaptive
+        fixed = start_busy_poll(nursery, "200us")
+        assert fixed is not None and not fixed.adaptive and fixed.window == pytest.approx(200e-6)
+        nursery.cancel_scope.cancel()
     with pytest.raises(ValueError, match="must be positive"):
         BusyPoller(-1)
+    assert parse_busy_poll(" Auto ") == AUTO and parse_busy_poll("0s") == 0.0
+    with pytest.raises(ValueError, match='busy_poll must be "auto", "off" or a duration'):
+        parse_busy_poll("always")
+
+
+async def test_an_adaptive_poller_sleeps_through_sparse_traffic():
+    """Gaps longer than the window: a poll would not have caught the next activity, so the
+    loop sleeps as if polling were off."""
+    poller = BusyPoller(0.01, adaptive=True)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(poller.run)
+        for _ in range(8):
+            poller.touch()
+            await trio.sleep(0.05)
+        assert poller.spins == 0 and poller.parked
+        nursery.cancel_scope.cancel()
+
+
+async def test_an_adaptive_poller_polls_through_dense_traffic():
+    """Gaps shorter than the window: from the second activity on the loop polls, and each
+    activity lands while it polls (a hit)."""
+    poller = BusyPoller(0.05, adaptive=True)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(poller.run)
+        for _ in range(10):
+            poller.touch()
+            await trio.sleep(0.005)
+        assert poller.spins > 0 and poller.hits >= 8 and poller.misses == 0
+        nursery.cancel_scope.cancel()
+
+
+async def test_an_adaptive_poller_backs_off_after_windows_that_catch_nothing():
+    """A peer slower than the window (a request answered after a sync flush): each dense gap
+    starts a poll that runs out (a miss), so the next 1, 2, 4 ... chances are passed up and
+    the wasted windows thin out; a hit clears the back-off."""
+    poller = BusyPoller(0.01, adaptive=True)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(poller.run)
+        for _ in range(30):  # a request sent right after an answer, then a slow answer
+            poller.touch()
+            await trio.sleep(0.001)
+            poller.touch()
+            await trio.sleep(0.03)
+        assert 2 <= poller.misses <= 8, "at most one window per 1 + 2 + 4 ... chances"
+        assert poller._back_off == min(2**poller.misses, MAX_BACK_OFF)
+        poller._passing = 0  # dense traffic again: polls, and a hit resets the back-off
+        poller.touch()
+        await trio.sleep(0.001)
+        poller.touch()
+        await trio.sleep(0.001)
+        poller.touch()
+        assert poller._back_off == 1
+        nursery.cancel_scope.cancel()
 
 
 async def test_a_busy_polling_server_and_client_answer_every_request(nursery):

@@ -101,9 +101,10 @@ class Producer:
     tls: ssl.SSLContext | bool | None = None
     """TLS to NameServers and brokers: a context (:func:`trocket.client.tls_context`),
     ``True`` (the system's CAs), or ``None``: ``TROCKET_TLS``/``TROCKET_TLS_CA_FILE`` decide."""
-    busy_poll: float = 0.0
-    """Seconds the event loop keeps polling after each request and receive instead of sleeping:
-    lower latency for up to a CPU core while sends flow (docs/performance.md; 0 = off)."""
+    busy_poll: float | str = "auto"
+    """Whether the event loop polls instead of sleeping right after a request or a receive:
+    ``"auto"`` (the default) while answers come faster than 200 µs, a number of seconds to
+    always poll that long, ``0`` never (docs/performance.md, ``kernel.remoting.busy_poll``)."""
     _remoting: RemotingClient | None = attrs.field(default=None, init=False)
     _routes: RouteCache | None = attrs.field(default=None, init=False)
     _nursery: trio.Nursery | None = attrs.field(default=None, init=False)

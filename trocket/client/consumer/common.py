@@ -54,9 +54,10 @@ class ConsumerBase:
     tls: ssl.SSLContext | bool | None = None
     """TLS to NameServers and brokers: a context (:func:`trocket.client.tls_context`),
     ``True`` (the system's CAs), or ``None``: ``TROCKET_TLS``/``TROCKET_TLS_CA_FILE`` decide."""
-    busy_poll: float = 0.0
-    """Seconds the event loop keeps polling after each request and receive instead of sleeping:
-    lower latency for up to a CPU core while traffic flows (docs/performance.md; 0 = off)."""
+    busy_poll: float | str = "auto"
+    """Whether the event loop polls instead of sleeping right after a request or a receive:
+    ``"auto"`` (the default) while answers come faster than 200 µs, a number of seconds to
+    always poll that long, ``0`` never (docs/performance.md, ``kernel.remoting.busy_poll``)."""
 
     _subscriptions: dict[str, Subscription] = attrs.field(factory=dict, init=False)
     _session: ConsumerSession | None = attrs.field(default=None, init=False)

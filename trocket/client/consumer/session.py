@@ -252,7 +252,7 @@ async def open_session(
     instance_name: str | None,
     credentials: SessionCredentials | None = None,
     tls: ssl.SSLContext | None = None,
-    busy_poll: float = 0.0,
+    busy_poll: float | str = "auto",
 ) -> ConsumerSession:
     """A session whose connections ``stack`` closes, listening for membership changes."""
     router, holder = ConsumerSession.router()
