@@ -13,6 +13,7 @@ the end of everything appended.
 from __future__ import annotations
 
 import collections
+import itertools
 import logging
 import time
 from collections.abc import Sequence
@@ -42,6 +43,10 @@ MAX_HANDED_BYTES = 64 << 20
 """Appended batches whose columns or messages wait for the dispatch loop (each holds its
 request body or message objects, where the properties are), at most this many and spanning at
 most this much of the log; more means dispatch is far behind, and it reads the log instead."""
+HAND_OVER_MESSAGES = 16
+"""Appends of message objects up to this many messages (single sends, small internal puts)
+hand their messages to the dispatch loop; larger ones are read back, where the bulk check of a
+long run costs less per record than building records from objects one by one."""
 
 
 class AppendedMessages(NamedTuple):
@@ -143,7 +148,9 @@ class CommitLog:
         try:
             if active.wrote + len(run.data) <= limit:
                 active.write(run.data)  # the common case: the batch fits the active file
-                handed = run.arrays is not None or run.properties_as_given
+                handed = run.arrays is not None or (
+                    run.properties_as_given and len(messages) <= HAND_OVER_MESSAGES
+                )
             else:
                 run, active = self._append_across_files(messages, active, limit, now)
         except OSError as error:
@@ -459,38 +466,21 @@ class CommitLog:
         :raises CorruptRecord: a record between ``offset`` and ``end`` fails its check.
         """
         parts: list[Sequence[DispatchRecord]] = []
-        wires: list[AppendedWire] = []
-        singles: list[DispatchRecord] = []
+        taken: list[AppendedWire | AppendedMessages] = []
         at = offset
         handed = self._handed
-        while at < end and (at - offset < max_bytes or not (parts or wires or singles)):
+        while at < end and (at - offset < max_bytes or not (parts or taken)):
             while handed and handed[0][0] < at:
                 handed.popleft()  # dispatched by a scan already (or before a restart point)
             if handed and handed[0][0] == at and handed[0][1] <= end:
                 _, at, kept = handed.popleft()
-                if isinstance(kept, AppendedWire):
-                    if singles:
-                        parts.append(singles)
-                        singles = []
-                    wires.append(kept)
-                else:
-                    if wires:
-                        parts.append(DispatchBatch.from_wires(wires, self.parking_topics))
-                        wires = []
-                    singles += record.dispatch_records(*kept, self.parking_topics)
+                taken.append(kept)
                 continue
-            if wires:
-                parts.append(DispatchBatch.from_wires(wires, self.parking_topics))
-                wires = []
-            if singles:
-                parts.append(singles)
-                singles = []
+            parts += self._records_of(taken)
+            taken = []
             stop = handed[0][0] if handed and at < handed[0][0] < end else end
             at = self._scan_file_run(at, stop, max_bytes - (at - offset), parts)
-        if wires:
-            parts.append(DispatchBatch.from_wires(wires, self.parking_topics))
-        if singles:
-            parts.append(singles)
+        parts += self._records_of(taken)
         if not parts:
             return [], at
         if all(isinstance(part, list) for part in parts):
@@ -498,6 +488,20 @@ class CommitLog:
             # list, no columns.
             return (parts[0] if len(parts) == 1 else [r for part in parts for r in part]), at
         return DispatchBatch.concat([as_batch(part) for part in parts]), at
+
+    def _records_of(self, taken: list[AppendedWire | AppendedMessages]) -> list[Sequence[DispatchRecord]]:
+        """Parts for consecutive handed batches: each run of encoded batches as one
+        :class:`~kernel.dispatch_batch.DispatchBatch`, each run of message appends as one list
+        of records (:func:`kernel.record.dispatch_records`)."""
+        parts: list[Sequence[DispatchRecord]] = []
+        for encoded, group in itertools.groupby(taken, key=lambda kept: isinstance(kept, AppendedWire)):
+            if encoded:
+                parts.append(DispatchBatch.from_wires(list(group), self.parking_topics))  # type: ignore[arg-type]
+            else:
+                parts.append(
+                    [r for kept in group for r in record.dispatch_records(*kept, self.parking_topics)]
+                )
+        return parts
 
     def _scan_small(
         self, mapped: MappedFile, position: int, limit: int, parts: list[Sequence[DispatchRecord]]
