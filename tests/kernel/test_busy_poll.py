@@ -47,30 +47,30 @@ async def test_no_window_starts_nothing_and_a_negative_one_is_refused():
         parse_busy_poll("always")
 
 
+async def touched_every(gap: float, times: int, window: float) -> BusyPoller:
+    """An adaptive poller, running, touched ``times`` times ``gap`` seconds apart."""
+    poller = BusyPoller(window, adaptive=True)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(poller.run)
+        for _ in range(times):
+            poller.touch()
+            await trio.sleep(gap)
+        nursery.cancel_scope.cancel()
+    return poller
+
+
 async def test_an_adaptive_poller_sleeps_through_sparse_traffic():
     """Gaps longer than the window: a poll would not have caught the next activity, so the
     loop sleeps as if polling were off."""
-    poller = BusyPoller(0.01, adaptive=True)
-    async with trio.open_nursery() as nursery:
-        nursery.start_soon(poller.run)
-        for _ in range(8):
-            poller.touch()
-            await trio.sleep(0.05)
-        assert poller.spins == 0 and poller.parked
-        nursery.cancel_scope.cancel()
+    poller = await touched_every(0.05, 8, window=0.01)
+    assert poller.spins == 0 and poller.parked
 
 
 async def test_an_adaptive_poller_polls_through_dense_traffic():
     """Gaps shorter than the window: from the second activity on the loop polls, and each
     activity lands while it polls (a hit)."""
-    poller = BusyPoller(0.05, adaptive=True)
-    async with trio.open_nursery() as nursery:
-        nursery.start_soon(poller.run)
-        for _ in range(10):
-            poller.touch()
-            await trio.sleep(0.005)
-        assert poller.spins > 0 and poller.hits >= 8 and poller.misses == 0
-        nursery.cancel_scope.cancel()
+    poller = await touched_every(0.005, 10, window=0.05)
+    assert poller.spins > 0 and poller.hits >= 8 and poller.misses == 0
 
 
 async def test_an_adaptive_poller_backs_off_after_windows_that_catch_nothing():
