@@ -381,7 +381,7 @@ def dispatch_records(
             dict(m.properties),
             m.prepared_transaction_offset,
             parking,
-        )  # fmt: skip
+        )
         for m, offset, size, queue_offset in zip(
             messages, run.offsets, run.sizes, run.queue_offsets, strict=True
         )

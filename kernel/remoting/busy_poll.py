@@ -56,12 +56,9 @@ def parse_busy_poll(value: object) -> BusyPollSetting:
     if isinstance(value, str) and value.strip().lower() in (AUTO, "off"):
         return AUTO if value.strip().lower() == AUTO else 0.0
     try:
-        seconds = units.parse_duration(value)
+        return units.parse_duration(value)
     except (TypeError, ValueError) as error:
         raise ValueError(f'busy_poll must be "auto", "off" or a duration such as "200us": {error}') from None
-    if seconds < 0:
-        raise ValueError(f"busy_poll must not be negative, got {value!r}")
-    return seconds
 
 
 @attrs.define(eq=False)
@@ -139,7 +136,7 @@ def start_busy_poll(nursery: trio.Nursery, setting: BusyPollSetting) -> BusyPoll
     setting = parse_busy_poll(setting)
     if setting == AUTO:
         poller = BusyPoller(AUTO_WINDOW, adaptive=True)
-    elif isinstance(setting, float | int) and setting > 0:
+    elif setting:
         poller = BusyPoller(float(setting))
     else:
         return None

@@ -258,7 +258,7 @@ class Connection:
     on_close: list[Callable[[Connection], None]] = attrs.field(factory=list)
     close_reason: str = ""
     busy_poller: BusyPoller | None = None
-    """Told of every receive and every request sent, when the process busy-polls."""
+    """Told of every receive and every frame sent, when the process busy-polls."""
     _outbox: list[bytes] = attrs.field(factory=list, init=False)
     _outbox_bytes: int = attrs.field(default=0, init=False)
     _written: trio.Event = attrs.field(factory=trio.Event, init=False)

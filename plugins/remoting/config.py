@@ -6,7 +6,7 @@ import attrs
 
 from kernel.config import fields
 from kernel.config import property_aliases as rocketmq
-from kernel.remoting.busy_poll import parse_busy_poll
+from kernel.remoting.busy_poll import BusyPollSetting, parse_busy_poll
 
 
 @attrs.frozen(kw_only=True)
@@ -37,7 +37,7 @@ class RemotingConfig:
     frame_read_timeout: float = fields.duration("30s")
     """A frame whose first bytes arrived must be complete within this long, or the connection
     is closed (a truncated frame or a declared 15 MiB that never comes holds no buffer)."""
-    busy_poll: float | str = attrs.field(default="auto", converter=parse_busy_poll)
+    busy_poll: BusyPollSetting = attrs.field(default="auto", converter=parse_busy_poll)
     """After network activity the event loop keeps polling the sockets instead of sleeping in
     epoll, so a request arriving soon does not pay a wake-up (about half of a single-message
     round trip on a VM; ``kernel.remoting.busy_poll``). ``"auto"`` (the default) polls for

@@ -35,6 +35,7 @@ from kernel.model import (
     encode_properties,
 )
 from kernel.remoting import RemotingClient, RemotingCommand, RequestCode, ResponseCode, Router, code_name
+from kernel.remoting.busy_poll import BusyPollSetting
 from kernel.remoting.signature import SessionCredentials
 from trocket.client.batch import encode_messages
 from trocket.client.credentials import resolve_credentials
@@ -101,7 +102,7 @@ class Producer:
     tls: ssl.SSLContext | bool | None = None
     """TLS to NameServers and brokers: a context (:func:`trocket.client.tls_context`),
     ``True`` (the system's CAs), or ``None``: ``TROCKET_TLS``/``TROCKET_TLS_CA_FILE`` decide."""
-    busy_poll: float | str = "auto"
+    busy_poll: BusyPollSetting = "auto"
     """Whether the event loop polls instead of sleeping right after a request or a receive:
     ``"auto"`` (the default) while answers come faster than 200 µs, a number of seconds to
     always poll that long, ``0`` never (docs/performance.md, ``kernel.remoting.busy_poll``)."""

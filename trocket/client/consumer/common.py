@@ -13,6 +13,7 @@ import attrs
 import trio
 
 from kernel.protocols import AllocateStrategyFn
+from kernel.remoting.busy_poll import BusyPollSetting
 from kernel.remoting.signature import SessionCredentials
 from kernel.subscription import Subscription
 from trocket.client.consumer.allocation import resolve_strategy
@@ -54,7 +55,7 @@ class ConsumerBase:
     tls: ssl.SSLContext | bool | None = None
     """TLS to NameServers and brokers: a context (:func:`trocket.client.tls_context`),
     ``True`` (the system's CAs), or ``None``: ``TROCKET_TLS``/``TROCKET_TLS_CA_FILE`` decide."""
-    busy_poll: float | str = "auto"
+    busy_poll: BusyPollSetting = "auto"
     """Whether the event loop polls instead of sleeping right after a request or a receive:
     ``"auto"`` (the default) while answers come faster than 200 µs, a number of seconds to
     always poll that long, ``0`` never (docs/performance.md, ``kernel.remoting.busy_poll``)."""

@@ -21,6 +21,7 @@ import trio
 from kernel.errors import RemotingError
 from kernel.model import MessageQueue
 from kernel.remoting import Connection, RemotingClient, RemotingCommand, RequestCode, ResponseCode
+from kernel.remoting.busy_poll import BusyPollSetting
 from kernel.remoting.connection import Router
 from kernel.remoting.signature import SessionCredentials
 from kernel.subscription import Subscription
@@ -252,7 +253,7 @@ async def open_session(
     instance_name: str | None,
     credentials: SessionCredentials | None = None,
     tls: ssl.SSLContext | None = None,
-    busy_poll: float | str = "auto",
+    busy_poll: BusyPollSetting = "auto",
 ) -> ConsumerSession:
     """A session whose connections ``stack`` closes, listening for membership changes."""
     router, holder = ConsumerSession.router()
