@@ -199,7 +199,9 @@ class AutoSwitchReplicator:
         acks: dict[int, int] = {}
         for connection in self.server.connections:
             if connection.broker_id is not None and not connection.learner:
-                acks[connection.broker_id] = max(acks.get(connection.broker_id, -1), connection.ack_offset)
+                acks[connection.broker_id] = max(
+                    acks.get(connection.broker_id, -1), connection.confirmed_offset
+                )
         return acks
 
     def _recompute(self) -> None:
@@ -216,7 +218,7 @@ class AutoSwitchReplicator:
             return
         now = trio.current_time()
         end = self.store.positions.wrote.value
-        if connection.ack_offset >= self._end_at_last_ack.get(member, end):
+        if connection.confirmed_offset >= self._end_at_last_ack.get(member, end):
             self._caught_up_at[member] = now  # it holds what this log held at its last report
         self._end_at_last_ack[member] = end
         self._recompute()

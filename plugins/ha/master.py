@@ -3,8 +3,14 @@
 
 Per slave, a reader takes its reports (the offset it holds) and a writer sends
 ``[offset][length][bytes]`` frames from where the slave stands, as soon as the log grows;
-frames ready together go out in one write. The highest offset any slave acknowledged is a
-:class:`~kernel.sync.Watermark` that a SYNC_MASTER's puts wait on.
+frames ready together go out in one write.
+
+A report is a claim, not a proof: it counts only on a connection the master accepted (its
+first report named an offset this log can continue from), and never beyond the bytes that
+connection was sent. What a SYNC_MASTER's puts wait on, :attr:`HaServer.acked`, is the
+highest such *confirmed* offset among the slaves connected now: it goes back when the slave
+that held it leaves, so one bogus report, an old master reconnecting with a longer log, or a
+slave that went away can never acknowledge a put that no connected slave holds.
 """
 
 from __future__ import annotations
@@ -55,6 +61,10 @@ class SlaveConnection:
     stream: trio.abc.Stream
     address: str
     ack_offset: int = -1
+    """What the slave last reported it holds (a claim: see :attr:`confirmed_offset`)."""
+    sent_end: int = -1
+    """The end of what this connection was sent: the offset it was accepted at, then the end
+    of each frame handed to the socket (-1: not accepted, nothing counts)."""
     transferred: int = 0
     connected_at: float = attrs.field(factory=trio.current_time)
     broker_id: int | None = None
@@ -65,6 +75,14 @@ class SlaveConnection:
     _reported: trio.Event = attrs.field(factory=trio.Event, init=False)
     close_reason: str = ""
     _scope: trio.CancelScope | None = attrs.field(default=None, init=False)
+
+    @property
+    def confirmed_offset(self) -> int:
+        """What this slave holds as far as the master can tell: its report, capped at what this
+        connection was sent; -1 before the master accepted the connection."""
+        if self.sent_end < 0:
+            return -1
+        return min(self.ack_offset, self.sent_end)
 
     def drop(self, reason: str) -> None:
         """Close this connection (the master stepped down)."""
@@ -102,14 +120,22 @@ class SlaveConnection:
                 return
             self._last_report = trio.current_time()
             self.broker_id, self.learner = decoder.broker_id, decoder.learner
-            if offset is not None:
-                first = self.ack_offset < 0
-                self.ack_offset = offset
-                if first:
-                    self._reported.set()
-                self.server.acknowledged(offset)
-                if self.server.on_ack is not None:
-                    self.server.on_ack(self)
+            if offset is None:
+                continue
+            if 0 <= self.sent_end < offset:
+                self._close(
+                    scope,
+                    f"the slave reported {offset} bytes but was sent only up to {self.sent_end}: "
+                    "a report beyond what this connection carried acknowledges nothing",
+                    error=True,
+                )
+                return
+            first = self.ack_offset < 0
+            self.ack_offset = offset
+            if first:
+                self._reported.set()
+            if self.sent_end >= 0:
+                self.server.slave_confirmed(self)
 
     async def _housekeep(self, scope: trio.CancelScope) -> None:
         interval = self.server.config.housekeeping_interval
@@ -135,6 +161,8 @@ class SlaveConnection:
         log.info(
             "HA: slave %s reported offset %d; transferring from %d", self.address, self.ack_offset, start
         )
+        self.sent_end = start
+        self.server.slave_confirmed(self)
         await self._transfer_from(start, scope)
 
     async def _send_quietly(self, data: bytes) -> None:
@@ -177,6 +205,7 @@ class SlaveConnection:
                     with trio.move_on_at(last_write + heartbeat):
                         await wrote.wait_reached(offset + 1)
                     continue
+            self.sent_end = offset  # before the write: a fast slave may report before it returns
             try:
                 await self.stream.send_all(b"".join(frames))
             except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as error:
@@ -187,12 +216,12 @@ class SlaveConnection:
 
     def statistics(self) -> SlaveStatistics:
         end = self.server.store.positions.wrote.value
-        ack = max(self.ack_offset, 0)
+        confirmed = self.confirmed_offset
         return SlaveStatistics(
             self.address,
             self.ack_offset,
-            max(0, end - ack),
-            self.ack_offset >= 0 and end - ack <= self.server.config.max_gap_not_in_sync,
+            max(0, end - max(confirmed, 0)),
+            confirmed >= 0 and end - confirmed <= self.server.config.max_gap_not_in_sync,
             self.transferred,
             trio.current_time() - self.connected_at,
         )
@@ -210,7 +239,8 @@ class HaServer:
     tls: ServerTls | None = None
     """TLS as ``tls.server.mode`` says (``None``: plain TCP)."""
     acked: Watermark = attrs.field(factory=Watermark, init=False)
-    """The highest offset any connected slave holds (``push2SlaveMaxOffset``)."""
+    """The highest confirmed offset among the slaves connected now (``push2SlaveMaxOffset``);
+    it goes back when the slave that held it leaves."""
     connections: list[SlaveConnection] = attrs.field(factory=list, init=False)
     expect_hello: bool = False
     """Controller mode: slaves name themselves first (see :mod:`plugins.ha.wire`)."""
@@ -246,6 +276,7 @@ class HaServer:
             await connection.serve()
         finally:
             self.connections.remove(connection)
+            self._recompute_acked()
             with trio.CancelScope(shield=True):
                 await trio.aclose_forcefully(stream)
 
@@ -273,13 +304,23 @@ class HaServer:
             )
         return reported, ""
 
-    def acknowledged(self, offset: int) -> None:
-        self.acked.advance(offset)
+    def slave_confirmed(self, connection: SlaveConnection) -> None:
+        """A connection's confirmed offset moved: wake the puts it covers."""
+        self.acked.advance(connection.confirmed_offset)
+        if self.on_ack is not None:
+            self.on_ack(connection)
+
+    def _recompute_acked(self) -> None:
+        """A slave left: the acknowledged position is what the remaining slaves hold."""
+        held = max((c.confirmed_offset for c in self.connections), default=0)
+        if held < self.acked.value:
+            self.acked.reset(max(held, 0))
 
     def slave_in_sync(self, end: int) -> bool:
-        """RocketMQ's ``isSlaveOK``: a slave is connected and within ``max_gap_not_in_sync``."""
+        """RocketMQ's ``isSlaveOK``: an accepted slave is connected and within
+        ``max_gap_not_in_sync``."""
         gap = self.config.max_gap_not_in_sync
-        return any(c.ack_offset >= 0 and end - c.ack_offset <= gap for c in self.connections)
+        return any((held := c.confirmed_offset) >= 0 and end - held <= gap for c in self.connections)
 
     async def wait_acked(self, end: int, timeout: float) -> bool:
         if math.isinf(timeout):

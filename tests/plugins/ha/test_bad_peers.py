@@ -4,9 +4,12 @@ its master cannot serve gets a clear error in both logs and no data (issue 16)."
 from __future__ import annotations
 
 import shutil
+import signal
 import socket
 import struct
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import trio
 
@@ -35,10 +38,51 @@ def _closed_within(sock: socket.socket, seconds: float) -> bool:
     return time.monotonic() - started < seconds
 
 
-async def _sends_still_work(broker: Process) -> None:
+async def _send_status(broker: Process, topic: str = "StillUp") -> int:
     async with RemotingClient.open() as client:
-        response = await client.invoke(broker.addr, send_request("StillUp", b"x"), 10)
-        assert response.code == ResponseCode.SUCCESS, response.remark
+        response = await client.invoke(broker.addr, send_request(topic, b"x"), 10)
+        return response.code
+
+
+async def _sends_still_work(broker: Process) -> None:
+    assert await _send_status(broker) == ResponseCode.SUCCESS
+
+
+@contextmanager
+def _paused(process: Process) -> Iterator[None]:
+    """The process stopped (SIGSTOP): connected, in sync by its last report, silent."""
+    process.process.send_signal(signal.SIGSTOP)
+    try:
+        yield
+    finally:
+        process.process.send_signal(signal.SIGCONT)
+
+
+async def test_a_bogus_report_never_acknowledges_a_sync_master_put(tmp_path):
+    """docs/ha.md: every SEND_OK of a SYNC_MASTER is on a slave. A report of 2^40 from a
+    stranger, refused or on an accepted connection, must not make the master answer SEND_OK
+    while its one real slave is paused and holds nothing new."""
+    with ha_cluster(tmp_path) as cluster:
+        master = cluster.start_broker("master", "SYNC_MASTER", 0, ha='sync_timeout = "1s"')
+        slave = cluster.start_broker("slave", "SLAVE", 1)
+        wait_connected(cluster, master)
+        assert await _send_status(master, "Held") == ResponseCode.SUCCESS
+        wait_caught_up(cluster, master, slave)
+        with _paused(slave):
+            with _connect(master.ha_addr) as refused:  # a first report ahead of the log
+                refused.sendall(encode_report(1 << 40))
+                assert _closed_within(refused, 5)
+            assert await _send_status(master, "Held") == ResponseCode.FLUSH_SLAVE_TIMEOUT
+            with _connect(master.ha_addr) as accepted:  # accepted at 0, then a claim past what it was sent
+                accepted.sendall(encode_report(0))
+                accepted.recv(12)
+                accepted.sendall(encode_report(1 << 40))
+                assert _closed_within(accepted, 5)
+            assert await _send_status(master, "Held") == ResponseCode.FLUSH_SLAVE_TIMEOUT
+            assert int(cluster.figures(master)["haSlaveAckOffset"]) < 1 << 40
+        assert "a report beyond what this connection carried acknowledges nothing" in master.text()
+        wait_caught_up(cluster, master, slave)
+        assert await _send_status(master, "Held") == ResponseCode.SUCCESS
 
 
 async def test_malformed_reports_and_silent_slaves_close_one_connection(tmp_path):
@@ -79,7 +123,7 @@ async def test_a_slave_fed_garbage_by_its_master_reconnects_and_keeps_serving(tm
         assert figures["brokerRole"] == "SLAVE" and figures["state"] == "running"
 
 
-async def test_a_slave_ahead_of_its_master_gets_no_data_and_both_logs_say_why(tmp_path):
+async def test_a_slave_ahead_of_its_master_gets_no_data_acknowledges_nothing_and_both_logs_say_why(tmp_path):
     with ha_cluster(tmp_path) as cluster:
         old = cluster.start_broker("old", "ASYNC_MASTER", 0)
         async with RemotingClient.open() as client:
@@ -87,7 +131,7 @@ async def test_a_slave_ahead_of_its_master_gets_no_data_and_both_logs_say_why(tm
                 await client.invoke(old.addr, send_request("Old", f"m{i}".encode()), 10)
         old.stop()
         cluster.processes.remove(old)
-        master = cluster.start_broker("master", "ASYNC_MASTER", 0)
+        master = cluster.start_broker("master", "SYNC_MASTER", 0, ha='sync_timeout = "1s"')
         config, addr, ha_addr, data_dir = cluster.broker_config("slave", "SLAVE", 1)
         assert old.data_dir is not None
         shutil.copytree(old.data_dir, data_dir)  # a slave holding another master's history
@@ -99,3 +143,11 @@ async def test_a_slave_ahead_of_its_master_gets_no_data_and_both_logs_say_why(tm
         assert "this slave is ahead of its master; it keeps its data" in slave.text()
         assert int(cluster.figures(master)["commitLogMaxOffset"]) == 0
         assert int(cluster.figures(slave)["commitLogMaxOffset"]) > 0  # kept, not truncated
+        # The refused slave's report (its longer log) acknowledges nothing: with the one real
+        # slave paused, a put waits and times out instead of being answered SEND_OK.
+        fresh = cluster.start_broker("fresh", "SLAVE", 2)
+        wait_connected(cluster, master)
+        assert await _send_status(master, "New") == ResponseCode.SUCCESS
+        wait_caught_up(cluster, master, fresh)
+        with _paused(fresh):
+            assert await _send_status(master, "New") == ResponseCode.FLUSH_SLAVE_TIMEOUT
