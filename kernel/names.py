@@ -4,6 +4,8 @@ bits, broker roles. The wire and disk formats use them; every floor imports them
 from __future__ import annotations
 
 import enum
+import functools
+import re
 
 # Reserved message property keys (RocketMQ's MessageConst).
 PROPERTY_KEYS = "KEYS"
@@ -51,3 +53,59 @@ class BrokerRole(enum.Enum):
     ASYNC_MASTER = "ASYNC_MASTER"
     SYNC_MASTER = "SYNC_MASTER"
     SLAVE = "SLAVE"
+
+
+# Topic and group names (RocketMQ's ``TopicValidator`` and ``Validators.checkGroup``).
+RETRY_PREFIX = "%RETRY%"
+"""A consumer group's retry topic is ``%RETRY%<group>``."""
+DLQ_PREFIX = "%DLQ%"
+"""A consumer group's dead-letter topic is ``%DLQ%<group>``."""
+TOPIC_MAX_LENGTH = 127
+"""RocketMQ's topic limit, which is also what the v1 record's one-byte topic length holds."""
+GROUP_MAX_LENGTH = TOPIC_MAX_LENGTH - len(RETRY_PREFIX)
+"""120: RocketMQ allows 255, but a group's ``%RETRY%`` and ``%DLQ%`` topics must still be
+topics, and a longer group would make a retry topic no record can carry."""
+_VALID_NAME = re.compile(r"[%|a-zA-Z0-9_-]+")
+"""RocketMQ's allowed characters. Names become directory names (``consumequeue/<topic>/``) and
+keys of JSON files: with no ``/`` and no ``.`` a valid name can never leave the store's root."""
+_SHOWN_NAME_CHARS = 48
+"""An invalid name is quoted in an error up to this many characters (a client may send 64 KiB)."""
+
+
+def shown_name(name: str) -> str:
+    """``name`` quoted for an error message or a log line (repr: control characters shown, not
+    written), cut to a readable length."""
+    if len(name) <= _SHOWN_NAME_CHARS:
+        return repr(name)
+    return f"{name[:_SHOWN_NAME_CHARS]!r}... ({len(name)} characters)"
+
+
+def _name_problem(kind: str, name: object, max_length: int) -> str | None:
+    if not isinstance(name, str):
+        return f"the {kind} must be a string, got {type(name).__name__}"
+    if not name:
+        return f"the {kind} is empty"
+    if len(name) > max_length:
+        return f"the {kind} {shown_name(name)} is longer than {max_length} characters"
+    if _VALID_NAME.fullmatch(name) is None:
+        return f"the {kind} {shown_name(name)} contains characters outside [%|a-zA-Z0-9_-]"
+    return None
+
+
+def topic_problem(topic: object) -> str | None:
+    """Why ``topic`` is not a valid topic name (RocketMQ's ``Validators.checkTopic``), or ``None``."""
+    if not isinstance(topic, str):
+        return _name_problem("topic", topic, TOPIC_MAX_LENGTH)
+    return _cached_topic_problem(topic)
+
+
+@functools.lru_cache(maxsize=4096)
+def _cached_topic_problem(topic: str) -> str | None:
+    """Cached: the put path asks once per batch, for the same few topics."""
+    return _name_problem("topic", topic, TOPIC_MAX_LENGTH)
+
+
+def group_problem(group: object) -> str | None:
+    """Why ``group`` is not a valid producer or consumer group name (RocketMQ's
+    ``Validators.checkGroup``, with :data:`GROUP_MAX_LENGTH`), or ``None``."""
+    return _name_problem("group", group, GROUP_MAX_LENGTH)

@@ -30,8 +30,8 @@ from kernel.model import (
     Replication,
     encode_properties,
 )
+from kernel.names import topic_problem
 from kernel.protocols import FlushPolicy, MessageStore, Replicator
-from kernel.record import MAX_TOPIC_LENGTH
 from kernel.wire_batch import WireBatch
 
 log = logging.getLogger(__name__)
@@ -68,7 +68,9 @@ def combine(durability: Durability, replication: Replication) -> tuple[PutStatus
 
 
 def validate(batch: MessageBatch, max_message_size: int) -> Rejection | None:
-    """Broker-wide limits (RocketMQ's ``checkMessage``): body size, topic and properties."""
+    """Broker-wide limits (RocketMQ's ``checkMessage``): body size, topic and properties. The
+    topic rule is RocketMQ's, whoever puts (a client, a plugin): a topic becomes a directory of
+    the store, so a name that could leave its root is never acknowledged."""
     if not len(batch):
         return Rejection(PutStatus.MESSAGE_ILLEGAL, "empty batch")
     encoded = batch.encoded
@@ -80,10 +82,11 @@ def validate(batch: MessageBatch, max_message_size: int) -> Rejection | None:
                 PutStatus.MESSAGE_ILLEGAL,
                 f"message body is {len(message.body)} bytes; maxMessageSize is {max_message_size}",
             )
-        if not message.topic or len(message.topic.encode()) > MAX_TOPIC_LENGTH:
-            return Rejection(PutStatus.MESSAGE_ILLEGAL, f"topic {message.topic!r} is empty or too long")
-        if "\0" in message.topic or any("\0" in k or "\0" in v for k, v in message.properties.items()):
-            return Rejection(PutStatus.MESSAGE_ILLEGAL, "a topic or property contains a NUL character")
+        problem = topic_problem(message.topic)
+        if problem:
+            return Rejection(PutStatus.MESSAGE_ILLEGAL, problem)
+        if any("\0" in k or "\0" in v for k, v in message.properties.items()):
+            return Rejection(PutStatus.MESSAGE_ILLEGAL, "a property contains a NUL character")
         if message.properties and _properties_too_large(message.properties):
             return Rejection(
                 PutStatus.PROPERTIES_SIZE_EXCEEDED,
@@ -101,11 +104,11 @@ def _validate_encoded(batch: WireBatch, max_message_size: int) -> Rejection | No
             PutStatus.MESSAGE_ILLEGAL,
             f"message body is {largest} bytes; maxMessageSize is {max_message_size}",
         )
-    topic = batch.topic
-    if not topic or len(topic.encode()) > MAX_TOPIC_LENGTH:
-        return Rejection(PutStatus.MESSAGE_ILLEGAL, f"topic {topic!r} is empty or too long")
-    if "\0" in topic or batch.has_nul_in_properties():
-        return Rejection(PutStatus.MESSAGE_ILLEGAL, "a topic or property contains a NUL character")
+    problem = topic_problem(batch.topic)
+    if problem:
+        return Rejection(PutStatus.MESSAGE_ILLEGAL, problem)
+    if batch.has_nul_in_properties():
+        return Rejection(PutStatus.MESSAGE_ILLEGAL, "a property contains a NUL character")
     return None
 
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 import time
 from pathlib import Path
 from typing import Any
@@ -12,17 +11,13 @@ import trio
 
 from kernel.model import SCHEDULE_TOPIC as SCHEDULE_TOPIC  # re-exported: one name everywhere
 from kernel.model import TIMER_TOPIC, TRANSACTION_HALF_TOPIC
+from kernel.names import DLQ_PREFIX as DLQ_PREFIX  # re-exported, as the names below
+from kernel.names import RETRY_PREFIX as RETRY_PREFIX
+from kernel.names import topic_problem as topic_problem
 from kernel.persist import JsonStateFile, read_json_with_backup
 
 PERM_PRIORITY, PERM_READ, PERM_WRITE, PERM_INHERIT = 8, 4, 2, 1
 DEFAULT_TOPIC = "TBW102"
-RETRY_PREFIX = "%RETRY%"
-DLQ_PREFIX = "%DLQ%"
-_VALID_TOPIC = re.compile(r"^[%|a-zA-Z0-9_-]+$")
-MAX_TOPIC_LENGTH = 127
-_SHOWN_TOPIC_CHARS = 48
-"""An invalid topic is quoted in an error up to this many characters (a client may send 64 KiB)."""
-
 SEND_FORBIDDEN_TOPICS = frozenset(
     {
         DEFAULT_TOPIC,
@@ -41,24 +36,6 @@ a client message there would be taken for a parked, half or bookkeeping record."
 _SEND_FORBIDDEN_PREFIXES = ("rmq_sys_", "RMQ_SYS_", DLQ_PREFIX)
 _SEND_ALLOWED_SYSTEM_TOPICS = frozenset({"RMQ_SYS_TRACE_TOPIC"})
 """Message traces are written by clients (RocketMQ's trace dispatcher), system name or not."""
-
-
-def shown_topic(topic: str) -> str:
-    """``topic`` quoted for an error message, cut to a readable length."""
-    if len(topic) <= _SHOWN_TOPIC_CHARS:
-        return repr(topic)
-    return f"{topic[:_SHOWN_TOPIC_CHARS]!r}... ({len(topic)} characters)"
-
-
-def topic_problem(topic: str) -> str | None:
-    """Why a topic name is invalid (RocketMQ's ``Validators.checkTopic``), or ``None``."""
-    if not topic:
-        return "the topic is empty"
-    if len(topic) > MAX_TOPIC_LENGTH:
-        return f"the topic {shown_topic(topic)} is longer than {MAX_TOPIC_LENGTH} characters"
-    if not _VALID_TOPIC.match(topic):
-        return f"the topic {shown_topic(topic)} contains characters outside [%|a-zA-Z0-9_-]"
-    return None
 
 
 def send_forbidden(topic: str) -> str | None:

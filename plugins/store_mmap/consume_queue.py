@@ -18,6 +18,7 @@ import numpy as np
 import trio
 
 from kernel.dispatch_batch import DispatchBatch
+from kernel.errors import StoreError
 from kernel.model import DispatchRecord, QueueEntry
 from kernel.queue_entries import QueueEntries
 from plugins.store_mmap.config import CQ_ENTRY_SIZE
@@ -30,6 +31,12 @@ ENTRY = struct.Struct(">qiq")
 ENTRY_DTYPE = np.dtype([("offset", ">i8"), ("size", ">i4"), ("tags", ">i8")])
 """An entry as a numpy row (the same 20 bytes as :data:`ENTRY`)."""
 BLANK_ENTRY = ENTRY.pack(0, 0x7FFFFFFF, 0)
+NAME_MAX = 255
+"""The longest file name Linux file systems take, in bytes."""
+
+
+class StorePathError(StoreError):
+    """A topic or queue id that would put a consume queue outside the store's root."""
 
 
 @attrs.define(eq=False)
@@ -193,10 +200,26 @@ class ConsumeQueues:
         key = (topic, queue_id)
         queue = self.queues.get(key)
         if queue is None and create:
-            directory = self.root / topic / str(queue_id)
+            directory = self._queue_directory(topic, queue_id)
             queue = ConsumeQueue(topic, queue_id, MappedFileQueue.load(directory, self.file_size))
             self.queues[key] = queue
         return queue
+
+    def _queue_directory(self, topic: str, queue_id: int) -> Path:
+        """``root/<topic>/<queueId>``, or :class:`StorePathError` for a name that is not one plain
+        directory name (the put pipeline refuses such topics; this is the store's own guard)."""
+        if (
+            not topic
+            or topic in (".", "..")
+            or "/" in topic
+            or "\0" in topic
+            or len(topic.encode()) > NAME_MAX
+            or queue_id < 0
+        ):
+            raise StorePathError(
+                f"consume queue {topic!r}/{queue_id} would not be a directory inside {self.root}"
+            )
+        return self.root / topic / str(queue_id)
 
     def destroy(self, key: tuple[str, int]) -> None:
         """Delete a queue's files (it is rebuilt from the log by the dispatch loop)."""

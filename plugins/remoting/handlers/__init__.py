@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 from kernel.remoting import Connection, RemotingCommand, RequestCode, Router
 from plugins.remoting.handlers import admin, consumer, pull, query, send, send_back
-from plugins.remoting.handlers.common import RequestProblem
+from plugins.remoting.handlers.common import RequestProblem, check_names
 
 if TYPE_CHECKING:
     from plugins.remoting.service import BrokerNetwork
@@ -77,6 +77,10 @@ when puts never wait (``SENDS`` below)."""
 
 SENDS = (RequestCode.SEND_MESSAGE, RequestCode.SEND_MESSAGE_V2, RequestCode.SEND_BATCH_MESSAGE)
 
+CLEANUPS = (RequestCode.DELETE_SUBSCRIPTIONGROUP, RequestCode.DELETE_TOPIC_IN_BROKER)
+"""Requests that take any name: an operator must be able to remove a junk group or topic that
+an older version let in."""
+
 
 def register_all(router: Router, net: BrokerNetwork) -> None:
     # A send alone in its receive (one in flight) is answered from the read loop when the put
@@ -86,7 +90,7 @@ def register_all(router: Router, net: BrokerNetwork) -> None:
     for code, handler in HANDLERS.items():
         router.register(
             code,
-            functools.partial(_answer_problems, handler, net),
+            functools.partial(_answer_problems, handler, net, validate_names=code not in CLEANUPS),
             inline=code in INLINE,
             inline_alone=lone_sends and code in SENDS,
         )
@@ -96,11 +100,19 @@ def register_all(router: Router, net: BrokerNetwork) -> None:
 
 
 async def _answer_problems(
-    handler: NetHandler, net: BrokerNetwork, connection: Connection, request: RemotingCommand
+    handler: NetHandler,
+    net: BrokerNetwork,
+    connection: Connection,
+    request: RemotingCommand,
+    *,
+    validate_names: bool,
 ) -> RemotingCommand | None:
     """A handler raises :class:`RequestProblem` for a bad request; it is answered here with the
-    problem's own code and remark (anything else is the router's SYSTEM_ERROR)."""
+    problem's own code and remark (anything else is the router's SYSTEM_ERROR). Group names in
+    the header are checked first, for every handler (bodies are checked by their handlers)."""
     try:
+        if validate_names:
+            check_names(request)
         return await handler(net, connection, request)
     except RequestProblem as problem:
         return problem.response_to(request)

@@ -16,7 +16,7 @@ import trio
 
 from kernel.remoting import Connection, RemotingCommand, ResponseCode
 from kernel.remoting.admin_json import dumps_queue_keyed
-from plugins.remoting.handlers.common import int_field, queryable, required
+from plugins.remoting.handlers.common import int_field, queryable, required, valid_group
 from plugins.remoting.subscriptions import SubscriptionGroupConfig
 from plugins.remoting.topics import TopicConfig, topic_problem
 
@@ -82,6 +82,7 @@ async def update_group(
         return request.response(
             ResponseCode.SYSTEM_ERROR, remark=f"subscription group body is invalid: {error}"
         )
+    valid_group(config.group_name, "subscription group groupName")
     net.groups.update(config)
     await net.groups.persist()
     return request.response()

@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING
 
 from kernel.errors import CorruptRecord, OffsetOutOfRange
 from kernel.model import PutStatus
+from kernel.names import group_problem, topic_problem
 from kernel.remoting import RemotingCommand, ResponseCode
 
 if TYPE_CHECKING:
@@ -47,6 +48,38 @@ def required(request: RemotingCommand, *names: str) -> list[str]:
             f"the request header is missing required field(s): {', '.join(missing)}",
         )
     return [request.ext[n] for n in names]
+
+
+GROUP_FIELDS = ("consumerGroup", "group", "groupName")
+"""Request header fields that name a consumer group (RocketMQ's header classes)."""
+
+
+def check_names(request: RemotingCommand) -> None:
+    """Refuse a request whose header names an invalid consumer group: a group becomes the
+    ``%RETRY%``/``%DLQ%`` topics (directories of the store) and keys of persisted files, so a
+    name like ``../x`` must be stopped where it enters (RocketMQ's ``Validators.checkGroup``)."""
+    ext = request.ext
+    for field in GROUP_FIELDS:
+        if field in ext:
+            valid_group(ext[field], field)
+
+
+def valid_group(group: object, where: str) -> str:
+    """``group`` if it is a valid group name, else a SYSTEM_ERROR problem saying ``where``."""
+    problem = group_problem(group)
+    if problem:
+        raise RequestProblem(ResponseCode.SYSTEM_ERROR, f"{where}: {problem}")
+    assert isinstance(group, str)
+    return group
+
+
+def valid_topic(topic: object, where: str) -> str:
+    """``topic`` if it is a valid topic name, else a SYSTEM_ERROR problem saying ``where``."""
+    problem = topic_problem(topic)
+    if problem:
+        raise RequestProblem(ResponseCode.SYSTEM_ERROR, f"{where}: {problem}")
+    assert isinstance(topic, str)
+    return topic
 
 
 def int_field(request: RemotingCommand, name: str, default: int | None = None) -> int:

@@ -12,7 +12,14 @@ import trio
 
 from kernel.model import MessageQueue
 from kernel.remoting import Connection, RemotingCommand, ResponseCode
-from plugins.remoting.handlers.common import RequestProblem, int_field, queryable, required
+from plugins.remoting.handlers.common import (
+    RequestProblem,
+    int_field,
+    queryable,
+    required,
+    valid_group,
+    valid_topic,
+)
 from plugins.remoting.topics import PERM_READ, PERM_WRITE, RETRY_PREFIX
 
 if TYPE_CHECKING:
@@ -38,6 +45,7 @@ async def heartbeat(net: BrokerNetwork, connection: Connection, request: Remotin
     data = parse_json_body(request)
     if not isinstance(data, dict):
         return request.response(ResponseCode.SYSTEM_ERROR, remark="heartbeat body must be a JSON object")
+    _check_heartbeat_names(data)
     connection.attributes["client_id"] = data.get("clientID", "")
     for name in net.clients.heartbeat(connection, request, data, trio.current_time()):
         group = net.groups.find_or_create(name, auto_create=net.config.auto_create_subscription_group)
@@ -47,6 +55,17 @@ async def heartbeat(net: BrokerNetwork, connection: Connection, request: Remotin
                 net.topics.create_system_topic(retry, group.retry_queue_nums, PERM_READ | PERM_WRITE)
                 await net.topics_changed()
     return request.response()
+
+
+def _check_heartbeat_names(data: dict[str, Any]) -> None:
+    """Every group and subscribed topic of a heartbeat is a valid name, or the whole heartbeat
+    is refused before anything is registered or created (a consumer group's retry topic)."""
+    for producer in data.get("producerDataSet") or ():
+        valid_group(producer.get("groupName"), "heartbeat producerDataSet groupName")
+    for consumer in data.get("consumerDataSet") or ():
+        valid_group(consumer.get("groupName"), "heartbeat consumerDataSet groupName")
+        for item in consumer.get("subscriptionDataSet") or ():
+            valid_topic(item.get("topic"), "heartbeat subscriptionDataSet topic")
 
 
 async def unregister_client(
@@ -73,7 +92,7 @@ async def consumer_list(
 async def lock_batch(net: BrokerNetwork, connection: Connection, request: RemotingCommand) -> RemotingCommand:
     data = parse_json_body(request)
     locked = net.locks.try_lock(
-        str(data.get("consumerGroup", "")),
+        valid_group(data.get("consumerGroup"), "lock consumerGroup"),
         _queues(data.get("mqSet")),
         str(data.get("clientId", "")),
         trio.current_time(),
@@ -86,7 +105,9 @@ async def unlock_batch(
 ) -> RemotingCommand:
     data = parse_json_body(request)
     net.locks.unlock(
-        str(data.get("consumerGroup", "")), _queues(data.get("mqSet")), str(data.get("clientId", ""))
+        valid_group(data.get("consumerGroup"), "unlock consumerGroup"),
+        _queues(data.get("mqSet")),
+        str(data.get("clientId", "")),
     )
     return request.response()
 
