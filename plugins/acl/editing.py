@@ -23,7 +23,7 @@ import trio
 import yaml
 
 from plugins.acl.guard import AclGuard
-from plugins.acl.plain_acl import AclFileError, PlainAcl, data_version, parse_plain_acl
+from plugins.acl.plain_acl import AclFileError, PlainAcl, data_version, parse_plain_acl, read_acl_document
 
 MIN_KEY_LENGTH = 6
 """RocketMQ refuses access and secret keys shorter than this."""
@@ -109,13 +109,9 @@ class AclFileEditor:
 
     def _edit_file(self, change: Callable[[dict[str, Any]], None]) -> PlainAcl:
         try:
-            document = yaml.safe_load(self.path.read_text(encoding="utf-8")) or {}
-        except (OSError, yaml.YAMLError) as error:
-            raise AclEditError(f"{self.path} cannot be edited until it is fixed: {error}") from None
-        if not isinstance(document, dict):
-            raise AclEditError(
-                f"{self.path} cannot be edited until it is fixed: the top level is not a mapping"
-            )
+            document = read_acl_document(self.path)
+        except AclFileError as error:
+            raise AclEditError(f"the file cannot be edited until it is fixed: {error}") from None
         try:
             previous = data_version(document, str(self.path)).counter
         except AclFileError:

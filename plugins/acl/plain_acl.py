@@ -97,23 +97,51 @@ class DataVersion:
 
 def read_plain_acl(path: Path) -> PlainAcl:
     """:raises AclFileError: unreadable, not YAML, or a key with a bad value (named)."""
+    return parse_plain_acl(read_acl_document(path), str(path))
+
+
+def read_acl_document(path: Path) -> dict[str, Any]:
+    """The file's YAML mapping. Whatever is wrong with the file is an :class:`AclFileError`
+    naming it: the file is edited by hand while the broker runs, and a bad edit must cost the
+    operator one clear line, never the broker process (a stray byte, a runaway nesting).
+
+    :raises AclFileError: unreadable, not UTF-8, not YAML, nested too deep, empty, or not a mapping.
+    """
     try:
-        text = path.read_text(encoding="utf-8")
+        text = path.read_bytes().decode("utf-8")
     except OSError as error:
         raise AclFileError(f"{path}: cannot read: {error.strerror or error}") from None
+    except UnicodeDecodeError as error:
+        raise AclFileError(
+            f"{path}: not UTF-8 text: byte 0x{error.object[error.start]:02X} at offset {error.start}"
+        ) from None
     try:
         document = yaml.safe_load(text)
     except yaml.YAMLError as error:
         raise AclFileError(f"{path}: not valid YAML: {error}") from None
-    return parse_plain_acl(document if document is not None else {}, str(path))
+    except RecursionError:
+        raise AclFileError(f"{path}: not usable YAML: nested too deeply") from None
+    if document is None:
+        raise AclFileError(f"{path}: the file is empty (an ACL file lists its accounts)")
+    if not isinstance(document, dict):
+        raise AclFileError(f"{path}: the top level must be a mapping")
+    return document
 
 
 def parse_plain_acl(document: object, source: str) -> PlainAcl:
     if not isinstance(document, dict):
         raise AclFileError(f"{source}: the top level must be a mapping")
-    patterns = tuple(_string_list(document, "globalWhiteRemoteAddresses", source))
+    global_white = tuple(
+        _pattern(p, f"{source}: globalWhiteRemoteAddresses")
+        for p in _string_list(document, "globalWhiteRemoteAddresses", source)
+    )
     accounts: dict[str, Account] = {}
-    listed = document.get("accounts") or []
+    listed = document.get("accounts")
+    if listed is None:
+        raise AclFileError(
+            f"{source}: accounts: missing or without a value; a file with no accounts would refuse "
+            "every request (write `accounts: []` to mean none)"
+        )
     if not isinstance(listed, list):
         raise AclFileError(f"{source}: accounts: must be a list of mappings")
     for index, entry in enumerate(listed):
@@ -125,7 +153,7 @@ def parse_plain_acl(document: object, source: str) -> PlainAcl:
             raise AclFileError(f"{where}.accessKey: {account.access_key!r} is listed twice")
         accounts[account.access_key] = account
     return PlainAcl(
-        tuple(_pattern(p, f"{source}: globalWhiteRemoteAddresses") for p in patterns),
+        global_white,
         accounts,
         data_version(document, source),
     )

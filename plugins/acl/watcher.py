@@ -53,14 +53,19 @@ class AclFileWatcher:
         try:
             acl = await trio.to_thread.run_sync(read_plain_acl, self.path)
         except AclFileError as error:
-            self.last_error = str(error)
-            log.warning("ACL: %s; the last good file stays in force", error)
-            return False
+            return self._keep_last_good(str(error))
+        except Exception as error:  # noqa: BLE001 - a file must never end the broker
+            return self._keep_last_good(f"{self.path}: cannot be used: {type(error).__name__}: {error}")
         self.guard.acl = acl
         self.reloads += 1
         self.last_error = ""
         log.info("ACL: %s reloaded (%d accounts)", self.path, len(acl.accounts))
         return True
+
+    def _keep_last_good(self, reason: str) -> bool:
+        self.last_error = reason
+        log.warning("ACL: %s; the last good file stays in force", reason)
+        return False
 
     def figures(self) -> dict[str, str]:
         return {
