@@ -78,7 +78,7 @@ def test_a_damaged_file_rewritten_while_the_broker_runs_keeps_the_last_good_one(
 def test_a_damaged_file_at_start_is_one_clear_error(tmp_path: Path, name: str):
     (tmp_path / "plain_acl.yml").write_bytes(DAMAGED[name])
     config = tmp_path / "trocket.toml"
-    config.write_text(f"[broker]\n{PLUGINS}\ndata_dir = \"{tmp_path / 'data'}\"\nlisten_port = 0\n")
+    config.write_text(f'[broker]\n{PLUGINS}\ndata_dir = "{tmp_path / "data"}"\nlisten_port = 0\n')
     done = subprocess.run(
         [sys.executable, "-m", "trocket", "broker", "-c", str(config)],
         capture_output=True,
