@@ -14,6 +14,7 @@ import attrs
 import pluggy
 
 from kernel.config import BrokerConfig, Config
+from kernel.persist import BackgroundWrites
 
 if TYPE_CHECKING:
     from kernel.broker import BrokerStatistics
@@ -63,6 +64,8 @@ class BrokerContext:
     hook: pluggy.HookRelay
     plugin_configs: dict[type, Any] = attrs.field(factory=dict)
     stash: Stash = attrs.field(factory=Stash)
+    background_writes: BackgroundWrites = attrs.field(factory=BackgroundWrites)
+    """Periodic persists that failed (logged, counted, retried; never the end of the process)."""
     parking_topics: frozenset[str] = frozenset()
     """Topics where plugins park messages until they are due
     (``trocket_register_parking_topics``): their consume-queue tag field holds each message's

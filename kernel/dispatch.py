@@ -7,6 +7,7 @@ reached, so a deleted or new view is rebuilt from the log.
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -202,8 +203,11 @@ class DispatchService:
             await trio.sleep(self.persist_interval)
             now = trio.current_time()
             thorough = now - last_thorough >= self.thorough_persist_interval
-            await self.persist(thorough=thorough)
-            if thorough:
+            written = await self.ctx.background_writes.attempt(
+                "the derived views (consume queues, index, checkpoint)",
+                functools.partial(self.persist, thorough=thorough),
+            )
+            if thorough and written:
                 last_thorough = now
 
     def statistics(self) -> DispatchStatistics:

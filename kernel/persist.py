@@ -12,10 +12,11 @@ import json
 import logging
 import os
 import re
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
+import attrs
 import trio
 
 from kernel.errors import ConfigError
@@ -86,3 +87,46 @@ def lenient_json_keys(text: str) -> str:
     """Quote fastjson's unquoted integer map keys (``{0:12}``), as found in RocketMQ's own
     ``consumerOffset.json`` and ``delayOffset.json``, so a file copied from a Java broker loads."""
     return _UNQUOTED_KEY.sub(r'\1"\2":', text)
+
+
+@attrs.define(eq=False)
+class BackgroundWrites:
+    """A broker's writes that nobody waits for (periodic persists of offsets, progress, views).
+
+    Such a write can fail for reasons outside the broker (no file descriptors left, a full or
+    failing disk). It must not end the process: the failure is logged, counted (``brokerStatus``
+    shows the count and the last reason), and the write is tried again at its next turn, from
+    the newest state. One instance per broker (:attr:`kernel.context.BrokerContext.background_writes`).
+    """
+
+    failures: int = 0
+    last_error: str = ""
+    _failing: set[str] = attrs.field(factory=set, init=False)
+    """What is failing now: each logs once when it starts failing and once when it recovers."""
+
+    async def attempt(self, what: str, write: Callable[[], Awaitable[object]]) -> bool:
+        """Run ``write``; whether it succeeded. An :class:`OSError` is logged and counted."""
+        try:
+            await write()
+        except OSError as error:
+            self.failures += 1
+            self.last_error = f"{what}: {error}"
+            if what not in self._failing:
+                self._failing.add(what)
+                log.error(
+                    "cannot write %s: %s; will retry (brokerStatus backgroundWriteFailures)", what, error
+                )
+            return False
+        if what in self._failing:
+            self._failing.discard(what)
+            log.warning("%s written again after %d failed background writes in all", what, self.failures)
+        return True
+
+    async def every(self, interval: float, what: str, write: Callable[[], Awaitable[object]]) -> NoReturn:
+        """Attempt ``write`` every ``interval`` seconds, forever."""
+        while True:
+            await trio.sleep(interval)
+            await self.attempt(what, write)
+
+    def figures(self) -> dict[str, str]:
+        return {"backgroundWriteFailures": str(self.failures), "backgroundWriteLastError": self.last_error}

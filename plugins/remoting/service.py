@@ -187,12 +187,8 @@ class BrokerNetwork:
         await self.groups.persist()
 
     async def _persist_offsets_loop(self) -> None:
-        while True:
-            await trio.sleep(self.config.offset_persist_interval)
-            try:
-                await self.offsets.persist()
-            except OSError as error:
-                log.error("cannot write %s: %s (will retry)", self.offsets.path, error)
+        writes = self.runtime.ctx.background_writes
+        await writes.every(self.config.offset_persist_interval, str(self.offsets.path), self.offsets.persist)
 
     async def _expire_channels_loop(self) -> None:
         while True:

@@ -82,15 +82,14 @@ class DelayScheduler:
                 task_status.started()
         finally:
             with trio.CancelScope(shield=True):
-                await self.persist()
+                await self.runtime.ctx.background_writes.attempt(str(self._file.path), self.persist)
 
     async def persist(self) -> None:
         await self._file.write({"offsetTable": {str(k): v for k, v in sorted(self.offsets.items())}})
 
     async def _persist_periodically(self) -> None:
-        while True:
-            await trio.sleep(self.config.progress_persist_interval)
-            await self.persist()
+        writes = self.runtime.ctx.background_writes
+        await writes.every(self.config.progress_persist_interval, str(self._file.path), self.persist)
 
     async def _deliver_level(self, level: int) -> None:
         store = self.runtime.store

@@ -125,12 +125,15 @@ class TimerScheduler:
                 with trio.CancelScope(shield=True):
                     worked = await self._round()
                 if trio.current_time() - persisted_at >= self.config.progress_persist_interval:
-                    await self.persist()
+                    await self._persist_or_log()
                     persisted_at = trio.current_time()
                 await trio.sleep(0 if worked else self._idle_wait())
         finally:
             with trio.CancelScope(shield=True):
-                await self.persist()
+                await self._persist_or_log()
+
+    async def _persist_or_log(self) -> None:
+        await self.runtime.ctx.background_writes.attempt(str(self._file.path), self.persist)
 
     async def persist(self) -> None:
         heap = self._heap

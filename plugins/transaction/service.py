@@ -564,10 +564,12 @@ class TransactionService:
             await self.check_once()
 
     async def _persist_periodically(self) -> None:
-        while True:
-            await trio.sleep(self.config.progress_persist_interval)
-            if self._loaded:
-                await self._file.save(self.progress)
+        writes = self.runtime.ctx.background_writes
+        await writes.every(self.config.progress_persist_interval, str(self.path), self._save_if_loaded)
+
+    async def _save_if_loaded(self) -> None:
+        if self._loaded:
+            await self._file.save(self.progress)
 
 
 def _why(result: PutResult) -> str:
