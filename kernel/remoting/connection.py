@@ -32,6 +32,7 @@ from kernel.remoting.command import (
 )
 from kernel.remoting.metering import (
     NO_RESPONSE,
+    OTHER_REQUEST,
     RESULT_CANCELLED,
     RESULT_FAILED,
     RESULT_ONEWAY,
@@ -229,11 +230,12 @@ class Router:
                 return response
         if meter is not None:
             # _observe's rules, inlined: this runs on every request (1.4 µs against 1.7 µs with the call)
+            metered = request.code if handler is not None else OTHER_REQUEST
             if request.flag & FLAG_ONEWAY or response is None:  # a handler may leave one unanswered
                 result = RESULT_ONEWAY if request.flag & FLAG_ONEWAY else RESULT_SUCCESS
-                meter.observe(request.code, NO_RESPONSE, result, perf_counter() - started)
+                meter.observe(metered, NO_RESPONSE, result, perf_counter() - started)
             else:
-                meter.observe(request.code, response.code, RESULT_SUCCESS, perf_counter() - started)
+                meter.observe(metered, response.code, RESULT_SUCCESS, perf_counter() - started)
         return response
 
 

@@ -35,6 +35,12 @@ RESULT_CANCELLED = "cancelled"
 """The connection closed (or the broker stopped) before the handler finished."""
 NO_RESPONSE = -1
 """The response code of requests that got none (oneway, cancelled)."""
+OTHER_REQUEST = -1
+"""The request code shown for codes this server has no handler for, and for any label set past
+:data:`MAX_ROWS`: a client can send any of 2^31 codes, and each must not become a series."""
+MAX_ROWS = 1024
+"""Label sets one meter makes before folding new ones into (:data:`OTHER_REQUEST`, no response,
+result): at most this many plus one per result (a busy broker shows about a hundred)."""
 
 
 @attrs.frozen
@@ -64,7 +70,9 @@ class RequestMeter:
         try:
             row = self._rows[key]
         except KeyError:
-            row = self._rows[key] = [0] * (len(_BOUNDS_SECONDS) + 2)
+            if len(self._rows) >= MAX_ROWS:
+                key = (OTHER_REQUEST, NO_RESPONSE, result)
+            row = self._rows.setdefault(key, [0] * (len(_BOUNDS_SECONDS) + 2))
         row[_bucket(_BOUNDS_SECONDS, seconds)] += 1
         row[-1] += seconds
 

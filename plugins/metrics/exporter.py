@@ -1,17 +1,18 @@
-"""The Prometheus endpoint: ``prometheus_client``'s HTTP server on a thread this service owns,
-started with the broker and shut down with it. A scrape takes its copy of the counts and the
-store's positions on the broker's event loop (``trio.from_thread``): one consistent moment,
-and no lock on the data path."""
+"""The Prometheus endpoint, started with the broker and stopped with it, served in the broker's
+own loop (:mod:`plugins.metrics.http`). A scrape takes its copy of the counts and the store's
+positions on the loop, one consistent moment with no lock on the data path, and renders the
+copy in a worker thread."""
 
 from __future__ import annotations
 
 import logging
 import time
 from typing import Any
+from urllib.parse import urlsplit
 
 import attrs
 import trio
-from prometheus_client import start_http_server
+from prometheus_client import CollectorRegistry
 
 from kernel.consumer_progress import CONSUMER_PROGRESS, ConsumerProgress
 from kernel.context import BrokerRuntime
@@ -19,10 +20,10 @@ from kernel.latency import latency_fields
 from kernel.outcomes import RecoveryReport
 from kernel.protocols import MessageStore
 from kernel.remoting.metering import RequestMeters
+from plugins.metrics.http import metrics_app, serve_metrics
 from plugins.metrics.meters import BrokerMeters, ConsumerLag, GaugeSnapshot, Snapshot
 
 log = logging.getLogger(__name__)
-SNAPSHOT_TIMEOUT = 5.0
 
 
 @attrs.define(eq=False)
@@ -46,34 +47,19 @@ class MetricsExporter:
     url: str = ""
 
     async def run(self, *, task_status: trio.TaskStatus[Any] = trio.TASK_STATUS_IGNORED) -> None:
-        token = trio.lowlevel.current_trio_token()
-
-        def take() -> Snapshot | None:
-            try:
-                return trio.from_thread.run_sync(self.snapshot, trio_token=token)
-            except (trio.RunFinishedError, trio.Cancelled):
-                return None  # the broker is stopping: this scrape is empty
-
-        self.meters.serve_from(take)
         if not self.serve:
             task_status.started()
             await trio.sleep_forever()
-        try:
-            server, thread = start_http_server(self.port, addr=self.host, registry=self.meters.registry)
-        except OSError as error:
-            raise OSError(
-                error.errno, f"metrics: cannot listen on {self.host}:{self.port}: {error.strerror}"
-            ) from None
-        self.port = int(server.server_address[1])
-        self.url = f"http://{self.host}:{self.port}/metrics"
-        log.info("metrics: Prometheus endpoint at %s", self.url)
-        try:
+        async with trio.open_nursery() as nursery:
+            base = await nursery.start(serve_metrics, metrics_app(self._registry_now), self.host, self.port)
+            self.port = urlsplit(base).port or self.port
+            self.url = f"{base.rstrip('/')}/metrics"
+            log.info("metrics: Prometheus endpoint at %s", self.url)
             task_status.started()
-            await trio.sleep_forever()
-        finally:
-            server.shutdown()
-            server.server_close()
-            thread.join(timeout=SNAPSHOT_TIMEOUT)
+
+    def _registry_now(self) -> CollectorRegistry:
+        """On the loop: a registry holding a copy of every count now."""
+        return self.meters.registry_of(self.snapshot())
 
     def snapshot(self) -> Snapshot:
         """On the broker's loop: every count, and the store's positions now."""

@@ -5,16 +5,16 @@ Messages in are counted where the log is read anyway, from the dispatch batches'
 batch covers every record written since the last, however many puts made them): a batch's
 columns are kept, and all kept batches are counted at once at the next scrape (or every 64k
 records); the put path itself does nothing for metrics. Pulls and dead letters update a dictionary each. The
-counts are plain Python numbers only the broker's event loop touches; Prometheus sees them at
-scrape time, when the exporter thread asks the loop for one copy of everything
-(``trio.from_thread``): no lock on the data path, and a scrape shows one consistent moment.
+counts are plain Python numbers only the broker's event loop touches; a scrape copies them on
+the loop (:meth:`BrokerMeters.snapshot`) and renders the copy in a worker thread: no lock on
+the data path, and a scrape shows one consistent moment.
 """
 
 from __future__ import annotations
 
 import bisect
 import itertools
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 
 import attrs
 import numpy as np
@@ -92,7 +92,6 @@ class Snapshot:
 class BrokerMeters:
     cluster: str
     node_id: str
-    registry: CollectorRegistry = attrs.field(factory=CollectorRegistry)
     _stored: dict[str, list[int]] = attrs.field(factory=dict, init=False)
     """topic → [messages, bytes, count per size bucket...]."""
     _pulled: dict[tuple[str, str], list[int]] = attrs.field(factory=dict, init=False)
@@ -189,20 +188,20 @@ class BrokerMeters:
             requests or {},
         )
 
-    def serve_from(self, take: Callable[[], Snapshot | None]) -> None:
-        """Register the collector that renders ``take()`` (which must run the copy on the loop)."""
-        self.registry.register(_Rendered((self.cluster, "broker", self.node_id), take))
+    def registry_of(self, snapshot: Snapshot) -> CollectorRegistry:
+        """A registry that renders ``snapshot`` (taken on the loop; rendered anywhere)."""
+        registry = CollectorRegistry(auto_describe=False)
+        registry.register(_Rendered((self.cluster, "broker", self.node_id), snapshot))
+        return registry
 
 
 @attrs.define(eq=False)
 class _Rendered(Collector):
     node: tuple[str, str, str]
-    take: Callable[[], Snapshot | None]
+    snapshot: Snapshot
 
     def collect(self) -> Iterator[CounterMetricFamily | GaugeMetricFamily | HistogramMetricFamily]:
-        snapshot = self.take()
-        if snapshot is None:
-            return  # the broker is stopping
+        snapshot = self.snapshot
         yield self._requests(snapshot.requests)
         if snapshot.gauges is None:
             return  # a NameServer alone: requests only

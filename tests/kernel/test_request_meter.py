@@ -8,7 +8,7 @@ from types import SimpleNamespace
 
 from kernel.remoting import RemotingCommand, Router
 from kernel.remoting.command import FLAG_ONEWAY
-from kernel.remoting.metering import RequestMeter
+from kernel.remoting.metering import MAX_ROWS, RequestMeter
 
 CONNECTION = SimpleNamespace(peer="127.0.0.1:1")
 
@@ -51,7 +51,7 @@ async def test_each_kind_of_outcome_is_counted_once_with_its_result():
         (11, -1, "success"): 1,  # answered nothing although a response was expected
         (12, 1, "process_request_failed"): 1,  # SYSTEM_ERROR
         (13, 16, "success"): 1,  # refused by the guard: NO_PERMISSION
-        (99, 3, "success"): 1,  # REQUEST_CODE_NOT_SUPPORTED
+        (-1, 3, "success"): 1,  # code 99, unknown: REQUEST_CODE_NOT_SUPPORTED under one label
         (10, -1, "oneway"): 1,
     }
     (figures,) = [f for f in meter.figures() if f.request_code == 12]
@@ -65,3 +65,16 @@ async def test_a_group_is_observed_per_request():
     router.register_group(310, grouped)
     await router.handle_group(CONNECTION, [RemotingCommand.request(310) for _ in range(3)])
     assert rows(meter) == {(310, 0, "success"): 3}
+
+
+async def test_unknown_codes_share_one_label_set_and_label_sets_are_bounded():
+    meter = RequestMeter("broker")
+    router = Router(meter=meter)
+    router.register(10, answer)
+    for code in range(100_000, 110_000):
+        await router.handle(CONNECTION, RemotingCommand.request(code))
+    assert rows(meter) == {(-1, 3, "success"): 10_000}
+    for response_code in range(5000):  # a plugin answering ever new codes
+        meter.observe(10, response_code, "success", 0.001)
+    assert len(meter.figures()) == MAX_ROWS + 1  # and the one set the rest fold into
+    assert rows(meter)[(-1, -1, "success")] == 5000 - (MAX_ROWS - 1)
