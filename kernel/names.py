@@ -109,3 +109,22 @@ def group_problem(group: object) -> str | None:
     """Why ``group`` is not a valid producer or consumer group name (RocketMQ's
     ``Validators.checkGroup``, with :data:`GROUP_MAX_LENGTH`), or ``None``."""
     return _name_problem("group", group, GROUP_MAX_LENGTH)
+
+
+BROKER_NAME_MAX_LENGTH = 127
+_VALID_BROKER_NAME = re.compile(r"[a-zA-Z0-9_.-]+")
+"""Letters, digits, ``_``, ``-`` and ``.`` (host names): a broker name is a key segment of the
+controller's state in etcd, where a ``/`` would make it a prefix of another set's keys."""
+
+
+def broker_name_problem(name: object) -> str | None:
+    """Why ``name`` is not a valid broker (set) name, or ``None``."""
+    if not isinstance(name, str):
+        return f"the broker name must be a string, got {type(name).__name__}"
+    if not name:
+        return "the broker name is empty"
+    if len(name) > BROKER_NAME_MAX_LENGTH:
+        return f"the broker name {shown_name(name)} is longer than {BROKER_NAME_MAX_LENGTH} characters"
+    if _VALID_BROKER_NAME.fullmatch(name) is None:
+        return f"the broker name {shown_name(name)} contains characters outside [a-zA-Z0-9_.-]"
+    return None

@@ -76,6 +76,9 @@ class RequestCode(enum.IntEnum):
     GET_BROKER_EPOCH_CACHE = 1007
     """A replica's epoch history (``EpochEntryCache``), asked of a master by a joining slave
     and by mqadmin ``getBrokerEpoch``."""
+    CLEAN_BROKER_DATA = 1011
+    """RocketMQ 5: forget a broker set, or some of its replicas, at the controller (mqadmin
+    ``cleanBrokerMetadata``)."""
     QUERY_PENDING_TRANSACTIONS = 39001
     """Trocket's own (RocketMQ has no such query): a broker's open transactional half messages,
     optionally of one producer group (``trocket admin pendingTransactions``)."""

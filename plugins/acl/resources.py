@@ -25,9 +25,12 @@ ADMIN_CODES = frozenset(
         RequestCode.UPDATE_AND_CREATE_ACL_CONFIG,
         RequestCode.DELETE_ACL_CONFIG,
         RequestCode.UPDATE_GLOBAL_WHITE_ADDRS_CONFIG,
+        RequestCode.CONTROLLER_ELECT_MASTER,
+        RequestCode.CLEAN_BROKER_DATA,
     }
 )
-"""Requests only an ``admin: true`` account may send (RocketMQ's list, and the ACL edits)."""
+"""Requests only an ``admin: true`` account may send (RocketMQ's list, the ACL edits, and the
+controller's elections and cleanups)."""
 
 
 class UnreadableRequest(ValueError):

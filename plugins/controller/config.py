@@ -32,6 +32,11 @@ class ControllerConfig:
     lease_ttl: float = fields.duration("3s")
     """TTL of each controller's own lease (its membership and, for one of them, leadership):
     a controller killed hands the scan to another within this long."""
+    max_broker_sets: int = fields.integer(1024, minimum=1)
+    """Broker sets the controllers register at most: the port needs no credentials unless ACL
+    is on, and every set is kept (and scanned) until ``cleanBrokerMetadata`` removes it."""
+    max_replicas_per_set: int = fields.integer(16, minimum=1)
+    """Replicas one broker set holds at most."""
     enable_elect_unclean_master: bool = fields.boolean(False)
     """``enableElectUncleanMaster``: when no SyncStateSet member is alive, elect any alive
     replica. It may lack acknowledged messages: each such election is logged and counted."""

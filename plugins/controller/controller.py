@@ -10,7 +10,8 @@ Keys, under ``[controller] etcd_prefix`` (default ``/trocket/controller``):
 
 - ``replicas/<brokerName>``: the :class:`~plugins.controller.state.ReplicaSet` (JSON);
 - ``alive/<brokerName>/<brokerId>``: the replica's :class:`~plugins.controller.state.BrokerLive`,
-  under its lease;
+  under its lease (read by exact key shape: a set named ``a/b`` could otherwise pass for a
+  replica of ``a``; names are also checked, :func:`kernel.names.broker_name_problem`);
 - ``leader``: the controller that scans for dead masters, under that controller's lease;
 - ``members/<controllerId>``: every running controller, under its own lease.
 """
@@ -23,7 +24,7 @@ from collections.abc import Callable, Iterable
 import attrs
 
 from kernel.remoting import ResponseCode
-from plugins.controller.etcd import Compare, EtcdClient, Put
+from plugins.controller.etcd import Compare, EtcdClient, KeyValue, Put
 from plugins.controller.state import BrokerLive, Replica, ReplicaSet, choose_master
 
 log = logging.getLogger(__name__)
@@ -50,6 +51,10 @@ class Controller:
     """TTL of a replica's lease (``controllerHeartBeatTimeoutMills``)."""
     allow_unclean: bool = False
     """``enableElectUncleanMaster``."""
+    max_broker_sets: int = 1024
+    """Broker sets this controller registers at most (anyone who reaches the port may register)."""
+    max_replicas: int = 16
+    """Replicas one set holds at most."""
     elections: int = 0
     unclean_elections: int = 0
     """Elections that picked a replica outside the SyncStateSet (each may have lost messages)."""
@@ -80,9 +85,22 @@ class Controller:
         ]
 
     async def alive(self, broker_name: str) -> dict[int, BrokerLive]:
-        found = await self.etcd.get_prefix(self.alive_prefix(broker_name))
-        lives = (BrokerLive.from_json(kv.value) for kv in found)
-        return {live.broker_id: live for live in lives}
+        """The set's replicas whose lease holds, by id."""
+        return self.all_alive(await self.etcd.get_prefix(self.alive_prefix(broker_name))).get(broker_name, {})
+
+    def all_alive(self, found: Iterable[KeyValue]) -> dict[str, dict[int, BrokerLive]]:
+        """Alive keys as broker name → id → live, taking only keys of the exact shape
+        ``alive/<name>/<id>`` whose id matches the value's."""
+        start = len(f"{self.prefix}/alive/")
+        out: dict[str, dict[int, BrokerLive]] = {}
+        for kv in found:
+            name, slash, broker_id = kv.key[start:].partition("/")
+            if not slash or not broker_id.isdigit() or "/" in broker_id:
+                continue
+            live = BrokerLive.from_json(kv.value)
+            if live.broker_id == int(broker_id):
+                out.setdefault(name, {})[live.broker_id] = live
+        return out
 
     async def require(self, broker_name: str) -> ReplicaSet:
         replicas, _ = await self.replica_set(broker_name)
@@ -121,6 +139,26 @@ class Controller:
                 ResponseCode.CONTROLLER_INVALID_REQUEST,
                 f"brokerId {broker_id}: replicas in controller mode have ids > 0 (0 is whichever is master)",
             )
+        existing, _ = await self.replica_set(broker_name)
+        if (
+            existing is None
+            and len(await self.etcd.get_prefix(f"{self.prefix}/replicas/")) >= self.max_broker_sets
+        ):
+            raise Refusal(
+                ResponseCode.CONTROLLER_INVALID_REQUEST,
+                f"this controller holds {self.max_broker_sets} broker sets already (max_broker_sets); "
+                f"remove unused ones with cleanBrokerMetadata",
+            )
+        if (
+            existing is not None
+            and broker_id not in existing.replicas
+            and len(existing.replicas) >= self.max_replicas
+        ):
+            raise Refusal(
+                ResponseCode.CONTROLLER_INVALID_REQUEST,
+                f"broker set {broker_name!r} holds {self.max_replicas} replicas already "
+                "(max_replicas_per_set)",
+            )
         lease = await self.etcd.grant(self.heartbeat_timeout)
         await self.etcd.put(f"{self.alive_prefix(broker_name)}{broker_id}", live.to_json(), lease=lease)
         replica = Replica(address, ha_address)
@@ -134,7 +172,7 @@ class Controller:
 
         replicas = await self._change(broker_name, add)
         assert replicas is not None
-        log.info("replica %s/%d registered from %s (lease %x)", broker_name, broker_id, address, lease)
+        log.info("replica %r/%d registered from %r (lease %x)", broker_name, broker_id, address, lease)
         if replicas.master_id is None or replicas.master_id == broker_id:
             replicas = await self.elect_if_master_dead(broker_name)
         return replicas, lease
@@ -294,9 +332,66 @@ class Controller:
         return replicas
 
     async def scan(self) -> None:
-        """Elect a master for every set whose master is gone (the leader's periodic job)."""
+        """Elect a master for every set whose master is gone (the leader's periodic job).
+
+        Two range reads whatever the number of sets; only a set whose master is dead and that
+        has a live replica costs more (a set with nobody alive has nobody to elect: it is
+        logged once, by :meth:`elect_if_master_dead`, when it first goes so)."""
+        alive = self.all_alive(await self.etcd.get_prefix(f"{self.prefix}/alive/"))
         for replicas in await self.all_replica_sets():
+            living = alive.get(replicas.broker_name, {})
+            if replicas.master_id is not None and replicas.master_id in living:
+                continue
+            if not living and replicas.broker_name in self._leaderless:
+                continue
             try:
                 await self.elect_if_master_dead(replicas.broker_name)
             except Refusal as refusal:
-                log.warning("%s: %s", replicas.broker_name, refusal.remark)
+                log.warning("%r: %s", replicas.broker_name, refusal.remark)
+
+    async def clean(
+        self, broker_name: str, broker_ids: frozenset[int], *, clean_living: bool
+    ) -> ReplicaSet | None:
+        """RocketMQ 5's ``CLEAN_BROKER_DATA`` (mqadmin ``cleanBrokerMetadata``): forget replicas of
+        a set, or the whole set when ``broker_ids`` is empty. Replicas whose lease still holds
+        are kept unless ``clean_living``. Returns the set as it remains (None: removed).
+
+        :raises Refusal: the set does not exist, or a replica to clean is alive.
+        """
+        alive = await self.alive(broker_name)
+        outcome: dict[str, bool] = {}
+
+        def forget(current: ReplicaSet | None) -> ReplicaSet | None:
+            if current is None:
+                raise Refusal(
+                    ResponseCode.CONTROLLER_BROKER_METADATA_NOT_EXIST, f"no broker set {broker_name!r}"
+                )
+            doomed = broker_ids or frozenset(current.replicas)
+            living = sorted(doomed & set(alive))
+            if living and not clean_living:
+                raise Refusal(
+                    ResponseCode.CONTROLLER_INVALID_REQUEST,
+                    f"replicas {living} of {broker_name!r} are alive; stop them first or pass "
+                    "--cleanLivingBroker",
+                )
+            outcome["whole"] = doomed >= set(current.replicas)
+            return attrs.evolve(
+                current,
+                replicas={i: r for i, r in current.replicas.items() if i not in doomed},
+                master_id=None if current.master_id in doomed else current.master_id,
+                sync_state_set=current.sync_state_set - doomed,
+            )
+
+        remaining = await self._change(broker_name, forget)
+        doomed_ids = broker_ids or frozenset(alive)
+        for broker_id in doomed_ids:
+            await self.etcd.delete(f"{self.alive_prefix(broker_name)}{broker_id}")
+        if outcome.get("whole"):
+            await self.etcd.delete(self.replicas_key(broker_name))
+            self._leaderless.pop(broker_name, None)
+            log.warning("broker set %r removed (cleanBrokerMetadata)", broker_name)
+            return None
+        log.warning(
+            "replicas %s of broker set %r removed (cleanBrokerMetadata)", sorted(broker_ids), broker_name
+        )
+        return remaining

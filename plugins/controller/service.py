@@ -18,6 +18,8 @@ import orjson
 import trio
 
 from kernel.context import BrokerRuntime
+from kernel.model import flatten
+from kernel.names import broker_name_problem, shown_name
 from kernel.remoting import (
     Connection,
     RemotingCommand,
@@ -28,6 +30,7 @@ from kernel.remoting import (
     TransportLimits,
     parse_bool,
 )
+from kernel.remoting.connection import Guard
 from kernel.remoting.tls_config import server_tls
 from plugins.controller.config import ControllerConfig
 from plugins.controller.controller import Controller, Refusal
@@ -58,6 +61,10 @@ def sync_state_set_body(replicas: ReplicaSet) -> bytes:
     )
 
 
+LONG_MIN, LONG_MAX = -(1 << 63), (1 << 63) - 1
+"""Ids, epochs and offsets are Java longs in RocketMQ's headers."""
+
+
 def _int(ext: dict[str, str], key: str, default: int | None = None) -> int:
     value = ext.get(key, "")
     if value in ("", "null"):
@@ -65,11 +72,24 @@ def _int(ext: dict[str, str], key: str, default: int | None = None) -> int:
             raise Refusal(ResponseCode.CONTROLLER_INVALID_REQUEST, f"header field {key} is missing")
         return default
     try:
-        return int(value)
+        number = int(value)
     except ValueError:
         raise Refusal(
-            ResponseCode.CONTROLLER_INVALID_REQUEST, f"header field {key}={value!r} is not a number"
+            ResponseCode.CONTROLLER_INVALID_REQUEST, f"header field {key}={shown_name(value)} is not a number"
         ) from None
+    if not LONG_MIN <= number <= LONG_MAX:
+        raise Refusal(
+            ResponseCode.CONTROLLER_INVALID_REQUEST, f"header field {key}={shown_name(value)} is not a long"
+        )
+    return number
+
+
+def _broker_name(ext: dict[str, str]) -> str:
+    name = _text(ext, "brokerName")
+    problem = broker_name_problem(name)
+    if problem:
+        raise Refusal(ResponseCode.CONTROLLER_INVALID_REQUEST, problem)
+    return name
 
 
 def _text(ext: dict[str, str], key: str) -> str:
@@ -92,15 +112,25 @@ class ControllerService:
     lease: int = 0
     etcd_reachable: bool = True
     tls: Any = None
+    guards: list[Guard] = attrs.field(factory=list)
+    """Request guards of this process's plugins (the acl plugin: every request signed and, for
+    elections and cleanups, by an admin account), as on the broker's port."""
 
     @classmethod
     def make(cls, runtime: BrokerRuntime) -> ControllerService:
         config = runtime.ctx.plugin_config(ControllerConfig)
         etcd = EtcdClient(list(config.etcd_endpoints), timeout=config.etcd_timeout)
         controller = Controller(
-            etcd, config.etcd_prefix.rstrip("/"), config.heartbeat_timeout, config.enable_elect_unclean_master
+            etcd,
+            config.etcd_prefix.rstrip("/"),
+            config.heartbeat_timeout,
+            config.enable_elect_unclean_master,
+            max_broker_sets=config.max_broker_sets,
+            max_replicas=config.max_replicas_per_set,
         )
-        return cls(config, etcd, controller, tls=server_tls(runtime.ctx.config))
+        ctx = runtime.ctx
+        guards = [spec.check for spec in flatten(ctx.hook.trocket_register_request_guards(ctx=ctx))]
+        return cls(config, etcd, controller, tls=server_tls(ctx.config), guards=guards)
 
     @property
     def address(self) -> str:
@@ -117,8 +147,10 @@ class ControllerService:
             RequestCode.CONTROLLER_GET_REPLICA_INFO: self.get_replica_info,
             RequestCode.CONTROLLER_GET_SYNC_STATE_DATA: self.get_sync_state_data,
             RequestCode.CONTROLLER_GET_METADATA_INFO: self.get_metadata_info,
+            RequestCode.CLEAN_BROKER_DATA: self.clean_broker_data,
         }.items():
             router.register(code, self._answering(handler))
+        router.guards.extend(self.guards)
         return router
 
     @staticmethod
@@ -215,7 +247,7 @@ class ControllerService:
 
     async def register_broker(self, request: RemotingCommand) -> RemotingCommand:
         ext = request.ext
-        broker_name = _text(ext, "brokerName")
+        broker_name = _broker_name(ext)
         broker_id = _int(ext, "brokerId")
         address = _text(ext, "brokerAddress")
         live = BrokerLive(
@@ -244,7 +276,7 @@ class ControllerService:
 
     async def broker_heartbeat(self, request: RemotingCommand) -> RemotingCommand:
         ext = request.ext
-        broker_name = _text(ext, "brokerName")
+        broker_name = _broker_name(ext)
         live = BrokerLive(
             _int(ext, "brokerId"),
             _text(ext, "brokerAddr"),
@@ -272,7 +304,7 @@ class ControllerService:
                 ResponseCode.CONTROLLER_INVALID_REQUEST, f"body is not a SyncStateSet: {error}"
             ) from None
         replicas = await self.controller.alter_sync_state_set(
-            _text(ext, "brokerName"),
+            _broker_name(ext),
             _int(ext, "masterBrokerId"),
             _int(ext, "masterEpoch"),
             members,
@@ -286,7 +318,7 @@ class ControllerService:
 
     async def elect_master(self, request: RemotingCommand) -> RemotingCommand:
         ext = request.ext
-        broker_name = _text(ext, "brokerName")
+        broker_name = _broker_name(ext)
         designate = parse_bool(ext.get("designateElect"))
         designated = _int(ext, "brokerId", -1) if designate else None
         if designate and (designated is None or designated <= 0):
@@ -308,7 +340,7 @@ class ControllerService:
         )
 
     async def get_replica_info(self, request: RemotingCommand) -> RemotingCommand:
-        replicas = await self.controller.require(_text(request.ext, "brokerName"))
+        replicas = await self.controller.require(_broker_name(request.ext))
         return request.response(
             ResponseCode.SUCCESS, replica_info_ext(replicas), sync_state_set_body(replicas)
         )
@@ -321,6 +353,8 @@ class ControllerService:
             raise Refusal(
                 ResponseCode.CONTROLLER_INVALID_REQUEST, f"body is not a JSON list: {error}"
             ) from None
+        if not isinstance(names, list) or not all(isinstance(name, str) for name in names):
+            raise Refusal(ResponseCode.CONTROLLER_INVALID_REQUEST, "body must be a JSON list of broker names")
         sets = await self.controller.all_replica_sets()
         table = {}
         for replicas in sets:
@@ -349,6 +383,23 @@ class ControllerService:
                 ],
             }
         return request.response(ResponseCode.SUCCESS, body=orjson.dumps({"replicasInfoTable": table}))
+
+    async def clean_broker_data(self, request: RemotingCommand) -> RemotingCommand:
+        """``CLEAN_BROKER_DATA``: ``brokerControllerIdsToClean`` is ``;``-separated ids (none:
+        the whole set); ``isCleanLivingBroker`` also removes replicas whose lease holds."""
+        ext = request.ext
+        listed = ext.get("brokerControllerIdsToClean") or ""
+        try:
+            ids = frozenset(int(part) for part in listed.split(";") if part.strip())
+        except ValueError:
+            raise Refusal(
+                ResponseCode.CONTROLLER_INVALID_REQUEST,
+                f"brokerControllerIdsToClean={shown_name(listed)} is not a ';'-separated list of ids",
+            ) from None
+        await self.controller.clean(
+            _broker_name(ext), ids, clean_living=parse_bool(ext.get("isCleanLivingBroker"))
+        )
+        return request.response(ResponseCode.SUCCESS)
 
     async def get_metadata_info(self, request: RemotingCommand) -> RemotingCommand:
         prefix = self.controller.prefix

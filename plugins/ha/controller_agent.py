@@ -31,6 +31,7 @@ import trio
 from kernel.errors import RemotingError
 from kernel.model import BrokerRole
 from kernel.remoting import RemotingClient, RemotingCommand, RequestCode, ResponseCode
+from kernel.remoting.tls_config import client_tls, inner_credentials
 from plugins.ha.auto_switch import AutoSwitchReplicator
 from plugins.ha.epoch_file import EpochEntry, EpochFile, consistent_point
 
@@ -101,7 +102,12 @@ class ControllerAgent:
     async def run(self, *, task_status: trio.TaskStatus[Any] = trio.TASK_STATUS_IGNORED) -> None:
         self.runtime.change_role(BrokerRole.SLAVE)  # until the controller says otherwise
         self.replicator.alter = self._alter
-        async with RemotingClient.open() as client:
+        config = self.runtime.ctx.config
+        # Signed with the broker's ACL account and over TLS when configured, as its NameServer
+        # registration is: a controller with the acl plugin checks every request.
+        async with RemotingClient.open(
+            credentials=inner_credentials(config), tls=client_tls(config)
+        ) as client:
             self._client = client
             task_status.started()
             while True:

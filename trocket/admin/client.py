@@ -283,6 +283,25 @@ class AdminClient:
             ext |= {"brokerId": broker_id, "designateElect": True}
         return dict((await self.call(controller_addr, RequestCode.CONTROLLER_ELECT_MASTER, ext)).ext)
 
+    async def clean_broker_metadata(
+        self,
+        controller_addr: str,
+        cluster: str,
+        broker_name: str,
+        broker_ids: Sequence[int] = (),
+        *,
+        clean_living: bool = False,
+    ) -> None:
+        """``CLEAN_BROKER_DATA``: forget ``broker_ids`` of a broker set at the controller, or the
+        whole set when none are given; replicas still alive only with ``clean_living``."""
+        ext: dict[str, object] = {
+            "clusterName": cluster,
+            "brokerName": broker_name,
+            "brokerControllerIdsToClean": ";".join(str(i) for i in broker_ids),
+            "isCleanLivingBroker": clean_living,
+        }
+        await self.call(controller_addr, RequestCode.CLEAN_BROKER_DATA, ext)
+
     async def broker_runtime_info(self, broker_addr: str) -> dict[str, str]:
         return dict(
             json.loads((await self.call(broker_addr, RequestCode.GET_BROKER_RUNTIME_INFO)).body)["table"]

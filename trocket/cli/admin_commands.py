@@ -105,6 +105,22 @@ def add_parsers(sub: Any) -> None:
     p.add_argument("-b", "--brokerName", required=True)
     p.add_argument("-i", "--brokerId", type=int, help="the replica to make master (default: any in the set)")
 
+    p = command(
+        "cleanBrokerMetadata",
+        "forget a broker set, or some of its replicas, at the controller (controller mode)",
+        clean_broker_metadata,
+        _print_table,
+    )
+    p.add_argument("-a", "--controllerAddress", required=True)
+    p.add_argument("-c", "--clusterName", default="DefaultCluster")
+    p.add_argument("-bn", "--brokerName", required=True)
+    p.add_argument(
+        "-b", "--brokerControllerIdsToClean", default="", help="ids separated by ';' (default: the whole set)"
+    )
+    p.add_argument(
+        "-l", "--cleanLivingBroker", action="store_true", help="also replicas whose lease still holds"
+    )
+
     p = command("queryMsgById", "a message by its offset message id", query_by_id, _print_messages)
     p.add_argument("-i", "--msgId", required=True)
 
@@ -417,6 +433,20 @@ async def elect_master(client: AdminClient, args: argparse.Namespace) -> list[di
         args.controllerAddress, args.clusterName, args.brokerName, args.brokerId
     )
     return key_value_rows(answer)
+
+
+async def clean_broker_metadata(client: AdminClient, args: argparse.Namespace) -> list[dict[str, Any]]:
+    try:
+        ids = [int(part) for part in args.brokerControllerIdsToClean.split(";") if part.strip()]
+    except ValueError:
+        raise AdminError(
+            f"-b {args.brokerControllerIdsToClean!r}: broker ids separated by ';', for example 1;2"
+        ) from None
+    await client.clean_broker_metadata(
+        args.controllerAddress, args.clusterName, args.brokerName, ids, clean_living=args.cleanLivingBroker
+    )
+    removed = ", ".join(map(str, ids)) if ids else "all"
+    return [{"#BrokerName": args.brokerName, "#Removed": removed}]
 
 
 async def ha_status(client: AdminClient, args: argparse.Namespace) -> list[dict[str, Any]]:

@@ -25,21 +25,30 @@ TEST_TIMINGS = 'heartbeat_timeout = "2s"\nscan_interval = "200ms"\nlease_ttl = "
 
 
 def start_controller(
-    root: Path, name: str, etcd: EtcdCluster, timings: str = TEST_TIMINGS, port: int = 0
+    root: Path,
+    name: str,
+    etcd: EtcdCluster,
+    timings: str = TEST_TIMINGS,
+    port: int = 0,
+    *,
+    plugins: tuple[str, ...] = (),
+    tables: str = "",
 ) -> Process:
-    """A ``trocket controller`` process (``port``: a given one, to restart it in place)."""
+    """A ``trocket controller`` process (``port``: a given one, to restart it in place;
+    ``plugins`` beside the controller's, ``tables`` appended to the config)."""
     port = port or free_port()
     config = root / f"{name}.toml"
     config.write_text(
         f"""
 [broker]
-plugins = ["controller"]
+plugins = {json.dumps(["controller", *plugins])}
 data_dir = "{root / name}"
 
 [controller]
 listen_port = {port}
 etcd_endpoints = {json.dumps(etcd.endpoints)}
 {timings}
+{tables}
 """
     )
     log = root / f"{name}.log"
