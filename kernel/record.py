@@ -528,6 +528,8 @@ def parse_offset_msg_id(msg_id: str) -> tuple[tuple[str, int], int]:
         raise ValueError(f"an offset message id has 32 hex characters, got {len(msg_id)}")
     raw = bytes.fromhex(msg_id)
     port, offset = struct.unpack(">iq", raw[4:])
+    if not 0 < port < 65536 or offset < 0:
+        raise ValueError(f"it names port {port} and offset {offset}, which no broker has")
     return (socket.inet_ntoa(raw[:4]), port), offset
 
 

@@ -36,7 +36,7 @@ def trocket_register_services(ctx: BrokerContext) -> list[ServiceSpec]:
     def make(runtime: BrokerRuntime) -> ConsoleServer:
         config = runtime.ctx.plugin_config(ConsoleConfig)
         watched = config.namesrv_addr or tuple(runtime.ctx.broker.namesrv_addr)
-        server = ConsoleServer(watched, config.host, config.port)
+        server = ConsoleServer(watched, config.host, config.port, max_body=config.max_body)
         runtime.ctx.stash[CONSOLE] = server
         return server
 

@@ -16,8 +16,9 @@ from typing import Any
 
 import attrs
 
+from kernel import record
 from kernel.record import StoredMessage
-from kernel.remoting import ResponseCode
+from kernel.remoting import RemotingClient, RemotingCommand, RequestCode, ResponseCode
 from kernel.remoting.signature import SessionCredentials
 from trocket import Message, Producer
 from trocket.admin import AdminClient, AdminError
@@ -101,6 +102,10 @@ def message_view(message: StoredMessage) -> dict[str, Any]:
     }
 
 
+ADMIN_CHECK_TIMEOUT = 5.0
+"""Seconds a sign-in's admin check waits for each master."""
+
+
 @attrs.define(eq=False)
 class ConsoleApi:
     """One console's view of one cluster."""
@@ -115,20 +120,20 @@ class ConsoleApi:
         return {"accessKey": credentials.access_key if credentials is not None else ""}
 
     async def sign_in(self, fields: dict[str, Any]) -> dict[str, str]:
-        """Sign every later request with these keys, once a master accepted them for an admin
-        request (a wrong secret or a key without admin rights is refused and changes nothing)."""
+        """Sign every later request with these keys, once every master accepted them for an
+        admin request. The keys are checked on a connection of their own and installed only
+        after: a wrong secret or a key without admin rights is refused and changes nothing, not
+        even for a moment (requests of the signed-in admin meanwhile keep their keys)."""
         access_key = _required_text(fields, "accessKey")
         secret_key = str(fields.get("secretKey") or "")
         if not secret_key:
             raise ConsoleError("secretKey is required")
-        before = self.admin.remoting.credentials
-        self.admin.remoting.credentials = SessionCredentials(access_key, secret_key)
-        try:
-            for address in (await self.admin.master_addrs()).values():
-                await self.admin.broker_runtime_info(address)
-        except BaseException:
-            self.admin.remoting.credentials = before
-            raise
+        candidate = SessionCredentials(access_key, secret_key)
+        masters = await self.admin.master_addrs()
+        async with RemotingClient.open(credentials=candidate, tls=self.admin.remoting.tls) as probe:
+            for address in masters.values():
+                await _check_admin(probe, address)
+        self.admin.remoting.credentials = candidate
         return self.signed_in_as()
 
     def sign_out(self) -> dict[str, str]:
@@ -344,10 +349,21 @@ class ConsoleApi:
     async def message_by_id(self, msg_id: str, topic: str = "") -> dict[str, Any]:
         """By offset message id, or by the producer's message id (``UNIQ_KEY``) within ``topic``."""
         try:
-            return message_view(await self.admin.view_message(msg_id))
-        except AdminError as error:
+            record.parse_offset_msg_id(msg_id)
+        except ValueError as error:
             if not topic:
-                raise AdminError(f"{error}; to find a producer's message id, give its topic too") from None
+                raise ConsoleError(
+                    f"{msg_id[:40]!r} is not an offset message id ({error}); to find a producer's "
+                    "message id, give its topic too"
+                ) from None
+        else:
+            try:
+                return message_view(await self.admin.view_message(msg_id))
+            except AdminError as error:
+                if not topic:
+                    raise AdminError(
+                        f"{error}; to find a producer's message id, give its topic too"
+                    ) from None
         found = await self.admin.query_by_key(topic, msg_id, unique=True)
         if not found:
             raise AdminError(f"no message of topic {topic!r} has the id {msg_id!r}")
@@ -428,8 +444,23 @@ def _runtime_row(runtime: dict[str, str]) -> dict[str, Any]:
     }
 
 
+async def _check_admin(client: RemotingClient, address: str) -> None:
+    """Whether ``client``'s keys may send admin requests to the broker at ``address``: an
+    admin-only request (``UPDATE_AND_CREATE_TOPIC``) whose content the broker refuses after the
+    ACL check (an empty topic), so it changes nothing either way. ``NO_PERMISSION`` is the ACL's
+    refusal (raised as :class:`~trocket.admin.AdminError`); the topic's refusal means the keys
+    passed."""
+    request = RemotingCommand.request(RequestCode.UPDATE_AND_CREATE_TOPIC, {"topic": ""})
+    response = await client.invoke(address, request, ADMIN_CHECK_TIMEOUT)
+    if response.code == ResponseCode.NO_PERMISSION:
+        raise AdminError(response.remark, code=response.code)
+
+
 def _required_text(fields: dict[str, Any], name: str) -> str:
-    value = str(fields.get(name) or "").strip()
+    raw = fields.get(name)
+    if raw is not None and not isinstance(raw, str):
+        raise ConsoleError(f"{name} must be a string, not {type(raw).__name__}")
+    value = (raw or "").strip()
     if not value:
         raise ConsoleError(f"{name} is required")
     return value
@@ -447,8 +478,12 @@ def _whole(fields: dict[str, Any], name: str) -> int:
 
 
 def whole_number(raw: object, name: str, meaning: str = "a whole number") -> int:
-    """``raw`` as an int, or a :class:`ConsoleError` saying what ``name`` must be."""
-    try:
-        return int(raw)  # type: ignore[call-overload]
-    except (TypeError, ValueError):
-        raise ConsoleError(f"{name} must be {meaning}, not {raw!r}") from None
+    """``raw`` as an int, or a :class:`ConsoleError` saying what ``name`` must be. Only a JSON
+    integer or a string of digits (a query parameter) is one: ``true``, ``2.9`` and ``"2.9"``
+    are refused, not read as 1, 2 or 2 (``"timestamp": false`` once reset a group to 0)."""
+    if isinstance(raw, int) and not isinstance(raw, bool):
+        return raw
+    if isinstance(raw, str) and raw.strip().lstrip("-").isdigit():
+        return int(raw.strip())
+    shown = repr(raw) if len(repr(raw)) <= 40 else repr(raw)[:40] + "..."
+    raise ConsoleError(f"{name} must be {meaning}, not {shown}")

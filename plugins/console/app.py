@@ -7,19 +7,22 @@ chain, nothing downloaded at run time, every asset ships in the package.
 
 Errors are answers, not tracebacks: a bad field is 400 with the reason, an error the cluster
 gave (unknown topic, broker down) is 502 with its remark, anything else is 500 with the error's
-one-line text (the traceback goes to the log).
+one-line text (the traceback goes to the log). Request bodies are read only up to ``max_body``
+(413 past it, judged by ``Content-Length`` before reading when the client sends one) and parsed
+with orjson, which refuses what Python's ``json`` lets through: non-finite numbers (``1e999``),
+lone surrogates, and nesting deeper than 1024 levels.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
+import orjson
 from starlette.applications import Starlette
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import FileResponse, JSONResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
@@ -31,6 +34,7 @@ from trocket.admin import AdminError
 
 log = logging.getLogger(__name__)
 STATIC = Path(__file__).parent / "static"
+DEFAULT_MAX_BODY = 1 << 20
 
 Endpoint = Callable[[Request], Awaitable[Any]]
 
@@ -41,8 +45,15 @@ def json_endpoint(handler: Endpoint) -> Callable[[Request], Awaitable[Response]]
     async def endpoint(request: Request) -> Response:
         try:
             return JSONResponse(await handler(request))
+        except BodyTooLarge as error:
+            return JSONResponse({"error": str(error)}, status_code=413)
         except ConsoleError as error:
             return JSONResponse({"error": str(error)}, status_code=400)
+        except ClientDisconnect:
+            log.info(
+                "console: %s %s: the client left before sending its body", request.method, request.url.path
+            )
+            return Response(status_code=400)
         except AdminError as error:
             if error.code == ResponseCode.NO_PERMISSION:  # ACL is on: the page asks for a key
                 return JSONResponse({"error": str(error), "needsKey": True}, status_code=403)
@@ -56,18 +67,39 @@ def json_endpoint(handler: Endpoint) -> Callable[[Request], Awaitable[Response]]
     return endpoint
 
 
-async def _fields(request: Request) -> dict[str, Any]:
+class BodyTooLarge(ConsoleError):
+    """A request body over the console's ``max_body`` (answered 413)."""
+
+
+async def _body(request: Request, limit: int) -> bytes:
+    """The request body, read only while it stays within ``limit`` bytes."""
+    declared = request.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > limit:
+        raise BodyTooLarge(f"the request body is {int(declared)} bytes; the console takes at most {limit}")
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise BodyTooLarge(f"the request body is over {limit} bytes, the most the console takes")
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+async def _fields(request: Request, limit: int) -> dict[str, Any]:
     try:
-        value = json.loads(await request.body() or b"{}")
-    except ValueError as error:
+        value = orjson.loads(await _body(request, limit) or b"{}")
+    except orjson.JSONDecodeError as error:
         raise ConsoleError(f"the request body is not JSON: {error}") from None
     if not isinstance(value, dict):
         raise ConsoleError("the request body must be a JSON object")
     return value
 
 
-def console_app(api: ConsoleApi) -> Starlette:
-    """The app over ``api`` (one admin client, one cluster)."""
+def console_app(api: ConsoleApi, *, max_body: int = DEFAULT_MAX_BODY) -> Starlette:
+    """The app over ``api`` (one admin client, one cluster); bodies up to ``max_body`` bytes."""
+
+    async def fields_of(request: Request) -> dict[str, Any]:
+        return await _fields(request, max_body)
 
     async def cluster(request: Request) -> Any:
         return await api.cluster()
@@ -79,13 +111,13 @@ def console_app(api: ConsoleApi) -> Starlette:
         return await api.topic(request.path_params["topic"])
 
     async def create_topic(request: Request) -> Any:
-        return await api.update_topic(await _fields(request))
+        return await api.update_topic(await fields_of(request))
 
     async def delete_topic(request: Request) -> Any:
         return await api.delete_topic(request.path_params["topic"])
 
     async def send(request: Request) -> Any:
-        return await api.send_test_message(request.path_params["topic"], await _fields(request))
+        return await api.send_test_message(request.path_params["topic"], await fields_of(request))
 
     async def groups(request: Request) -> Any:
         return await api.groups(request.query_params.get("q", ""))
@@ -94,7 +126,7 @@ def console_app(api: ConsoleApi) -> Starlette:
         return await api.group(request.path_params["group"])
 
     async def reset(request: Request) -> Any:
-        return await api.reset_offset(request.path_params["group"], await _fields(request))
+        return await api.reset_offset(request.path_params["group"], await fields_of(request))
 
     async def delete_group(request: Request) -> Any:
         return await api.delete_group(request.path_params["group"])
@@ -115,7 +147,7 @@ def console_app(api: ConsoleApi) -> Starlette:
         return await api.dead_letters(request.path_params["group"])
 
     async def resend(request: Request) -> Any:
-        fields = await _fields(request)
+        fields = await fields_of(request)
         return await api.resend_dead_letter(request.path_params["group"], str(fields.get("msgId") or ""))
 
     async def schedule(request: Request) -> Any:
@@ -125,7 +157,7 @@ def console_app(api: ConsoleApi) -> Starlette:
         return api.signed_in_as()
 
     async def sign_in(request: Request) -> Any:
-        return await api.sign_in(await _fields(request))
+        return await api.sign_in(await fields_of(request))
 
     async def sign_out(request: Request) -> Any:
         return api.sign_out()

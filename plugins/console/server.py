@@ -16,7 +16,7 @@ from hypercorn.config import Config as HypercornConfig
 from hypercorn.trio import serve
 
 from plugins.console.api import ConsoleApi
-from plugins.console.app import console_app
+from plugins.console.app import DEFAULT_MAX_BODY, console_app
 from trocket.admin import AdminClient
 
 log = logging.getLogger(__name__)
@@ -45,6 +45,8 @@ class ConsoleServer:
     namesrv_addrs: tuple[str, ...]
     host: str = "127.0.0.1"
     port: int = 8080
+    max_body: int = DEFAULT_MAX_BODY
+    """Request bodies larger than this are refused unread (413)."""
     url: str = ""
 
     async def run(self, *, task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED) -> None:
@@ -55,7 +57,7 @@ class ConsoleServer:
             config.accesslog = None
             config.errorlog = logging.getLogger("hypercorn.error")  # the process's logging, once
             config.graceful_timeout = 1.0
-            app = console_app(ConsoleApi(admin))
+            app = console_app(ConsoleApi(admin), max_body=self.max_body)
             async with trio.open_nursery() as nursery:
                 try:
                     bound = await nursery.start(serve, app, config)
