@@ -11,6 +11,7 @@ only if all of that completed.
 from __future__ import annotations
 
 import logging
+import resource
 from collections.abc import Sequence
 from typing import Any
 
@@ -37,6 +38,7 @@ from kernel.model import (
     StoreProvider,
     flatten,
 )
+from kernel.open_files import raise_soft_limit
 from kernel.protocols import Dispatcher, FlushPolicy, MessageStore, Replicator, TruncatableStore
 from kernel.put import PutPipeline, PutStatistics
 
@@ -173,6 +175,12 @@ class Broker:
         store_provider, flush_provider, replicator_provider = self._select_providers()
         cfg = self.config.broker
         cfg.data_dir.mkdir(parents=True, exist_ok=True)
+        before = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+        soft, hard = raise_soft_limit()
+        if soft != before:
+            log.info("open files: limit raised from %d to %d (the hard limit)", before, soft)
+        else:
+            log.info("open files: limit %d (hard %d)", soft, hard)
         abort = AbortMarker(cfg.data_dir / "abort")
         self._state = "recovering"
         async with store_provider.open(self.ctx) as store:

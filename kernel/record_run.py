@@ -16,6 +16,7 @@ import struct
 
 import attrs
 import numpy as np
+import numpy.ma  # noqa: F401 - np.unique imports it on first use: a first pull at the open-files limit failed
 
 from kernel import batch_codec
 from kernel.errors import CorruptRecord

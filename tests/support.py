@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import resource
 import subprocess
 import sys
 import textwrap
@@ -39,9 +40,17 @@ def start_trocket(*args: str, cwd: Path | None = None) -> tuple[subprocess.Popen
     return process, lines
 
 
-def start_logged(name: str, args: list[str], log: Path, *, fresh: bool = True) -> subprocess.Popen[str]:
+def start_logged(
+    name: str,
+    args: list[str],
+    log: Path,
+    *,
+    fresh: bool = True,
+    open_files: tuple[int, int] | None = None,
+) -> subprocess.Popen[str]:
     """``python -m trocket ARGS`` writing to ``log`` (emptied first when ``fresh``, appended to
-    for a restart); returns once the new process printed its ready line.
+    for a restart); returns once the new process printed its ready line. ``open_files``: the
+    (soft, hard) ``RLIMIT_NOFILE`` it starts with, as ``ulimit -n`` would set.
 
     :raises AssertionError: with the log, when it exits or is not ready within 60 s.
     """
@@ -55,6 +64,9 @@ def start_logged(name: str, args: list[str], log: Path, *, fresh: bool = True) -
             stderr=subprocess.STDOUT,
             text=True,
             env={**os.environ, "PYTHONPATH": str(REPO)},
+            preexec_fn=(lambda: resource.setrlimit(resource.RLIMIT_NOFILE, open_files))
+            if open_files
+            else None,
         )
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:

@@ -20,6 +20,7 @@ import trio
 from kernel.dispatch_batch import DispatchBatch
 from kernel.errors import StoreError
 from kernel.model import DispatchRecord, QueueEntry
+from kernel.open_files import explain_open_failure
 from kernel.queue_entries import QueueEntries
 from plugins.store_mmap.config import CQ_ENTRY_SIZE
 from plugins.store_mmap.mapped_file import PAGE_SIZE
@@ -107,6 +108,14 @@ class ConsumeQueue:
             self.min_queue_offset = max(self.min_queue_offset, self.files.min_offset // CQ_ENTRY_SIZE)
         self.correct_min_offset(log_min)
 
+    def reserve(self, next_queue_offset: int, count: int) -> None:
+        """Make sure the files that entries ``next_queue_offset`` .. ``+ count`` go to exist,
+        so dispatching them opens no file (a put calls this before its append).
+
+        :raises OSError: a file could not be created (EMFILE, ENOSPC, EACCES ...).
+        """
+        self.files.extend_to((next_queue_offset + count) * CQ_ENTRY_SIZE, next_queue_offset * CQ_ENTRY_SIZE)
+
     def append(self, entries: bytes, first_queue_offset: int) -> None:
         """Write encoded entries starting at ``first_queue_offset`` (the queue's end)."""
         if first_queue_offset * CQ_ENTRY_SIZE != self.files.max_offset and self.files.files:
@@ -180,6 +189,8 @@ class ConsumeQueues:
     only once this many pages are dirty."""
     queues: dict[tuple[str, int], ConsumeQueue] = attrs.field(factory=dict)
     name: str = "consume_queue"
+    failing: str = ""
+    """Why the last dispatch failed ("" once one succeeds)."""
     _dispatched: int = 0
     _newest_timestamp: int = 0
 
@@ -237,7 +248,17 @@ class ConsumeQueues:
 
     def dispatch(self, records: Sequence[DispatchRecord], end_offset: int) -> None:
         """Append the batch's entries, queue by queue, each queue's entries packed column-wise
-        into one buffer (20-byte big-endian rows) and written at once."""
+        into one buffer (20-byte big-endian rows) and written at once. A failure (a queue file
+        that cannot be opened) is kept in :attr:`failing` until a dispatch succeeds: the store
+        refuses puts meanwhile."""
+        try:
+            self._dispatch(records, end_offset)
+        except OSError as error:
+            self.failing = explain_open_failure(error)
+            raise
+        self.failing = ""
+
+    def _dispatch(self, records: Sequence[DispatchRecord], end_offset: int) -> None:
         if not isinstance(records, DispatchBatch):
             self._append_each(records)
             self._dispatched = end_offset

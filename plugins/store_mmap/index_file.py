@@ -32,6 +32,7 @@ from kernel import batch_codec
 from kernel.dispatch_batch import DispatchBatch
 from kernel.java_hash import as_signed, unsigned_hash
 from kernel.model import SYSFLAG_TRANSACTION_ROLLBACK, DispatchRecord
+from kernel.open_files import explain_open_failure
 from plugins.store_mmap.mapped_file import MappedFile
 
 log = logging.getLogger(__name__)
@@ -249,6 +250,8 @@ class IndexService:
     flushed_timestamp: int = 0
     """Store time of the newest record whose keys are durable (checkpoint's index field)."""
     degraded: str = ""
+    failing: str = ""
+    """Why the last dispatch failed ("" once one succeeds)."""
     """Why keys are currently not being indexed (a new index file could not be allocated)."""
 
     @classmethod
@@ -308,7 +311,17 @@ class IndexService:
     def dispatch(self, records: Sequence[DispatchRecord], end_offset: int) -> None:
         """Index the batch's keys: hashed as arrays (:mod:`kernel.java_hash`), written in bulk
         (:meth:`IndexFile.put_many`), byte for byte what one :meth:`IndexFile.put` per key in
-        log order writes. Records that come one by one (single sends) are indexed one by one."""
+        log order writes. Records that come one by one (single sends) are indexed one by one.
+        A failure is kept in :attr:`failing` until a dispatch succeeds (the store refuses puts
+        meanwhile)."""
+        try:
+            self._dispatch(records, end_offset)
+        except OSError as error:
+            self.failing = explain_open_failure(error)
+            raise
+        self.failing = ""
+
+    def _dispatch(self, records: Sequence[DispatchRecord], end_offset: int) -> None:
         if not isinstance(records, DispatchBatch):
             self._dispatch_each(records)
             self._dispatched = end_offset

@@ -106,6 +106,17 @@ class MappedFileQueue:
         mapped = self._create(start)
         return mapped
 
+    def extend_to(self, end: int, start_if_empty: int = 0) -> None:
+        """Create files until the last one ends at or past ``end`` (the first at
+        ``start_if_empty``); nothing when they already do.
+
+        :raises OSError: a file could not be created.
+        """
+        if not self.files:
+            self._create(start_if_empty)
+        while self.files[-1].end < end:
+            self._create(self.files[-1].end)
+
     def roll(self, full: MappedFile) -> MappedFile:
         """The file after ``full`` (created if needed); then pre-allocates the one after, best
         effort: a failure there (disk full) is logged and retried at the next roll."""

@@ -9,7 +9,8 @@ Directory layout (RocketMQ's): ``<root>/commitlog/<20-digit offset>``,
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator, Sequence
+from collections import Counter
+from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
 
@@ -18,10 +19,12 @@ import trio
 
 from kernel import record
 from kernel.context import BrokerContext
-from kernel.errors import FlushError, OffsetOutOfRange, StoreNotWritable
+from kernel.errors import FlushError, OffsetOutOfRange, StoreError, StoreNotWritable
 from kernel.model import AppendResult, DispatchRecord, Message, QueueEntry, RecoveryReport, Watermarks
+from kernel.open_files import explain_open_failure
 from kernel.queue_entries import QueueEntries
 from kernel.sync import LogPositions
+from kernel.wire_batch import WireBatch
 from plugins.store_mmap.checkpoint import Checkpoint
 from plugins.store_mmap.commit_log import CommitLog
 from plugins.store_mmap.config import StoreMmapConfig
@@ -94,7 +97,35 @@ class MmapStore:
     async def append(self, messages: Sequence[Message]) -> AppendResult:
         # No checkpoint: the append is synchronous, and a yield here let the dispatch loop
         # (woken by the previous append) run before this put's answer went out.
+        self._check_views_can_take(messages)
         return self.commit_log.append(messages)
+
+    def _check_views_can_take(self, messages: Sequence[Message]) -> None:
+        """Refuse a put its consume queue could not index (DESIGN: nothing is acknowledged
+        that cannot be delivered): while the dispatch of earlier records fails (no file
+        descriptors, no permission, no space), and when the files its entries go to cannot be
+        created now. They are created here, before the append, not by the dispatch loop after
+        the client heard SEND_OK; when they exist this is a lookup and a comparison per queue.
+
+        :raises StoreNotWritable: with the reason and what to change.
+        """
+        failing = self.queues.failing or (self.index.failing if self.index is not None else "")
+        if failing:
+            raise StoreNotWritable(f"the store cannot index new messages: {failing}")
+        if isinstance(messages, WireBatch):
+            counts: Mapping[tuple[str, int], int] = {(messages.topic, messages.queue_id): len(messages)}
+        else:
+            counts = Counter((message.topic, message.queue_id) for message in messages)
+        next_offsets = self.commit_log.queue_offsets
+        for (topic, queue_id), count in counts.items():
+            try:
+                queue = self.queues.queue(topic, queue_id, create=True)
+                assert queue is not None
+                queue.reserve(next_offsets.get((topic, queue_id), 0), count)
+            except (OSError, StoreError) as error:
+                raise StoreNotWritable(
+                    f"cannot open the consume queue {topic}/{queue_id}: {explain_open_failure(error)}"
+                ) from error
 
     @property
     def stages_writes(self) -> bool:

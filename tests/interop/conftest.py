@@ -98,9 +98,11 @@ def start_broker(
     store: str = "",
     namesrv: str = "",
     tables: str = "",
+    open_files: tuple[int, int] | None = None,
 ) -> RunningBroker:
     """A `trocket up` process; ``extra`` lines go into ``[broker]``, ``store`` into ``[store_mmap]``,
-    ``namesrv`` into ``[namesrv]``; ``tables`` (whole tables) are appended."""
+    ``namesrv`` into ``[namesrv]``; ``tables`` (whole tables) are appended; ``open_files`` is
+    its (soft, hard) open-files limit."""
     namesrv_port = namesrv_port or free_port()
     broker_port = free_port()
     config = tmp_path / "trocket.toml"
@@ -121,7 +123,7 @@ listen_port = {namesrv_port}
 """
     )
     log = tmp_path / "broker.log"
-    process = start_logged("broker", ["up", "-c", str(config)], log)
+    process = start_logged("broker", ["up", "-c", str(config)], log, open_files=open_files)
     return RunningBroker(
         process, f"127.0.0.1:{namesrv_port}", f"127.0.0.1:{broker_port}", tmp_path / "data", log
     )
