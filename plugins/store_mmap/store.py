@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 from collections import Counter
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
 
@@ -27,7 +27,7 @@ from kernel.sync import LogPositions
 from kernel.wire_batch import WireBatch
 from plugins.store_mmap.checkpoint import Checkpoint
 from plugins.store_mmap.commit_log import CommitLog
-from plugins.store_mmap.config import StoreMmapConfig
+from plugins.store_mmap.config import CQ_ENTRY_SIZE, StoreMmapConfig
 from plugins.store_mmap.consume_queue import ConsumeQueues
 from plugins.store_mmap.index_file import IndexService
 from plugins.store_mmap.lock import StoreLock
@@ -113,19 +113,29 @@ class MmapStore:
         if failing:
             raise StoreNotWritable(f"the store cannot index new messages: {failing}")
         if isinstance(messages, WireBatch):
-            counts: Mapping[tuple[str, int], int] = {(messages.topic, messages.queue_id): len(messages)}
+            self._reserve(messages.topic, messages.queue_id, len(messages))
+        elif len(messages) == 1:
+            self._reserve(messages[0].topic, messages[0].queue_id, 1)
         else:
-            counts = Counter((message.topic, message.queue_id) for message in messages)
-        next_offsets = self.commit_log.queue_offsets
-        for (topic, queue_id), count in counts.items():
-            try:
-                queue = self.queues.queue(topic, queue_id, create=True)
-                assert queue is not None
-                queue.reserve(next_offsets.get((topic, queue_id), 0), count)
-            except (OSError, StoreError) as error:
-                raise StoreNotWritable(
-                    f"cannot open the consume queue {topic}/{queue_id}: {explain_open_failure(error)}"
-                ) from error
+            for (topic, queue_id), count in Counter((m.topic, m.queue_id) for m in messages).items():
+                self._reserve(topic, queue_id, count)
+
+    def _reserve(self, topic: str, queue_id: int, count: int) -> None:
+        """The files ``count`` new entries of one queue go to exist, or StoreNotWritable."""
+        key = (topic, queue_id)
+        queue = self.queues.queues.get(key)
+        next_offset = self.commit_log.queue_offsets.get(key, 0)
+        if queue is not None and queue.files.files:
+            if queue.files.files[-1].end >= (next_offset + count) * CQ_ENTRY_SIZE:
+                return  # the common case: the queue's files have room
+        try:
+            queue = self.queues.queue(topic, queue_id, create=True)
+            assert queue is not None
+            queue.reserve(next_offset, count)
+        except (OSError, StoreError) as error:
+            raise StoreNotWritable(
+                f"cannot open the consume queue {topic}/{queue_id}: {explain_open_failure(error)}"
+            ) from error
 
     @property
     def stages_writes(self) -> bool:
