@@ -20,11 +20,11 @@ import trio
 from kernel.dispatch_batch import DispatchBatch
 from kernel.errors import StoreError
 from kernel.model import DispatchRecord, QueueEntry
-from kernel.open_files import explain_open_failure
 from kernel.queue_entries import QueueEntries
 from plugins.store_mmap.config import CQ_ENTRY_SIZE
 from plugins.store_mmap.mapped_file import PAGE_SIZE
 from plugins.store_mmap.mapped_file_queue import MappedFileQueue
+from plugins.store_mmap.view_failure import TracksDispatchFailure
 
 log = logging.getLogger(__name__)
 
@@ -177,7 +177,7 @@ class ConsumeQueue:
 
 
 @attrs.define(eq=False)
-class ConsumeQueues:
+class ConsumeQueues(TracksDispatchFailure):
     """All consume queues of a store, and the dispatcher that builds them."""
 
     root: Path
@@ -246,19 +246,9 @@ class ConsumeQueues:
     def dispatched_offset(self) -> int:
         return self._dispatched
 
-    def dispatch(self, records: Sequence[DispatchRecord], end_offset: int) -> None:
-        """Append the batch's entries, queue by queue, each queue's entries packed column-wise
-        into one buffer (20-byte big-endian rows) and written at once. A failure (a queue file
-        that cannot be opened) is kept in :attr:`failing` until a dispatch succeeds: the store
-        refuses puts meanwhile."""
-        try:
-            self._dispatch(records, end_offset)
-        except OSError as error:
-            self.failing = explain_open_failure(error)
-            raise
-        self.failing = ""
-
     def _dispatch(self, records: Sequence[DispatchRecord], end_offset: int) -> None:
+        """Append the batch's entries, queue by queue, each queue's entries packed column-wise
+        into one buffer (20-byte big-endian rows) and written at once."""
         if not isinstance(records, DispatchBatch):
             self._append_each(records)
             self._dispatched = end_offset

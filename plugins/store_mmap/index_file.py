@@ -32,8 +32,8 @@ from kernel import batch_codec
 from kernel.dispatch_batch import DispatchBatch
 from kernel.java_hash import as_signed, unsigned_hash
 from kernel.model import SYSFLAG_TRANSACTION_ROLLBACK, DispatchRecord
-from kernel.open_files import explain_open_failure
 from plugins.store_mmap.mapped_file import MappedFile
+from plugins.store_mmap.view_failure import TracksDispatchFailure
 
 log = logging.getLogger(__name__)
 
@@ -237,7 +237,7 @@ def _file_name(now_ms: int) -> str:
 
 
 @attrs.define(eq=False)
-class IndexService:
+class IndexService(TracksDispatchFailure):
     """All index files of a store; the ``index`` dispatcher."""
 
     directory: Path
@@ -308,20 +308,10 @@ class IndexService:
     def dispatched_offset(self) -> int:
         return self._dispatched
 
-    def dispatch(self, records: Sequence[DispatchRecord], end_offset: int) -> None:
+    def _dispatch(self, records: Sequence[DispatchRecord], end_offset: int) -> None:
         """Index the batch's keys: hashed as arrays (:mod:`kernel.java_hash`), written in bulk
         (:meth:`IndexFile.put_many`), byte for byte what one :meth:`IndexFile.put` per key in
-        log order writes. Records that come one by one (single sends) are indexed one by one.
-        A failure is kept in :attr:`failing` until a dispatch succeeds (the store refuses puts
-        meanwhile)."""
-        try:
-            self._dispatch(records, end_offset)
-        except OSError as error:
-            self.failing = explain_open_failure(error)
-            raise
-        self.failing = ""
-
-    def _dispatch(self, records: Sequence[DispatchRecord], end_offset: int) -> None:
+        log order writes. Records that come one by one (single sends) are indexed one by one."""
         if not isinstance(records, DispatchBatch):
             self._dispatch_each(records)
             self._dispatched = end_offset

@@ -66,20 +66,19 @@ def check_names(request: RemotingCommand) -> None:
 
 def valid_group(group: object, where: str) -> str:
     """``group`` if it is a valid group name, else a SYSTEM_ERROR problem saying ``where``."""
-    problem = group_problem(group)
-    if problem:
-        raise RequestProblem(ResponseCode.SYSTEM_ERROR, f"{where}: {problem}")
-    assert isinstance(group, str)
-    return group
+    return _valid(group_problem(group), group, where)
 
 
 def valid_topic(topic: object, where: str) -> str:
     """``topic`` if it is a valid topic name, else a SYSTEM_ERROR problem saying ``where``."""
-    problem = topic_problem(topic)
+    return _valid(topic_problem(topic), topic, where)
+
+
+def _valid(problem: str | None, name: object, where: str) -> str:
     if problem:
         raise RequestProblem(ResponseCode.SYSTEM_ERROR, f"{where}: {problem}")
-    assert isinstance(topic, str)
-    return topic
+    assert isinstance(name, str)
+    return name
 
 
 def int_field(request: RemotingCommand, name: str, default: int | None = None) -> int:
