@@ -24,9 +24,10 @@ from pathlib import Path
 
 import trio
 
-from kernel import Broker, Message, MessageBatch, pull, record
+from kernel import Broker, Message, MessageBatch, pull
 from kernel.model import GetStatus
 from kernel.testing import make_config
+from wire import record
 
 BATCH = 256
 QUEUES = 4

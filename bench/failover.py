@@ -30,13 +30,13 @@ import trio
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from kernel.remoting import RemotingClient  # noqa: E402
 from tests.network.wire import pulled_bodies  # noqa: E402
 from tests.plugins.controller.replicas import ReplicaCluster, replica_cluster  # noqa: E402
 from tests.plugins.ha.processes import ha_cluster  # noqa: E402
 from tests.plugins.ha.test_replication import wait_connected  # noqa: E402
 from trocket import Message, Producer  # noqa: E402
 from trocket.client.errors import ClientError  # noqa: E402
+from wire.remoting import RemotingClient  # noqa: E402
 
 TOPIC = "BenchFailover"
 BODY = b"x" * 120

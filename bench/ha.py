@@ -33,8 +33,8 @@ from pathlib import Path
 import trio
 from trocket_process import REPO, free_port
 
-from kernel import record
-from kernel.remoting import RemotingClient, RemotingCommand, RequestCode, ResponseCode
+from wire import record
+from wire.remoting import RemotingClient, RemotingCommand, RequestCode, ResponseCode
 
 BODY = b"x" * 128
 TOPIC = "BenchHa"

@@ -9,7 +9,7 @@ The server runs in its own process (as a broker would), the client in this one. 
   No header codec, no routing, no opaque correlation;
 * pump (for reference): bytes echoed unparsed and counted in frame-sized units, the ceiling
   of the socket path itself;
-* remoting: ``kernel.remoting`` server and client, a JSON-header request of the same size,
+* remoting: ``wire.remoting`` server and client, a JSON-header request of the same size,
   decoded, routed to a handler, answered with a response, correlated by opaque;
 * inline: the same handler registered ``inline=True``: run in the connection's read loop
   instead of a task per request (printed as a second table, alternating rounds with the task
@@ -39,8 +39,8 @@ from collections.abc import Awaitable, Callable
 
 import trio
 
-from kernel.remoting import Connection, RemotingClient, RemotingCommand, RemotingServer, RequestCode, Router
-from kernel.remoting.signature import SessionCredentials
+from wire.remoting import Connection, RemotingClient, RemotingCommand, RemotingServer, RequestCode, Router
+from wire.remoting.signature import SessionCredentials
 
 ECHO = RequestCode.QUERY_CONSUMER_OFFSET
 """A request the ACL checks fully (SUB on a topic and a group), answered by an echo handler."""

@@ -75,12 +75,12 @@ def baseline(namesrv: str, out: Path) -> tuple[int, float]:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from kernel.remoting import RemotingClient
     from plugins.spark_export.schema import ARROW_SCHEMA
     from trocket.admin.client import TOOLS_CONSUMER
     from trocket.client.consumer.pulling import pull
     from trocket.client.consumer.session import new_subscription
     from trocket.client.routes import RouteCache
+    from wire.remoting import RemotingClient
 
     columns: dict[str, list[object]] = {name: [] for name in ARROW_SCHEMA.names}
 

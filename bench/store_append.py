@@ -25,9 +25,9 @@ import trio
 from kernel.context import BrokerContext
 from kernel.model import Message
 from kernel.testing import make_config, make_context
-from kernel.wire_batch import WireBatch
 from plugins.store_mmap.store import open_mmap_store
 from trocket.client.batch import encode_batch
+from wire.wire_batch import WireBatch
 
 FILE_SIZE = 64 * 1024 * 1024
 COMMIT_EVERY = 256 * 1024

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from typing import Protocol
 
 from kernel.context import StashKey
-from kernel.remoting import Connection
+from wire.remoting import Connection
 
 
 class ClientDirectory(Protocol):

@@ -15,6 +15,7 @@ import pluggy
 
 from kernel.config import BrokerConfig, Config
 from kernel.persist import BackgroundWrites
+from wire.remoting.metering import RequestMeters
 
 if TYPE_CHECKING:
     from kernel.broker import BrokerStatistics
@@ -192,3 +193,8 @@ def _direct_caller(calls: list[Callable[..., Any]], first_result: bool) -> Calla
         return None if first_result else results
 
     return call
+
+
+REQUEST_METERS = StashKey[RequestMeters]("kernel.request_meters")
+"""Set by a plugin that reads request figures (metrics) in ``trocket_register_services``;
+routers built after that count their requests into it (:mod:`wire.remoting.metering`)."""

@@ -16,9 +16,9 @@ import attrs
 import trio
 
 from kernel.context import BrokerContext
-from kernel.dispatch_batch import DispatchBatch
 from kernel.protocols import Dispatcher, MessageStore
 from kernel.sync import Watermark
+from wire.dispatch_batch import DispatchBatch
 
 log = logging.getLogger(__name__)
 

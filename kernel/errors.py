@@ -1,4 +1,5 @@
-"""One exception hierarchy for the whole broker.
+"""One exception hierarchy for the whole broker (its root, :class:`TrocketError`, and the wire
+formats' errors live in :mod:`wire.errors` and are re-exported here).
 
 Expected outcomes (a flush that timed out, a rejected batch) are values such as
 :class:`kernel.model.PutStatus`; exceptions are for misconfiguration, bugs, corruption and
@@ -10,9 +11,13 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
-
-class TrocketError(Exception):
-    """Base of every error the broker raises on purpose."""
+from wire.errors import CorruptRecord as CorruptRecord  # re-exported: one hierarchy, one import
+from wire.errors import MalformedBatch as MalformedBatch
+from wire.errors import RemotingClosedError as RemotingClosedError
+from wire.errors import RemotingConnectError as RemotingConnectError
+from wire.errors import RemotingError as RemotingError
+from wire.errors import RemotingTimeoutError as RemotingTimeoutError
+from wire.errors import TrocketError as TrocketError
 
 
 class ConfigError(TrocketError):
@@ -127,17 +132,6 @@ class OffsetOutOfRange(StoreError):
     """An offset that the store does not hold; never answered with ``None``."""
 
 
-class CorruptRecord(StoreError):
-    """A record failed its magic, size or CRC check; it is never served."""
-
-    def __init__(self, offset: int, reason: str, path: str | None = None) -> None:
-        self.offset = offset
-        self.reason = reason
-        self.path = path
-        where = f"{path} " if path else ""
-        super().__init__(f"corrupt record at {where}offset {offset}: {reason}")
-
-
 class FlushError(StoreError):
     """Flushing to disk failed; the flushed position did not move."""
 
@@ -153,23 +147,3 @@ class ReplicaMismatch(ReplicationError):
 
 class WatermarkFailed(TrocketError):
     """A :class:`kernel.sync.Watermark` was failed while a caller waited on it."""
-
-
-class RemotingError(TrocketError):
-    """A remoting (network) call failed: the peer could not be reached, went away, or was slow."""
-
-
-class RemotingConnectError(RemotingError):
-    """No connection to an address could be made."""
-
-
-class RemotingTimeoutError(RemotingError):
-    """No response arrived within the request's timeout."""
-
-
-class RemotingClosedError(RemotingError):
-    """The connection closed while a request waited for its response."""
-
-
-class MalformedBatch(ValueError):
-    """A ``SEND_BATCH_MESSAGE`` body whose entries do not add up; the message says where."""

@@ -307,7 +307,7 @@ def trocket_records_dispatched(records: Sequence[DispatchRecord], ctx: BrokerCon
     dispatcher of its own.
 
     :param records: the dispatched records, in log order. From the built-in store this is a
-        :class:`kernel.dispatch_batch.DispatchBatch`: its columns (and ``queue_keys()``) cost
+        :class:`wire.dispatch_batch.DispatchBatch`: its columns (and ``queue_keys()``) cost
         nothing, while each record read from it is built on access, so prefer the columns.
     :param ctx: the broker context.
 

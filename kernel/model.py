@@ -3,9 +3,9 @@
 The definitions live in modules with one job each; this module gathers them so a plugin can
 write ``from kernel.model import Message, PutStatus`` without knowing the layout:
 
-- :mod:`kernel.names`: RocketMQ's well-known names (reserved properties, system topics,
+- :mod:`wire.names`: RocketMQ's well-known names (reserved properties, system topics,
   sysFlag bits, broker roles);
-- :mod:`kernel.message`: messages, batches, message queues and the properties codec;
+- :mod:`wire.message`: messages, batches, message queues and the properties codec;
 - :mod:`kernel.outcomes`: put and get outcomes, where records landed, what views learn, what
   recovery found, redelivery decisions;
 - :mod:`kernel.providers`: what registration hooks return (config sections, providers,
@@ -14,7 +14,35 @@ write ``from kernel.model import Message, PutStatus`` without knowing the layout
 
 from __future__ import annotations
 
-from kernel.message import (
+from kernel.outcomes import (
+    AppendResult,
+    DispatchRecord,
+    Durability,
+    GetResult,
+    GetStatus,
+    PutResult,
+    PutStatus,
+    QueueEntry,
+    RecoveryReport,
+    Redelivery,
+    RedeliveryAction,
+    Rejection,
+    Replication,
+    Watermarks,
+)
+from kernel.providers import (
+    AllocateStrategy,
+    ConfigSection,
+    FlushPolicyProvider,
+    Phase,
+    ReplicatorProvider,
+    RequestGuardSpec,
+    RequestHandlerSpec,
+    ServiceSpec,
+    StoreProvider,
+    flatten,
+)
+from wire.message import (
     Message,
     MessageBatch,
     MessagePropertiesView,
@@ -23,7 +51,7 @@ from kernel.message import (
     encode_properties,
     tags_code,
 )
-from kernel.names import (
+from wire.names import (
     MAX_PROPERTIES_SIZE,
     PROPERTY_DELAY_TIME_LEVEL,
     PROPERTY_KEYS,
@@ -53,34 +81,6 @@ from kernel.names import (
     TIMER_TOPIC,
     TRANSACTION_HALF_TOPIC,
     BrokerRole,
-)
-from kernel.outcomes import (
-    AppendResult,
-    DispatchRecord,
-    Durability,
-    GetResult,
-    GetStatus,
-    PutResult,
-    PutStatus,
-    QueueEntry,
-    RecoveryReport,
-    Redelivery,
-    RedeliveryAction,
-    Rejection,
-    Replication,
-    Watermarks,
-)
-from kernel.providers import (
-    AllocateStrategy,
-    ConfigSection,
-    FlushPolicyProvider,
-    Phase,
-    ReplicatorProvider,
-    RequestGuardSpec,
-    RequestHandlerSpec,
-    ServiceSpec,
-    StoreProvider,
-    flatten,
 )
 
 __all__ = [

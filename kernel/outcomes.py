@@ -8,6 +8,9 @@ import enum
 
 import attrs
 
+from wire.dispatch_record import DispatchRecord as DispatchRecord  # re-exported
+from wire.record import offset_msg_ids
+
 
 class PutStatus(enum.Enum):
     """RocketMQ's ``PutMessageStatus``: the outcome of one put, as a value."""
@@ -79,8 +82,6 @@ class AppendResult:
     @property
     def msg_ids(self) -> list[str]:
         """RocketMQ offset message ids (store host + physical offset), computed on demand."""
-        from kernel.record import offset_msg_ids  # here: kernel.record imports this module
-
         return offset_msg_ids(self.store_host, self.physical_offsets)
 
     @property
@@ -167,24 +168,6 @@ class GetResult:
     @property
     def total_size(self) -> int:
         return sum(len(r) for r in self.records)
-
-
-@attrs.define
-class DispatchRecord:
-    """What derived views learn about one stored record, decoded once per dispatch batch."""
-
-    topic: str
-    queue_id: int
-    queue_offset: int
-    physical_offset: int
-    size: int
-    tags_code: int
-    store_timestamp: int
-    sys_flag: int
-    keys: str
-    unique_key: str | None
-    properties: dict[str, str]
-    prepared_transaction_offset: int = 0
 
 
 @attrs.frozen

@@ -15,7 +15,7 @@ if TYPE_CHECKING:
     from kernel.config.property_aliases import PropertyAlias
     from kernel.context import BrokerContext, BrokerRuntime
     from kernel.protocols import AllocateStrategyFn, FlushPolicy, MessageStore, Replicator, Service
-    from kernel.remoting import Connection, RemotingCommand
+    from wire.remoting import Connection, RemotingCommand
 
 
 class Phase(enum.IntEnum):

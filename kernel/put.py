@@ -30,9 +30,9 @@ from kernel.model import (
     Replication,
     encode_properties,
 )
-from kernel.names import topic_problem
 from kernel.protocols import FlushPolicy, MessageStore, Replicator
-from kernel.wire_batch import WireBatch
+from wire.names import topic_problem
+from wire.wire_batch import WireBatch
 
 log = logging.getLogger(__name__)
 

@@ -23,7 +23,7 @@ from typing import Any, TypeVar
 
 import attrs
 
-from kernel import units
+from wire import units
 
 E = TypeVar("E", bound=enum.Enum)
 

@@ -12,10 +12,11 @@ from collections.abc import Callable
 from contextlib import AbstractAsyncContextManager
 from typing import Any
 
-from kernel import pull, record
+from kernel import pull
 from kernel.model import GetStatus, Message, tags_code
 from kernel.protocols import BufferedStore, MessageStore
 from kernel.testing.helpers import dispatch_all
+from wire import record
 
 StoreOpener = Callable[[], AbstractAsyncContextManager[Any]]
 

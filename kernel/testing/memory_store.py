@@ -19,7 +19,6 @@ from contextlib import asynccontextmanager
 import attrs
 import trio
 
-from kernel import record
 from kernel.context import BrokerContext
 from kernel.errors import FlushError, OffsetOutOfRange, StoreNotWritable
 from kernel.model import (
@@ -34,6 +33,7 @@ from kernel.model import (
 from kernel.plugin import hookimpl
 from kernel.protocols import Service
 from kernel.sync import LogPositions
+from wire import record
 
 
 @attrs.define(eq=False)

@@ -33,10 +33,11 @@ from typing import Any
 import attrs
 import trio
 
-from kernel import Broker, pull, record
+from kernel import Broker, pull
 from kernel.model import GetStatus
 from kernel.testing.helpers import make_config
 from kernel.testing.power_cut_writer import TOPIC, parse_body
+from wire import record
 
 REPO = Path(__file__).resolve().parents[2]
 

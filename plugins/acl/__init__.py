@@ -19,7 +19,6 @@ from pathlib import Path
 from kernel import ConfigSection, Phase, RequestGuardSpec, RequestHandlerSpec, ServiceSpec, hookimpl
 from kernel.context import BrokerContext, BrokerRuntime, StashKey
 from kernel.errors import ConfigError
-from kernel.remoting import RequestCode
 from plugins.acl import admin_requests
 from plugins.acl.admin_requests import ACL_EDITOR
 from plugins.acl.config import PROPERTIES, AclConfig
@@ -27,6 +26,7 @@ from plugins.acl.editing import AclFileEditor
 from plugins.acl.guard import AclGuard
 from plugins.acl.plain_acl import AclFileError, read_plain_acl
 from plugins.acl.watcher import AclFileWatcher
+from wire.remoting import RequestCode
 
 __all__ = ["ACL_GUARD", "AclConfig", "AclGuard", "acl_file"]
 

@@ -18,9 +18,9 @@ import json
 from collections.abc import Awaitable, Callable
 
 from kernel.context import BrokerRuntime, StashKey
-from kernel.remoting import Connection, RemotingCommand, ResponseCode
 from plugins.acl.editing import ACCOUNT_FIELDS, AclEditError, AclFileEditor
 from plugins.acl.plain_acl import DataVersion
+from wire.remoting import Connection, RemotingCommand, ResponseCode
 
 ACL_EDITOR = StashKey[AclFileEditor]("acl.editor")
 

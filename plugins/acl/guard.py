@@ -19,11 +19,11 @@ import logging
 
 import attrs
 
-from kernel.remoting import Connection, RemotingCommand, ResponseCode, code_name
-from kernel.remoting.signature import ACCESS_KEY
 from plugins.acl.addresses import peer_ip
 from plugins.acl.plain_acl import RETRY_PREFIX, PlainAcl, allows, perm_name
 from plugins.acl.resources import ADMIN_CODES, UnreadableRequest, needed
+from wire.remoting import Connection, RemotingCommand, ResponseCode, code_name
+from wire.remoting.signature import ACCESS_KEY
 
 log = logging.getLogger(__name__)
 

@@ -26,8 +26,8 @@ from typing import Any
 import attrs
 import yaml
 
-from kernel.remoting.signature import Signer
 from plugins.acl.addresses import AddressMatch, AddressPatternError, compile_pattern
+from wire.remoting.signature import Signer
 
 DENY, ANY, PUB, SUB = 1, 2, 4, 8
 RETRY_PREFIX = "%RETRY%"

@@ -12,8 +12,8 @@ from collections.abc import Callable
 
 import orjson
 
-from kernel.remoting import RemotingCommand, RequestCode
 from plugins.acl.plain_acl import PUB, RETRY_PREFIX, SUB
+from wire.remoting import RemotingCommand, RequestCode
 
 ADMIN_CODES = frozenset(
     {

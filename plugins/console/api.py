@@ -16,13 +16,13 @@ from typing import Any
 
 import attrs
 
-from kernel import record
-from kernel.record import StoredMessage
-from kernel.remoting import RemotingClient, RemotingCommand, RequestCode, ResponseCode
-from kernel.remoting.signature import SessionCredentials
 from trocket import Message, Producer
 from trocket.admin import AdminClient, AdminError
 from trocket.admin import retries as dlq
+from wire import record
+from wire.record import StoredMessage
+from wire.remoting import RemotingClient, RemotingCommand, RequestCode, ResponseCode
+from wire.remoting.signature import SessionCredentials
 
 RETRY_PREFIX = "%RETRY%"
 DLQ_PREFIX = "%DLQ%"

@@ -28,9 +28,9 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from kernel.errors import TrocketError
-from kernel.remoting import ResponseCode
 from plugins.console.api import ConsoleApi, ConsoleError, whole_number
 from trocket.admin import AdminError
+from wire.remoting import ResponseCode
 
 log = logging.getLogger(__name__)
 STATIC = Path(__file__).parent / "static"

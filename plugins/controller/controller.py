@@ -11,7 +11,7 @@ Keys, under ``[controller] etcd_prefix`` (default ``/trocket/controller``):
 - ``replicas/<brokerName>``: the :class:`~plugins.controller.state.ReplicaSet` (JSON);
 - ``alive/<brokerName>/<brokerId>``: the replica's :class:`~plugins.controller.state.BrokerLive`,
   under its lease (read by exact key shape: a set named ``a/b`` could otherwise pass for a
-  replica of ``a``; names are also checked, :func:`kernel.names.broker_name_problem`);
+  replica of ``a``; names are also checked, :func:`wire.names.broker_name_problem`);
 - ``leader``: the controller that scans for dead masters, under that controller's lease;
 - ``members/<controllerId>``: every running controller, under its own lease.
 """
@@ -23,9 +23,9 @@ from collections.abc import Callable, Iterable
 
 import attrs
 
-from kernel.remoting import ResponseCode
 from plugins.controller.etcd import Compare, EtcdClient, KeyValue, Put
 from plugins.controller.state import BrokerLive, Replica, ReplicaSet, choose_master
+from wire.remoting import ResponseCode
 
 log = logging.getLogger(__name__)
 

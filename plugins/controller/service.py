@@ -19,8 +19,13 @@ import trio
 
 from kernel.context import BrokerRuntime
 from kernel.model import flatten
-from kernel.names import broker_name_problem, shown_name
-from kernel.remoting import (
+from kernel.tls_config import server_tls
+from plugins.controller.config import ControllerConfig
+from plugins.controller.controller import Controller, Refusal
+from plugins.controller.etcd import Compare, EtcdClient, EtcdError, EtcdUnavailable, Put
+from plugins.controller.state import BrokerLive, ReplicaSet
+from wire.names import broker_name_problem, shown_name
+from wire.remoting import (
     Connection,
     RemotingCommand,
     RemotingServer,
@@ -30,12 +35,7 @@ from kernel.remoting import (
     TransportLimits,
     parse_bool,
 )
-from kernel.remoting.connection import Guard
-from kernel.remoting.tls_config import server_tls
-from plugins.controller.config import ControllerConfig
-from plugins.controller.controller import Controller, Refusal
-from plugins.controller.etcd import Compare, EtcdClient, EtcdError, EtcdUnavailable, Put
-from plugins.controller.state import BrokerLive, ReplicaSet
+from wire.remoting.connection import Guard
 
 log = logging.getLogger(__name__)
 

@@ -9,9 +9,9 @@ from collections.abc import Mapping
 
 from kernel import BrokerContext, ConfigSection, FlushPolicyProvider, hookimpl
 from kernel.protocols import MessageStore
-from kernel.units import format_duration
 from plugins.flush_sync.config import PROPERTIES, FlushSyncConfig
 from plugins.flush_sync.policy import GroupCommitFlush
+from wire.units import format_duration
 
 
 def _make(ctx: BrokerContext, store: MessageStore) -> GroupCommitFlush:

@@ -27,12 +27,12 @@ from kernel.context import BrokerContext, StashKey
 from kernel.errors import ConfigError
 from kernel.model import BrokerRole, ReplicatorProvider
 from kernel.providers import RequestHandlerSpec
-from kernel.remoting import Connection, RemotingCommand, RequestCode, ResponseCode
 from plugins.ha.auto_switch import AutoSwitchReplicator
 from plugins.ha.config import PROPERTIES, HaConfig
 from plugins.ha.controller_agent import ControllerAgent
 from plugins.ha.epoch_file import EpochFile
 from plugins.ha.replicator import HaReplicator
+from wire.remoting import Connection, RemotingCommand, RequestCode, ResponseCode
 
 __all__ = ["HaConfig", "HaReplicator"]
 

@@ -29,8 +29,8 @@ from kernel.context import BrokerContext
 from kernel.latency import LatencyHistogram
 from kernel.model import AppendResult, BrokerRole, Replication
 from kernel.protocols import ReplicableStore
-from kernel.remoting.tls_config import client_tls, server_tls
 from kernel.sync import Watermark
+from kernel.tls_config import client_tls, server_tls
 from plugins.ha.config import HaConfig
 from plugins.ha.master import HaServer, SlaveConnection
 from plugins.ha.replicator import HaStatistics

@@ -30,10 +30,10 @@ import trio
 
 from kernel.errors import RemotingError
 from kernel.model import BrokerRole
-from kernel.remoting import RemotingClient, RemotingCommand, RequestCode, ResponseCode
-from kernel.remoting.tls_config import client_tls, inner_credentials
+from kernel.tls_config import client_tls, inner_credentials
 from plugins.ha.auto_switch import AutoSwitchReplicator
 from plugins.ha.epoch_file import EpochEntry, EpochFile, consistent_point
+from wire.remoting import RemotingClient, RemotingCommand, RequestCode, ResponseCode
 
 log = logging.getLogger(__name__)
 

@@ -25,11 +25,11 @@ import trio
 
 from kernel.errors import OffsetOutOfRange
 from kernel.protocols import MessageStore, ReplicableStore
-from kernel.remoting.server import format_address, open_listeners
-from kernel.remoting.tls import ServerTls
 from kernel.sync import Watermark
 from plugins.ha.config import HaConfig
 from plugins.ha.wire import HaFrameError, ReportDecoder, encode_header
+from wire.remoting.server import format_address, open_listeners
+from wire.remoting.tls import ServerTls
 
 log = logging.getLogger(__name__)
 

@@ -20,7 +20,7 @@ from kernel.errors import ConfigError
 from kernel.latency import LatencyHistogram, LatencySnapshot
 from kernel.model import AppendResult, BrokerRole, Replication
 from kernel.protocols import MessageStore, ReplicableStore
-from kernel.remoting.tls_config import client_tls, server_tls
+from kernel.tls_config import client_tls, server_tls
 from plugins.ha.config import HaConfig
 from plugins.ha.master import HaServer, SlaveStatistics
 from plugins.ha.slave import HaClient, SlaveSideStatistics

@@ -18,9 +18,9 @@ import trio
 
 from kernel.errors import ReplicaMismatch, StoreNotWritable
 from kernel.protocols import ReplicableStore
-from kernel.remoting.tls import open_client_stream
 from plugins.ha.config import HaConfig
 from plugins.ha.wire import HaFrameError, TransferDecoder, encode_hello, encode_report
+from wire.remoting.tls import open_client_stream
 
 log = logging.getLogger(__name__)
 

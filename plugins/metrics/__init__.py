@@ -20,13 +20,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from kernel import ConfigSection, Phase, ServiceSpec, hookimpl
-from kernel.context import BrokerContext, BrokerRuntime, StashKey
+from kernel.context import REQUEST_METERS, BrokerContext, BrokerRuntime, StashKey
 from kernel.model import BrokerRole, DispatchRecord
 from kernel.outcomes import RecoveryReport
-from kernel.remoting.metering import REQUEST_METERS, RequestMeters
 from plugins.metrics.config import PROPERTIES, MetricsConfig
 from plugins.metrics.exporter import MetricsExporter
 from plugins.metrics.meters import BrokerMeters
+from wire.remoting.metering import RequestMeters
 
 __all__ = ["EXPORTER", "METERS", "MetricsConfig"]
 

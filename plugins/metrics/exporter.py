@@ -19,9 +19,9 @@ from kernel.context import BrokerRuntime
 from kernel.latency import latency_fields
 from kernel.outcomes import RecoveryReport
 from kernel.protocols import MessageStore
-from kernel.remoting.metering import RequestMeters
 from plugins.metrics.http import metrics_app, serve_metrics
 from plugins.metrics.meters import BrokerMeters, ConsumerLag, GaugeSnapshot, Snapshot
+from wire.remoting.metering import RequestMeters
 
 log = logging.getLogger(__name__)
 

@@ -22,10 +22,10 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.registry import Collector
 
-from kernel.dispatch_batch import DispatchBatch
 from kernel.latency import LatencySnapshot
 from kernel.model import DispatchRecord
-from kernel.remoting.metering import RPC_LATENCY_BOUNDS_MS, RequestFigures
+from wire.dispatch_batch import DispatchBatch
+from wire.remoting.metering import RPC_LATENCY_BOUNDS_MS, RequestFigures
 
 MESSAGE_SIZE_BUCKETS = (1024, 4096, 16384, 65536, 262144, 1048576, 4194304)
 """RocketMQ 5's ``rocketmq_message_size`` buckets: 1 KiB to 4 MiB (and +Inf)."""
@@ -104,7 +104,7 @@ class BrokerMeters:
     def stored(self, records: Sequence[DispatchRecord], since: int) -> None:
         """Records that reached the log, from one dispatch batch: those at or after ``since``
         (what was there before this start was counted by the process that wrote it). A
-        :class:`~kernel.dispatch_batch.DispatchBatch` is counted on its columns, a few numpy
+        :class:`~wire.dispatch_batch.DispatchBatch` is counted on its columns, a few numpy
         calls per batch however many records it holds."""
         if isinstance(records, DispatchBatch):
             if len(records) and records.physical_offset[0] < since:  # only after a restart

@@ -10,8 +10,12 @@ from typing import Any
 import attrs
 import trio
 
-from kernel.context import BrokerRuntime
-from kernel.remoting import (
+from kernel.context import REQUEST_METERS, BrokerRuntime
+from kernel.tls_config import server_tls
+from plugins.namesrv.config import NamesrvConfig
+from plugins.namesrv.kv_config import KvConfig
+from plugins.namesrv.route_table import Registration, RouteTable
+from wire.remoting import (
     Connection,
     RemotingCommand,
     RemotingServer,
@@ -21,13 +25,9 @@ from kernel.remoting import (
     TransportLimits,
     parse_bool,
 )
-from kernel.remoting.metering import REQUEST_METERS, RequestMeter
-from kernel.remoting.register_body import RegisterBodyError, decode_register_body
-from kernel.remoting.tls import ServerTls
-from kernel.remoting.tls_config import server_tls
-from plugins.namesrv.config import NamesrvConfig
-from plugins.namesrv.kv_config import KvConfig
-from plugins.namesrv.route_table import Registration, RouteTable
+from wire.remoting.metering import RequestMeter
+from wire.remoting.register_body import RegisterBodyError, decode_register_body
+from wire.remoting.tls import ServerTls
 
 log = logging.getLogger(__name__)
 

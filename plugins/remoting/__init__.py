@@ -14,11 +14,11 @@ from kernel import ConfigSection, DispatchRecord, Phase, ServiceSpec, hookimpl
 from kernel.clients import CLIENT_DIRECTORY
 from kernel.consumer_progress import CONSUMER_PROGRESS
 from kernel.context import BrokerContext, BrokerRuntime
-from kernel.dispatch_batch import queue_keys
 from kernel.model import BrokerRole
 from kernel.topics import TOPIC_DIRECTORY
 from plugins.remoting.config import PROPERTIES, RemotingConfig
 from plugins.remoting.service import NETWORK, BrokerNetwork
+from wire.dispatch_batch import queue_keys
 
 __all__ = ["NETWORK", "BrokerNetwork", "RemotingConfig"]
 

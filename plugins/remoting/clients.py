@@ -13,8 +13,8 @@ from typing import Any
 
 import attrs
 
-from kernel.remoting import Connection, RemotingCommand, RequestCode
-from kernel.subscription import Subscription
+from wire.remoting import Connection, RemotingCommand, RequestCode
+from wire.subscription import Subscription
 
 log = logging.getLogger(__name__)
 

@@ -6,7 +6,7 @@ import attrs
 
 from kernel.config import fields
 from kernel.config import property_aliases as rocketmq
-from kernel.remoting.busy_poll import BusyPollSetting, parse_busy_poll
+from wire.remoting.busy_poll import BusyPollSetting, parse_busy_poll
 
 
 @attrs.frozen(kw_only=True)
@@ -40,7 +40,7 @@ class RemotingConfig:
     busy_poll: BusyPollSetting = attrs.field(default="auto", converter=parse_busy_poll)
     """After network activity the event loop keeps polling the sockets instead of sleeping in
     epoll, so a request arriving soon does not pay a wake-up (about half of a single-message
-    round trip on a VM; ``kernel.remoting.busy_poll``). ``"auto"`` (the default) polls for
+    round trip on a VM; ``wire.remoting.busy_poll``). ``"auto"`` (the default) polls for
     200 µs only while requests come faster than that, and backs off when polls catch nothing:
     it then costs less CPU than the wake-ups it saves. A duration (``"200us"``) always polls
     that long; ``"off"`` or ``0`` never polls."""

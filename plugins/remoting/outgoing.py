@@ -10,8 +10,8 @@ from contextlib import asynccontextmanager
 
 import attrs
 
-from kernel.remoting import RemotingClient
-from kernel.remoting.signature import SessionCredentials
+from wire.remoting import RemotingClient
+from wire.remoting.signature import SessionCredentials
 
 
 @attrs.frozen

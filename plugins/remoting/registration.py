@@ -11,10 +11,10 @@ import attrs
 import trio
 
 from kernel.errors import RemotingError
-from kernel.remoting import RemotingClient, RemotingCommand, RequestCode, ResponseCode
-from kernel.remoting.register_body import encode_register_body
 from plugins.remoting.outgoing import OutgoingConnections
 from plugins.remoting.topics import TopicConfigManager
+from wire.remoting import RemotingClient, RemotingCommand, RequestCode, ResponseCode
+from wire.remoting.register_body import encode_register_body
 
 log = logging.getLogger(__name__)
 REQUEST_TIMEOUT = 3.0

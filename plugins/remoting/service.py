@@ -17,12 +17,10 @@ import attrs
 import trio
 
 from kernel.consumer_progress import QueueProgress
-from kernel.context import BrokerRuntime, StashKey
+from kernel.context import REQUEST_METERS, BrokerRuntime, StashKey
 from kernel.errors import PluginError
 from kernel.model import BrokerRole, flatten
-from kernel.remoting import Connection, RemotingServer, Router, TransportLimits, code_name
-from kernel.remoting.metering import REQUEST_METERS
-from kernel.remoting.tls_config import client_tls, inner_credentials, server_tls
+from kernel.tls_config import client_tls, inner_credentials, server_tls
 from plugins.remoting.clients import ClientManager
 from plugins.remoting.config import RemotingConfig
 from plugins.remoting.locks import QueueLocks
@@ -33,6 +31,7 @@ from plugins.remoting.registration import NameServerRegistration
 from plugins.remoting.slave_sync import SlaveSynchronizer
 from plugins.remoting.subscriptions import SubscriptionGroupManager
 from plugins.remoting.topics import PERM_READ, PERM_WRITE, TopicConfig, TopicConfigManager
+from wire.remoting import Connection, RemotingServer, Router, TransportLimits, code_name
 
 log = logging.getLogger(__name__)
 

@@ -19,10 +19,10 @@ import trio
 
 from kernel.errors import RemotingError
 from kernel.persist import JsonStateFile, lenient_json_keys, read_json_with_backup
-from kernel.remoting import RemotingClient, RemotingCommand, RequestCode, ResponseCode
 from plugins.remoting.handlers.admin import DELAY_OFFSET_FILE
 from plugins.remoting.subscriptions import SubscriptionGroupConfig
 from plugins.remoting.topics import TopicConfig
+from wire.remoting import RemotingClient, RemotingCommand, RequestCode, ResponseCode
 
 if TYPE_CHECKING:
     from plugins.remoting.service import BrokerNetwork

@@ -11,10 +11,10 @@ import trio
 
 from kernel.model import SCHEDULE_TOPIC as SCHEDULE_TOPIC  # re-exported: one name everywhere
 from kernel.model import TIMER_TOPIC, TRANSACTION_HALF_TOPIC
-from kernel.names import DLQ_PREFIX as DLQ_PREFIX  # re-exported, as the names below
-from kernel.names import RETRY_PREFIX as RETRY_PREFIX
-from kernel.names import topic_problem as topic_problem
 from kernel.persist import JsonStateFile, read_json_with_backup
+from wire.names import DLQ_PREFIX as DLQ_PREFIX  # re-exported, as the names below
+from wire.names import RETRY_PREFIX as RETRY_PREFIX
+from wire.names import topic_problem as topic_problem
 
 PERM_PRIORITY, PERM_READ, PERM_WRITE, PERM_INHERIT = 8, 4, 2, 1
 DEFAULT_TOPIC = "TBW102"

@@ -20,11 +20,11 @@ import time
 from kernel import ConfigSection, Phase, Redelivery, ServiceSpec, hookimpl
 from kernel.context import BrokerContext, BrokerRuntime, StashKey
 from kernel.model import SCHEDULE_TOPIC, TIMER_TOPIC, DispatchRecord, MessageBatch, PutStatus, Rejection
-from kernel.units import format_duration
 from plugins.retry_dlq.config import PROPERTIES, RetryDlqConfig
 from plugins.retry_dlq.parking import IllegalDelay, park, park_timer, timer_delivery_ms
 from plugins.retry_dlq.scheduler import DelayScheduler
 from plugins.retry_dlq.timer import TimerScheduler
+from wire.units import format_duration
 
 __all__ = ["SCHEDULER", "TIMER", "DelayScheduler", "RetryDlqConfig", "TimerScheduler"]
 

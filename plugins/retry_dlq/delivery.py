@@ -8,11 +8,11 @@ from collections.abc import Sequence
 
 import attrs
 
-from kernel import record
 from kernel.context import BrokerRuntime
 from kernel.model import BrokerRole, MessageBatch, PutStatus, QueueEntry
 from kernel.protocols import MessageStore
 from plugins.retry_dlq.parking import unpark
+from wire import record
 
 log = logging.getLogger(__name__)
 

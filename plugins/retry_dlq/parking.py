@@ -24,8 +24,8 @@ from kernel.model import (
     TIMER_TOPIC,
     Message,
 )
-from kernel.record import StoredMessage
-from kernel.units import format_duration
+from wire.record import StoredMessage
+from wire.units import format_duration
 
 _PARKING_PROPERTIES = (
     PROPERTY_REAL_TOPIC,

@@ -3,7 +3,7 @@
 Decoding is where a Python source spends its time (the Spark notes measured the per-record
 loop as the bottleneck), so no step here is a Python loop over records: the record walk,
 the gathering of bodies and properties into Arrow buffers and the split of each properties
-text into map entries are :mod:`kernel.batch_codec` loops (compiled when built); header fields
+text into map entries are :mod:`wire.batch_codec` loops (compiled when built); header fields
 are numpy columns, and tags, keys and the unique key are looked up by Arrow compute kernels.
 """
 
@@ -17,7 +17,6 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from kernel import batch_codec
 from kernel.errors import CorruptRecord
 from kernel.model import (
     PROPERTY_KEYS,
@@ -26,8 +25,9 @@ from kernel.model import (
     SYSFLAG_COMPRESSED,
     SYSFLAG_STOREHOST_V6,
 )
-from kernel.record_columns import RecordColumns
 from plugins.spark_export.schema import ARROW_SCHEMA, KEYS_TYPE, TIMESTAMP
+from wire import batch_codec
+from wire.record_columns import RecordColumns
 
 UNIQ_KEY = "UNIQ_KEY"
 
@@ -166,7 +166,7 @@ def _binary(
 
 def _properties(view: memoryview, starts: np.ndarray, lengths: np.ndarray) -> pa.MapArray:
     """``name\x01value\x02...`` texts as a map, entries found by
-    :func:`kernel.batch_codec.property_pairs`; text that is not UTF-8 is decoded with
+    :func:`wire.batch_codec.property_pairs`; text that is not UTF-8 is decoded with
     replacement characters (a map of strings cannot hold it)."""
     counts, name_at, name_end, value_at, value_end = batch_codec.property_pairs(
         view, starts, starts + lengths

@@ -15,9 +15,9 @@ from typing import TypeVar
 import attrs
 import trio
 
-from kernel.remoting import RequestCode
 from plugins.spark_export.options import ClusterSecurity
 from trocket.admin.client import AdminClient, AdminError
+from wire.remoting import RequestCode
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")

@@ -19,10 +19,10 @@ from typing import Any
 import attrs
 
 from kernel.errors import TrocketError
-from kernel.remoting.signature import SessionCredentials
 from trocket.client.credentials import resolve_credentials
 from trocket.client.errors import ClientError
 from trocket.client.tls import tls_context, tls_from_environment
+from wire.remoting.signature import SessionCredentials
 
 EARLIEST = -2
 LATEST = -1

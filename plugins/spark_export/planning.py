@@ -12,7 +12,6 @@ from collections.abc import Mapping
 import trio
 
 from kernel.model import MessageQueue
-from kernel.record_columns import record_starts
 from plugins.spark_export.catalog import BrokerCatalog, CatalogError, QueueBounds, QueueKey
 from plugins.spark_export.options import EARLIEST, LATEST, OffsetSpec, SourceOptions, SparkOptionError
 from plugins.spark_export.range_reader import DataLossError
@@ -20,6 +19,7 @@ from plugins.spark_export.ranges import QueueRange, SplitRules, split
 from trocket.admin.client import TOOLS_CONSUMER, AdminClient
 from trocket.client.consumer.pulling import PullStatus, pull_raw
 from trocket.client.consumer.session import new_subscription
+from wire.record_columns import record_starts
 
 log = logging.getLogger(__name__)
 

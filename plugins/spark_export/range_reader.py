@@ -18,14 +18,14 @@ import trio
 
 from kernel.errors import RemotingConnectError, TrocketError
 from kernel.model import MessageQueue
-from kernel.remoting import RemotingClient
-from kernel.subscription import Subscription
 from plugins.spark_export.arrow_records import to_record_batch
 from plugins.spark_export.options import ReadSettings
 from plugins.spark_export.ranges import QueueRange
 from trocket.admin.client import TOOLS_CONSUMER
 from trocket.client.consumer.pulling import PullStatus, RawPull, pull_raw
 from trocket.client.routes import RouteCache
+from wire.remoting import RemotingClient
+from wire.subscription import Subscription
 
 log = logging.getLogger(__name__)
 

@@ -22,16 +22,16 @@ from typing import NamedTuple
 import attrs
 import numpy as np
 
-from kernel import record
-from kernel.dispatch_batch import AppendedWire, DispatchBatch, as_batch
 from kernel.errors import CorruptRecord, FlushError, OffsetOutOfRange, ReplicaMismatch, StoreNotWritable
 from kernel.model import AppendResult, DispatchRecord, Message
 from kernel.queue_entries import QueueEntries
-from kernel.record_run import check_at, check_run
 from kernel.sync import LogPositions
-from kernel.wire_batch import WireBatch
 from plugins.store_mmap.mapped_file import MappedFile
 from plugins.store_mmap.mapped_file_queue import MappedFileQueue
+from wire import record
+from wire.dispatch_batch import AppendedWire, DispatchBatch, as_batch
+from wire.record_run import check_at, check_run
+from wire.wire_batch import WireBatch
 
 log = logging.getLogger(__name__)
 
@@ -418,7 +418,7 @@ class CommitLog:
     def read_entries(self, entries: QueueEntries) -> list[bytes]:
         """Stored records for consume-queue entries, each checked (magic, lengths, its stored
         offset and size, body CRC, NUL-free text) in bulk, file by file
-        (:func:`~kernel.record_run.check_at`), then copied out of the mapping.
+        (:func:`~wire.record_run.check_at`), then copied out of the mapping.
 
         :raises CorruptRecord: a record fails its check; it is never served.
         """
@@ -459,9 +459,9 @@ class CommitLog:
         :meth:`_hand_over`): an encoded batch's columns, or the messages of single sends,
         which views take one by one at less cost than any bulk set-up. Anything else (a
         slave's replicated bytes, the log after a restart) is read back: each file's run is
-        validated in bulk (:func:`~kernel.record_run.check_run`, no CRC: the put path computed
+        validated in bulk (:func:`~wire.record_run.check_run`, no CRC: the put path computed
         it and recovery checks it) and gathered into a
-        :class:`~kernel.dispatch_batch.DispatchBatch`.
+        :class:`~wire.dispatch_batch.DispatchBatch`.
 
         :raises CorruptRecord: a record between ``offset`` and ``end`` fails its check.
         """
@@ -491,8 +491,8 @@ class CommitLog:
 
     def _records_of(self, taken: list[AppendedWire | AppendedMessages]) -> list[Sequence[DispatchRecord]]:
         """Parts for consecutive handed batches: each run of encoded batches as one
-        :class:`~kernel.dispatch_batch.DispatchBatch`, each run of message appends as one list
-        of records (:func:`kernel.record.dispatch_records`)."""
+        :class:`~wire.dispatch_batch.DispatchBatch`, each run of message appends as one list
+        of records (:func:`wire.record.dispatch_records`)."""
         parts: list[Sequence[DispatchRecord]] = []
         for encoded, group in itertools.groupby(taken, key=lambda kept: isinstance(kept, AppendedWire)):
             if encoded:

@@ -17,7 +17,6 @@ import attrs
 import numpy as np
 import trio
 
-from kernel.dispatch_batch import DispatchBatch
 from kernel.errors import StoreError
 from kernel.model import DispatchRecord, QueueEntry
 from kernel.queue_entries import QueueEntries
@@ -25,6 +24,7 @@ from plugins.store_mmap.config import CQ_ENTRY_SIZE
 from plugins.store_mmap.mapped_file import PAGE_SIZE
 from plugins.store_mmap.mapped_file_queue import MappedFileQueue
 from plugins.store_mmap.view_failure import TracksDispatchFailure
+from wire.dispatch_batch import DispatchBatch
 
 log = logging.getLogger(__name__)
 

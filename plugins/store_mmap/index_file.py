@@ -28,12 +28,12 @@ import attrs
 import numpy as np
 import trio
 
-from kernel import batch_codec
-from kernel.dispatch_batch import DispatchBatch
-from kernel.java_hash import as_signed, unsigned_hash
 from kernel.model import SYSFLAG_TRANSACTION_ROLLBACK, DispatchRecord
 from plugins.store_mmap.mapped_file import MappedFile
 from plugins.store_mmap.view_failure import TracksDispatchFailure
+from wire import batch_codec
+from wire.dispatch_batch import DispatchBatch
+from wire.java_hash import as_signed, unsigned_hash
 
 log = logging.getLogger(__name__)
 
@@ -309,7 +309,7 @@ class IndexService(TracksDispatchFailure):
         return self._dispatched
 
     def _dispatch(self, records: Sequence[DispatchRecord], end_offset: int) -> None:
-        """Index the batch's keys: hashed as arrays (:mod:`kernel.java_hash`), written in bulk
+        """Index the batch's keys: hashed as arrays (:mod:`wire.java_hash`), written in bulk
         (:meth:`IndexFile.put_many`), byte for byte what one :meth:`IndexFile.put` per key in
         log order writes. Records that come one by one (single sends) are indexed one by one."""
         if not isinstance(records, DispatchBatch):
@@ -357,7 +357,7 @@ class IndexService(TracksDispatchFailure):
     def _put_keys(self, batch: DispatchBatch, chosen: np.ndarray) -> None:
         """Index keys ``chosen`` (positions among the batch's keys, in order) as
         ``topic#key``: hashed where they lie in the batch's properties, one pass per topic
-        (:func:`kernel.batch_codec.java_hashes_at` over the key spans), written in bulk, or one
+        (:func:`wire.batch_codec.java_hashes_at` over the key spans), written in bulk, or one
         by one when there are so few that the bulk set-up would cost more (an idle broker's
         lone put)."""
         rows = batch.key_rows[chosen]

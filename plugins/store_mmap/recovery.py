@@ -21,13 +21,13 @@ from collections.abc import Callable
 
 import attrs
 
-from kernel import record
 from kernel.model import RecoveryReport
-from kernel.record_run import RecordRun, check_run
 from plugins.store_mmap.checkpoint import Checkpoint
 from plugins.store_mmap.commit_log import END_FILE_MIN_BLANK_LENGTH, CommitLog
 from plugins.store_mmap.consume_queue import ConsumeQueues
 from plugins.store_mmap.index_file import IndexService
+from wire import record
+from wire.record_run import RecordRun, check_run
 
 log = logging.getLogger(__name__)
 
@@ -45,7 +45,7 @@ class ScanResult:
 
 
 RUN_BYTES = 32 << 20
-"""Log bytes validated per :func:`kernel.record_run.check_run` call (bounds the scan's memory
+"""Log bytes validated per :func:`wire.record_run.check_run` call (bounds the scan's memory
 and paces progress)."""
 
 
@@ -54,8 +54,8 @@ def scan_log(
 ) -> ScanResult:
     """Validate records from ``start`` (a file start) to the first invalid one.
 
-    Records are validated in runs by :func:`kernel.record_run.check_run` (the checks of
-    :func:`kernel.record.check_header`, vectorized), file by file, without per-record file
+    Records are validated in runs by :func:`wire.record_run.check_run` (the checks of
+    :func:`wire.record.check_header`, vectorized), file by file, without per-record file
     lookups; the queue bookkeeping is done per run with numpy too.
     """
     files = commit_log.files

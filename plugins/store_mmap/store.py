@@ -17,14 +17,12 @@ from pathlib import Path
 import attrs
 import trio
 
-from kernel import record
 from kernel.context import BrokerContext
 from kernel.errors import FlushError, OffsetOutOfRange, StoreError, StoreNotWritable
 from kernel.model import AppendResult, DispatchRecord, Message, QueueEntry, RecoveryReport, Watermarks
 from kernel.open_files import explain_open_failure
 from kernel.queue_entries import QueueEntries
 from kernel.sync import LogPositions
-from kernel.wire_batch import WireBatch
 from plugins.store_mmap.checkpoint import Checkpoint
 from plugins.store_mmap.commit_log import CommitLog
 from plugins.store_mmap.config import CQ_ENTRY_SIZE, StoreMmapConfig
@@ -35,6 +33,8 @@ from plugins.store_mmap.mapped_file import PAGE_SIZE
 from plugins.store_mmap.mapped_file_queue import MappedFileQueue
 from plugins.store_mmap.recovery import recover_store
 from plugins.store_mmap.retention import RetentionService
+from wire import record
+from wire.wire_batch import WireBatch
 
 log = logging.getLogger(__name__)
 

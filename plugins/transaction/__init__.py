@@ -25,11 +25,11 @@ from kernel.model import (
     PutStatus,
     Rejection,
 )
-from kernel.remoting import RequestCode
 from plugins.transaction.config import PROPERTIES, TransactionConfig
 from plugins.transaction.end import handle_end_transaction, handle_query_pending
 from plugins.transaction.half import HALF_TOPIC, to_half
 from plugins.transaction.service import TRANSACTIONS, TransactionService
+from wire.remoting import RequestCode
 
 __all__ = ["TRANSACTIONS", "TransactionConfig", "TransactionService"]
 

@@ -9,8 +9,8 @@ import json
 import logging
 
 from kernel.context import BrokerRuntime
-from kernel.remoting import Connection, RemotingCommand, ResponseCode, parse_bool
 from plugins.transaction.service import TRANSACTIONS, EndRequest
+from wire.remoting import Connection, RemotingCommand, ResponseCode, parse_bool
 
 log = logging.getLogger(__name__)
 

@@ -22,7 +22,7 @@ from kernel.model import (
     TRANSACTION_HALF_TOPIC,
     Message,
 )
-from kernel.record import StoredMessage
+from wire.record import StoredMessage
 
 HALF_TOPIC = TRANSACTION_HALF_TOPIC
 HALF_QUEUE = 0

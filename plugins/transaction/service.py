@@ -39,12 +39,12 @@ from kernel.clients import CLIENT_DIRECTORY
 from kernel.context import BrokerRuntime, StashKey
 from kernel.errors import CorruptRecord, OffsetOutOfRange
 from kernel.model import BrokerRole, MessageBatch, PutResult
-from kernel.record import StoredMessage, decode_record, encode_record
-from kernel.remoting import RemotingCommand, RequestCode, ResponseCode
 from kernel.topics import TOPIC_DIRECTORY
 from plugins.transaction import half as halves
 from plugins.transaction.config import TransactionConfig
 from plugins.transaction.progress import CheckState, Progress, ProgressFile
+from wire.record import StoredMessage, decode_record, encode_record
+from wire.remoting import RemotingCommand, RequestCode, ResponseCode
 
 log = logging.getLogger(__name__)
 

@@ -10,10 +10,10 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kernel.batch_codec import pure
 from kernel.model import decode_properties
 from trocket.client.batch import encode_batch, encode_messages
 from trocket.client.message import Message
+from wire.batch_codec import pure
 
 _WORD = st.text(
     alphabet=st.characters(blacklist_characters="\x00\x01\x02 ", codec="utf-8"), min_size=1, max_size=6

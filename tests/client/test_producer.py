@@ -10,8 +10,6 @@ from collections import Counter
 import pytest
 import trio
 
-from kernel import record
-from kernel.remoting import RequestCode
 from tests.interop.conftest import subprocess_env
 from tests.interop.test_namesrv_expiry import start
 from tests.network.conftest import free_port, pulled
@@ -27,6 +25,8 @@ from trocket import (
     select_by_hash,
 )
 from trocket.client.selectors import java_string_hash
+from wire import record
+from wire.remoting import RequestCode
 
 
 async def test_send_returns_where_the_message_was_stored(cluster_factory):

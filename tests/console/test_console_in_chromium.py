@@ -13,12 +13,12 @@ import sys
 import trio
 from playwright.sync_api import expect
 
-from kernel.record import parse_offset_msg_id
-from kernel.remoting import RequestCode
 from tests.console.conftest import screenshot, submit
 from tests.network.conftest import free_port
 from tests.support import REPO, start_trocket
 from trocket.admin import AdminClient
+from wire.record import parse_offset_msg_id
+from wire.remoting import RequestCode
 
 NAMESRV = "127.0.0.1:9876"
 

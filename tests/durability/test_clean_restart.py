@@ -7,10 +7,10 @@ import signal
 
 import trio
 
-from kernel import record
-from kernel.remoting import RemotingClient, ResponseCode
 from tests.interop.conftest import RunningBroker, start_broker
 from tests.network.wire import pull_request, send_request
+from wire import record
+from wire.remoting import RemotingClient, ResponseCode
 
 TOPIC = "Restarted"
 

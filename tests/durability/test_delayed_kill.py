@@ -9,9 +9,9 @@ from collections import Counter
 
 import trio
 
-from kernel.remoting import RemotingClient
 from tests.interop.conftest import RunningBroker, start_broker
 from tests.network.wire import pulled_bodies, send_request
+from wire.remoting import RemotingClient
 
 TOPIC = "Delayed"
 COUNT = 1000

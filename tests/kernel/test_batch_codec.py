@@ -1,7 +1,7 @@
 """The compiled batch codec gives the answers of the pure one, on any input.
 
-``kernel.batch_codec.pure`` is the definition (itself held to the message-by-message codecs by
-``test_wire_batch.py`` and ``test_bulk_dispatch.py``); ``kernel.batch_codec._compiled`` is the
+``wire.batch_codec.pure`` is the definition (itself held to the message-by-message codecs by
+``test_wire_batch.py`` and ``test_bulk_dispatch.py``); ``wire.batch_codec._compiled`` is the
 Cython twin the broker uses when it was built. Generated batches include malformed bodies and
 properties with the separators in odd places, non-ASCII tags and keys, and whitespace of every
 kind in ``KEYS``.
@@ -18,13 +18,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kernel import batch_codec
-from kernel.batch_codec import pure
 from kernel.errors import MalformedBatch
-from kernel.java_hash import java_string_hash
 from kernel.model import encode_properties
+from wire import batch_codec
+from wire.batch_codec import pure
+from wire.java_hash import java_string_hash
 
-compiled = pytest.importorskip("kernel.batch_codec._compiled", reason="the compiled codec was not built")
+compiled = pytest.importorskip("wire.batch_codec._compiled", reason="the compiled codec was not built")
 
 _NAMES = ["TAGS", "KEYS", "UNIQ_KEY", "TIMER_OUT_MS", "WAIT", "DELAY", "X"]
 _CHARACTERS = ["a", "b", "1", " ", "\t", "\x1c", "\x1f", "\x0b", "\x85", "é", "中", "\x01", "\x00"]
@@ -125,7 +125,7 @@ def test_hashes_agree(found, prefix):
     buffer, begin, end = found
     hashes, others = compiled.java_hashes_at(buffer, begin, end, prefix)
     for row in others.tolist():
-        from kernel.java_hash import hash_after
+        from wire.java_hash import hash_after
 
         hashes[row] = hash_after(prefix, buffer[begin[row] : end[row]])
     same(hashes, pure.java_hashes_at(buffer, begin, end, prefix)[0])

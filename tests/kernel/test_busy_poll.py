@@ -1,4 +1,4 @@
-"""Busy polling (``kernel.remoting.busy_poll``): polls for a window after activity, parks when
+"""Busy polling (``wire.remoting.busy_poll``): polls for a window after activity, parks when
 idle, and serves requests over real TCP exactly as the sleeping loop does."""
 
 from __future__ import annotations
@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 import trio
 
-from kernel.remoting import RemotingClient, RemotingCommand, RemotingServer, Router
-from kernel.remoting.busy_poll import AUTO, MAX_BACK_OFF, BusyPoller, parse_busy_poll, start_busy_poll
+from wire.remoting import RemotingClient, RemotingCommand, RemotingServer, Router
+from wire.remoting.busy_poll import AUTO, MAX_BACK_OFF, BusyPoller, parse_busy_poll, start_busy_poll
 
 ECHO = 900
 

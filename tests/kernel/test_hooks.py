@@ -276,7 +276,7 @@ async def test_hook_trocket_before_append(broker_factory):
 async def test_hook_trocket_register_parking_topics(broker_factory):
     """A plugin that parks delayed messages names its topic: there the consume-queue tag field
     holds the due time; a delayed message no plugin parked is refused."""
-    from kernel.java_hash import java_string_hash
+    from wire.java_hash import java_string_hash
 
     async with broker_factory() as plain:
         refused = await plain.put(MessageBatch([Message("T", b"x", properties={"DELAY": "2"})]))

@@ -7,7 +7,7 @@ import trio
 
 from kernel import GetStatus, Message, MessageBatch, PutStatus, pull
 from kernel.model import tags_code
-from kernel.record import decode_record
+from wire.record import decode_record
 
 
 def batch(topic: str = "T", n: int = 1, **properties: str) -> MessageBatch:

@@ -11,9 +11,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kernel import CorruptRecord, Message
-from kernel.java_hash import java_string_hash
 from kernel.model import decode_properties, encode_properties
-from kernel.record import (
+from wire.java_hash import java_string_hash
+from wire.record import (
     MAGIC_V1,
     RecordEncoder,
     check_record,
@@ -26,7 +26,7 @@ from kernel.record import (
 
 
 def golden_record() -> bytes:
-    """Built field by field from the published layout, independently of kernel.record."""
+    """Built field by field from the published layout, independently of wire.record."""
     body, topic, props = b"hello", b"TopicTest", b"TAGS\x01TagA\x02KEYS\x01k1 k2\x02"
     total = 91 + len(body) + len(topic) + len(props)
     return (

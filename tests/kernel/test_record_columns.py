@@ -1,4 +1,4 @@
-"""Pull answers read in bulk (:mod:`kernel.record_columns`): the record walk refuses exactly what
+"""Pull answers read in bulk (:mod:`wire.record_columns`): the record walk refuses exactly what
 a record-by-record walk refuses, at the same offset, with the same reason."""
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ from hypothesis import strategies as st
 
 from kernel.errors import CorruptRecord
 from kernel.model import Message
-from kernel.record import encode_record
-from kernel.record_columns import RecordColumns, record_starts
-from kernel.record_layout import MAGIC_V1, MIN_RECORD_SIZE
+from wire.record import encode_record
+from wire.record_columns import RecordColumns, record_starts
+from wire.record_layout import MAGIC_V1, MIN_RECORD_SIZE
 
 
 def _walk_one_by_one(data: bytes) -> list[int]:

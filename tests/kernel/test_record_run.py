@@ -1,5 +1,5 @@
-"""kernel.record_run.check_run (bulk validation for recovery) must reach the same verdict as
-kernel.record.check_header applied record by record, on intact and on damaged logs."""
+"""wire.record_run.check_run (bulk validation for recovery) must reach the same verdict as
+wire.record.check_header applied record by record, on intact and on damaged logs."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kernel import record, record_run
 from kernel.errors import CorruptRecord
 from kernel.model import Message
+from wire import record, record_run
 
 TOPICS = ["T", "Orders", "a-topic-name-longer-than-sixteen", "Ümlaut-topic", "x" * 127]
 

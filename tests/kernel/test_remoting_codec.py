@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kernel.remoting import (
+from wire.remoting import (
     SERIALIZE_ROCKETMQ,
     FrameDecoder,
     FrameError,

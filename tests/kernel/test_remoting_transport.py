@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kernel.errors import RemotingClosedError, RemotingConnectError, RemotingTimeoutError
-from kernel.remoting import (
+from wire.remoting import (
     Connection,
     RemotingClient,
     RemotingCommand,
@@ -20,7 +20,7 @@ from kernel.remoting import (
     Router,
     TransportLimits,
 )
-from kernel.remoting.command import FLAG_ONEWAY, FrameDecoder
+from wire.remoting.command import FLAG_ONEWAY, FrameDecoder
 
 ECHO, SLOW, BOOM, NOTIFY = 900, 901, 902, 903
 

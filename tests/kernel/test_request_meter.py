@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-from kernel.remoting import RemotingCommand, Router
-from kernel.remoting.command import FLAG_ONEWAY
-from kernel.remoting.metering import MAX_ROWS, RequestMeter
+from wire.remoting import RemotingCommand, Router
+from wire.remoting.command import FLAG_ONEWAY
+from wire.remoting.metering import MAX_ROWS, RequestMeter
 
 CONNECTION = SimpleNamespace(peer="127.0.0.1:1")
 

@@ -14,8 +14,8 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 CONTRACTS = [
     "kernel/model.py",
-    "kernel/names.py",
-    "kernel/message.py",
+    "wire/names.py",
+    "wire/message.py",
     "kernel/outcomes.py",
     "kernel/providers.py",
     "kernel/protocols.py",

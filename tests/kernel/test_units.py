@@ -1,6 +1,6 @@
 import pytest
 
-from kernel import units
+from wire import units
 
 
 @pytest.mark.parametrize(

@@ -14,9 +14,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kernel import Message, MessageBatch, record
+from kernel import Message, MessageBatch
 from kernel.model import encode_properties
-from kernel.wire_batch import MalformedBatch, WireBatch
+from wire import record
+from wire.wire_batch import MalformedBatch, WireBatch
 
 _TEXT = st.text(alphabet=st.characters(blacklist_characters="\x00\x01\x02", codec="utf-8"), max_size=12)
 _PROPS = st.dictionaries(_TEXT.filter(bool), _TEXT, max_size=4)

@@ -13,11 +13,12 @@ import attrs
 import pytest
 import trio
 
-from kernel import Broker, record
-from kernel.remoting import RemotingClient, RemotingCommand
+from kernel import Broker
 from kernel.testing import make_config
 from plugins.remoting import NETWORK, BrokerNetwork
 from tests.network.wire import pull_request
+from wire import record
+from wire.remoting import RemotingClient, RemotingCommand
 
 MEMORY_STORE = "kernel.testing.memory_store"
 

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from kernel.remoting import RequestCode
 from tests.network.test_broker_consumers import heartbeat
 from tests.network.wire import send_request
 from trocket.admin import AdminClient, AdminError
+from wire.remoting import RequestCode
 
 
 async def test_admin_reads_messages_progress_and_connections(cluster_factory):

@@ -6,9 +6,10 @@ import json
 
 import trio
 
-from kernel import Redelivery, hookimpl, record
-from kernel.remoting import RemotingClient, RemotingCommand, RequestCode, ResponseCode, Router
+from kernel import Redelivery, hookimpl
 from tests.network.wire import pull_request, send_request
+from wire import record
+from wire.remoting import RemotingClient, RemotingCommand, RequestCode, ResponseCode, Router
 
 
 def heartbeat(client_id: str, group: str, expression: str = "TagA||TagC") -> RemotingCommand:

@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 import trio
 
-from kernel import record
-from kernel.java_hash import java_string_hash
-from kernel.remoting import RequestCode, ResponseCode
 from tests.network.wire import batch_body, pull_request, send_request
+from wire import record
+from wire.java_hash import java_string_hash
+from wire.remoting import RequestCode, ResponseCode
 
 
 @pytest.mark.parametrize("code", [RequestCode.SEND_MESSAGE, RequestCode.SEND_MESSAGE_V2])
@@ -181,7 +181,7 @@ async def test_sends_arriving_together_are_answered_one_by_one_and_stored_in_ord
     """Several sends in one write (a client with many in flight) are handled as a group and
     appended with one store call; each still gets its own answer, a refused one refuses only
     itself, and the accepted ones are stored in request order."""
-    from kernel.remoting.command import FrameDecoder
+    from wire.remoting.command import FrameDecoder
 
     async with cluster_factory(store="mmap") as cluster:
         await cluster.call_raw(send_request("TG", b"warm-up", queue_id=0))

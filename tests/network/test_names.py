@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 
 from kernel.errors import StoreError
-from kernel.names import GROUP_MAX_LENGTH, group_problem, topic_problem
-from kernel.remoting import RemotingClient, RemotingCommand, RequestCode, ResponseCode
 from plugins.store_mmap.consume_queue import ConsumeQueues
 from tests.interop.conftest import start_broker
 from tests.network.wire import send_request
+from wire.names import GROUP_MAX_LENGTH, group_problem, topic_problem
+from wire.remoting import RemotingClient, RemotingCommand, RequestCode, ResponseCode
 
 ESCAPE = "../../../../escape_probe"
 

@@ -8,11 +8,11 @@ import zlib
 import trio
 
 from kernel import Broker
-from kernel.remoting import RemotingClient, RemotingCommand, RequestCode, ResponseCode
-from kernel.remoting.register_body import encode_register_body
 from kernel.testing import make_config
 from plugins.namesrv.route_table import Registration, RouteTable
 from tests.network.conftest import free_port
+from wire.remoting import RemotingClient, RemotingCommand, RequestCode, ResponseCode
+from wire.remoting.register_body import encode_register_body
 
 TOPIC = {"topicName": "T", "readQueueNums": 4, "writeQueueNums": 4, "perm": 6}
 

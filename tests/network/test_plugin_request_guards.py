@@ -7,10 +7,10 @@ from __future__ import annotations
 import trio
 
 from kernel import RequestGuardSpec, hookimpl
-from kernel.remoting import RemotingCommand, RequestCode, ResponseCode
-from kernel.remoting.command import FrameDecoder
 from tests.network.conftest import pulled
 from tests.network.wire import send_request
+from wire.remoting import RemotingCommand, RequestCode, ResponseCode
+from wire.remoting.command import FrameDecoder
 
 
 class BlockTopic:

@@ -10,7 +10,7 @@ import pytest
 
 from kernel import PluginError, RequestHandlerSpec, hookimpl
 from kernel.clients import CLIENT_DIRECTORY
-from kernel.remoting import RemotingCommand, RequestCode, ResponseCode
+from wire.remoting import RemotingCommand, RequestCode, ResponseCode
 
 ECHO = 40_001
 BROKEN = 40_002

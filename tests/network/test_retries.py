@@ -9,10 +9,11 @@ import sys
 
 import trio
 
-from kernel import Redelivery, hookimpl, record
-from kernel.remoting import RequestCode
+from kernel import Redelivery, hookimpl
 from tests.network.test_broker_consumers import heartbeat
 from tests.network.wire import pull_request, send_request
+from wire import record
+from wire.remoting import RequestCode
 
 # Retries use level 3 + reconsume times: 1 s, 2 s, 3 s for the first three.
 LEVELS = {"message_delay_level": "1s 1s 1s 2s 3s"}

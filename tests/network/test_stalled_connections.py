@@ -10,9 +10,9 @@ import time
 
 import pytest
 
-from kernel.remoting import RemotingClient, ResponseCode
 from tests.interop.conftest import RunningBroker, start_broker
 from tests.network.wire import pull_request, send_request
+from wire.remoting import RemotingClient, ResponseCode
 
 TIMEOUTS = 'channel_max_idle_time = "3s"\nframe_read_timeout = "1s"'
 

@@ -8,10 +8,10 @@ import trio
 
 from kernel import Broker
 from kernel.model import SYSFLAG_TRANSACTION_PREPARED, Message, MessageBatch
-from kernel.remoting import RemotingClient, RequestCode, ResponseCode
 from kernel.testing import make_config
 from tests.interop.conftest import RunningBroker, start_broker
 from tests.network.wire import batch_body, pull_request, send_request
+from wire.remoting import RemotingClient, RequestCode, ResponseCode
 
 SYSTEM_TOPICS = [
     "TBW102",

@@ -12,10 +12,10 @@ import pytest
 import trio
 
 from kernel.errors import ConfigError, RemotingError
-from kernel.remoting import RemotingClient, RemotingCommand, RequestCode, ResponseCode
 from tests.network.conftest import pulled
 from trocket import ConsumeFromWhere, LitePullConsumer, Message, Producer, tls_context
 from trocket.admin import AdminClient
+from wire.remoting import RemotingClient, RemotingCommand, RequestCode, ResponseCode
 
 
 def tls_broker(pki: dict[str, Path], mode: str, **more: Any) -> dict[str, Any]:

@@ -5,9 +5,9 @@ from __future__ import annotations
 import struct
 from collections import Counter
 
-from kernel import record
 from kernel.model import encode_properties
-from kernel.remoting import RemotingClient, RemotingCommand, RequestCode
+from wire import record
+from wire.remoting import RemotingClient, RemotingCommand, RequestCode
 
 
 def send_request(

@@ -14,7 +14,6 @@ from hypothesis import strategies as st
 
 from kernel.errors import CorruptRecord
 from kernel.model import Message, MessageQueue
-from kernel.record import encode_record
 from plugins.spark_export.arrow_records import to_record_batch
 from plugins.spark_export.catalog import QueueKey
 from plugins.spark_export.options import SparkOptionError, parse_source_options
@@ -22,6 +21,7 @@ from plugins.spark_export.ranges import QueueRange, SplitRules, prorate, split
 from plugins.spark_export.schema import ARROW_SCHEMA, spark_schema
 from tests.interop.conftest import subprocess_env
 from trocket.client.consumer.received import decode_pulled
+from wire.record import encode_record
 
 
 def records(count: int, *, compressed_every: int = 0) -> bytes:

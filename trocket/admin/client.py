@@ -14,16 +14,16 @@ from typing import Any
 
 import attrs
 
-from kernel import record
 from kernel.errors import RemotingError, TrocketError
-from kernel.record import StoredMessage
-from kernel.remoting import RemotingClient, RemotingCommand, RequestCode, ResponseCode, code_name
-from kernel.remoting.admin_json import loads as loads_admin_json
-from kernel.remoting.admin_json import split_queue_key
-from kernel.remoting.signature import SessionCredentials
 from trocket.client.credentials import resolve_credentials
 from trocket.client.errors import ClientError
 from trocket.client.tls import resolve_tls
+from wire import record
+from wire.record import StoredMessage
+from wire.remoting import RemotingClient, RemotingCommand, RequestCode, ResponseCode, code_name
+from wire.remoting.admin_json import loads as loads_admin_json
+from wire.remoting.admin_json import split_queue_key
+from wire.remoting.signature import SessionCredentials
 
 TIMEOUT = 5.0
 TOOLS_CONSUMER = "TOOLS_CONSUMER"

@@ -13,9 +13,9 @@ from kernel.model import (
     PROPERTY_RETRY_TOPIC,
     PROPERTY_TIMER_OUT_MS,
 )
-from kernel.record import StoredMessage
 from trocket.admin.client import TOOLS_PRODUCER, AdminClient, AdminError
 from trocket.client import ClientError, Message, Producer
+from wire.record import StoredMessage
 
 DLQ_PREFIX = "%DLQ%"
 PULL_BATCH = 32

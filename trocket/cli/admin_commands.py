@@ -16,11 +16,11 @@ from typing import Any
 
 import trio
 
-from kernel.record import StoredMessage
 from trocket.admin import retries
 from trocket.admin.client import AdminClient, AdminError
 from trocket.cli.connection_options import add_connection_options, credentials_of, tls_of
 from trocket.cli.usage import list_subcommands
+from wire.record import StoredMessage
 
 Command = Callable[[AdminClient, argparse.Namespace], Awaitable[Any]]
 

@@ -12,9 +12,9 @@ from __future__ import annotations
 import argparse
 import ssl
 
-from kernel.remoting.signature import SessionCredentials
 from trocket.client.credentials import ENV_ACCESS_KEY, ENV_SECRET_KEY, resolve_credentials
 from trocket.client.tls import ENV_TLS, ENV_TLS_CA_FILE, resolve_tls, tls_context
+from wire.remoting.signature import SessionCredentials
 
 
 def add_connection_options(parser: argparse.ArgumentParser) -> None:

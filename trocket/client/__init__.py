@@ -1,6 +1,5 @@
 """The client SDK: applications produce and consume with it as with RocketMQ's clients."""
 
-from kernel.remoting.signature import SessionCredentials
 from trocket.client.consumer.listener import ConsumeContext, ConsumeStatus, OrderlyStatus
 from trocket.client.consumer.lite_pull import LitePullConsumer
 from trocket.client.consumer.modes import ConsumeFromWhere, MessageModel
@@ -12,6 +11,7 @@ from trocket.client.producer import PendingSend, Producer
 from trocket.client.selectors import select_by_hash, select_by_index
 from trocket.client.tls import tls_context
 from trocket.client.transaction import TransactionProducer, TransactionSendResult, TransactionState
+from wire.remoting.signature import SessionCredentials
 
 __all__ = [
     "ClientError",

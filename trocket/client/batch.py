@@ -1,11 +1,11 @@
 """The body of SEND_BATCH_MESSAGE: each message as total size, magic, body CRC, flag, body
 length, body, properties length, properties (RocketMQ's ``MessageDecoder.encodeMessage``).
 
-The broker reads these bodies as columns (:mod:`kernel.wire_batch`); the producer writes them
+The broker reads these bodies as columns (:mod:`wire.wire_batch`); the producer writes them
 the same way round: the messages' unique ids come from one clock read
 (:func:`~trocket.client.message_id.new_message_ids`), properties shared by messages without
 properties of their own are encoded once per batch, and the entries are written by the batch
-codec (:func:`kernel.batch_codec.encode_entries`, compiled when built), not packed one by one.
+codec (:func:`wire.batch_codec.encode_entries`, compiled when built), not packed one by one.
 """
 
 from __future__ import annotations
@@ -14,11 +14,11 @@ from collections.abc import Iterable, Sequence
 
 import numpy as np
 
-from kernel import batch_codec
 from kernel.model import PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX as PROPERTY_UNIQ_KEY
 from kernel.model import encode_properties
 from trocket.client.message import Message
 from trocket.client.message_id import new_message_ids
+from wire import batch_codec
 
 _UNIQ = f"{PROPERTY_UNIQ_KEY}\x01".encode()
 

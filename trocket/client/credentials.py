@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import os
 
-from kernel.remoting.signature import SessionCredentials
 from trocket.client.errors import ClientError
+from wire.remoting.signature import SessionCredentials
 
 ENV_ACCESS_KEY = "TROCKET_ACCESS_KEY"
 ENV_SECRET_KEY = "TROCKET_SECRET_KEY"

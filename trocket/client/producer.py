@@ -34,9 +34,6 @@ from kernel.model import (
     MessageQueue,
     encode_properties,
 )
-from kernel.remoting import RemotingClient, RemotingCommand, RequestCode, ResponseCode, Router, code_name
-from kernel.remoting.busy_poll import BusyPollSetting
-from kernel.remoting.signature import SessionCredentials
 from trocket.client.batch import encode_messages
 from trocket.client.credentials import resolve_credentials
 from trocket.client.errors import ClientError, InvalidMessage, SendError
@@ -46,6 +43,9 @@ from trocket.client.message_id import new_message_id
 from trocket.client.routes import RouteCache
 from trocket.client.selectors import QueueSelector
 from trocket.client.tls import resolve_tls
+from wire.remoting import RemotingClient, RemotingCommand, RequestCode, ResponseCode, Router, code_name
+from wire.remoting.busy_poll import BusyPollSetting
+from wire.remoting.signature import SessionCredentials
 
 RETRY_TOPIC_PREFIX = "%RETRY%"
 PROPERTY_RECONSUME_TIME = "RECONSUME_TIME"
@@ -105,7 +105,7 @@ class Producer:
     busy_poll: BusyPollSetting = "auto"
     """Whether the event loop polls instead of sleeping right after a request or a receive:
     ``"auto"`` (the default) while answers come faster than 200 µs, a number of seconds to
-    always poll that long, ``0`` never (docs/performance.md, ``kernel.remoting.busy_poll``)."""
+    always poll that long, ``0`` never (docs/performance.md, ``wire.remoting.busy_poll``)."""
     _remoting: RemotingClient | None = attrs.field(default=None, init=False)
     _routes: RouteCache | None = attrs.field(default=None, init=False)
     _nursery: trio.Nursery | None = attrs.field(default=None, init=False)

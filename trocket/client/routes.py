@@ -12,8 +12,8 @@ import trio
 
 from kernel.errors import RemotingError
 from kernel.model import MessageQueue
-from kernel.remoting import RemotingClient, RemotingCommand, RequestCode, ResponseCode
 from trocket.client.errors import ClientError
+from wire.remoting import RemotingClient, RemotingCommand, RequestCode, ResponseCode
 
 PERM_READ = 4
 PERM_WRITE = 2

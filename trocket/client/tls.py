@@ -8,8 +8,8 @@ import os
 import ssl
 from pathlib import Path
 
-from kernel.remoting.tls import TlsConfigError, client_context
 from trocket.client.errors import ClientError
+from wire.remoting.tls import TlsConfigError, client_context
 
 ENV_TLS = "TROCKET_TLS"
 ENV_TLS_CA_FILE = "TROCKET_TLS_CA_FILE"

@@ -41,12 +41,12 @@ from kernel.model import (
     SYSFLAG_TRANSACTION_ROLLBACK,
 )
 from kernel.model import PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX as PROPERTY_UNIQ_KEY
-from kernel.record import StoredMessage, decode_record, parse_offset_msg_id
-from kernel.remoting import Connection, RemotingCommand, RequestCode, ResponseCode, Router
 from trocket.client.consumer.session import HEARTBEAT_INTERVAL, default_instance_name, local_ip
 from trocket.client.errors import ClientError, InvalidMessage
 from trocket.client.message import Message, SendResult, SendStatus
 from trocket.client.producer import Producer, _identified
+from wire.record import StoredMessage, decode_record, parse_offset_msg_id
+from wire.remoting import Connection, RemotingCommand, RequestCode, ResponseCode, Router
 
 log = logging.getLogger(__name__)
 

@@ -6,9 +6,9 @@ import functools
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
-from kernel.remoting import Connection, RemotingCommand, RequestCode, Router
 from plugins.remoting.handlers import admin, consumer, pull, query, send, send_back
 from plugins.remoting.handlers.common import RequestProblem, check_names
+from wire.remoting import Connection, RemotingCommand, RequestCode, Router
 
 if TYPE_CHECKING:
     from plugins.remoting.service import BrokerNetwork

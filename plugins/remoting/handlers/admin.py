@@ -2,7 +2,7 @@
 info (28), consume stats (208), consumer connections (203), all consumer offsets (43).
 
 Bodies keyed by a MessageQueue use fastjson's object-key form (``{{"brokerName":..}:..}``),
-as RocketMQ's own admin tools expect; :func:`kernel.remoting.admin_json.loads` reads it.
+as RocketMQ's own admin tools expect; :func:`wire.remoting.admin_json.loads` reads it.
 """
 
 from __future__ import annotations
@@ -14,11 +14,11 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
-from kernel.remoting import Connection, RemotingCommand, ResponseCode
-from kernel.remoting.admin_json import dumps_queue_keyed
 from plugins.remoting.handlers.common import int_field, queryable, required, valid_group
 from plugins.remoting.subscriptions import SubscriptionGroupConfig
 from plugins.remoting.topics import TopicConfig, topic_problem
+from wire.remoting import Connection, RemotingCommand, ResponseCode
+from wire.remoting.admin_json import dumps_queue_keyed
 
 if TYPE_CHECKING:
     from plugins.remoting.service import BrokerNetwork

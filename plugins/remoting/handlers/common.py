@@ -6,8 +6,8 @@ from typing import TYPE_CHECKING
 
 from kernel.errors import CorruptRecord, OffsetOutOfRange
 from kernel.model import PutStatus
-from kernel.names import group_problem, topic_problem
-from kernel.remoting import RemotingCommand, ResponseCode
+from wire.names import group_problem, topic_problem
+from wire.remoting import RemotingCommand, ResponseCode
 
 if TYPE_CHECKING:
     from kernel.protocols import QueryableStore

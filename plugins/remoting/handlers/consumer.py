@@ -11,7 +11,6 @@ from typing import TYPE_CHECKING, Any
 import trio
 
 from kernel.model import MessageQueue
-from kernel.remoting import Connection, RemotingCommand, ResponseCode
 from plugins.remoting.handlers.common import (
     RequestProblem,
     int_field,
@@ -21,6 +20,7 @@ from plugins.remoting.handlers.common import (
     valid_topic,
 )
 from plugins.remoting.topics import PERM_READ, PERM_WRITE, RETRY_PREFIX
+from wire.remoting import Connection, RemotingCommand, ResponseCode
 
 if TYPE_CHECKING:
     from plugins.remoting.service import BrokerNetwork

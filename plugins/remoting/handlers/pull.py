@@ -11,12 +11,13 @@ from typing import TYPE_CHECKING
 
 import trio
 
-from kernel import pull, record
+from kernel import pull
 from kernel.model import GetResult, GetStatus
-from kernel.remoting import Connection, RemotingCommand, ResponseCode
-from kernel.subscription import Subscription
 from plugins.remoting.handlers.common import RequestProblem, int_field, required
 from plugins.remoting.topics import PERM_READ
+from wire import record
+from wire.remoting import Connection, RemotingCommand, ResponseCode
+from wire.subscription import Subscription
 
 if TYPE_CHECKING:
     from plugins.remoting.service import BrokerNetwork

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from kernel.remoting import Connection, RemotingCommand, ResponseCode, parse_bool
 from plugins.remoting.handlers.common import int_field, queryable, record_at, required
+from wire.remoting import Connection, RemotingCommand, ResponseCode, parse_bool
 
 if TYPE_CHECKING:
     from plugins.remoting.service import BrokerNetwork

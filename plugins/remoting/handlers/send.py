@@ -16,10 +16,10 @@ import numpy as np
 import trio
 
 from kernel.model import Message, MessageBatch, PutResult, decode_properties
-from kernel.remoting import Connection, RemotingCommand, RequestCode, ResponseCode, parse_bool
-from kernel.wire_batch import MalformedBatch, WireBatch
 from plugins.remoting.handlers.common import PUT_STATUS_CODES, RequestProblem
 from plugins.remoting.topics import PERM_WRITE, TopicConfig, send_forbidden, topic_problem
+from wire.remoting import Connection, RemotingCommand, RequestCode, ResponseCode, parse_bool
+from wire.wire_batch import MalformedBatch, WireBatch
 
 if TYPE_CHECKING:
     from plugins.remoting.service import BrokerNetwork

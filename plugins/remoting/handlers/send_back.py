@@ -11,7 +11,6 @@ from __future__ import annotations
 import random
 from typing import TYPE_CHECKING
 
-from kernel import record
 from kernel.model import (
     PROPERTY_DELAY_TIME_LEVEL,
     PROPERTY_ORIGIN_MESSAGE_ID,
@@ -21,9 +20,10 @@ from kernel.model import (
     Redelivery,
     RedeliveryAction,
 )
-from kernel.remoting import Connection, RemotingCommand, ResponseCode
 from plugins.remoting.handlers.common import PUT_STATUS_CODES, int_field, record_at, required
 from plugins.remoting.topics import DLQ_PREFIX, RETRY_PREFIX, TopicConfig
+from wire import record
+from wire.remoting import Connection, RemotingCommand, ResponseCode
 
 if TYPE_CHECKING:
     from plugins.remoting.service import BrokerNetwork

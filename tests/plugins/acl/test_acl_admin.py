@@ -13,11 +13,11 @@ import pytest
 import trio
 import yaml
 
-from kernel.remoting import ResponseCode
 from plugins.acl.plain_acl import read_plain_acl
 from tests.network.wire import send_request
 from trocket import SessionCredentials
 from trocket.admin import AdminClient, AdminError
+from wire.remoting import ResponseCode
 
 ADMIN = SessionCredentials("admin-key", "admin-secret")
 WRITER = SessionCredentials("writer-key", "writer-secret")

@@ -7,12 +7,12 @@ from __future__ import annotations
 
 import trio
 
-from kernel.remoting import ResponseCode
-from kernel.remoting.command import FLAG_ONEWAY
 from tests.network.conftest import pulled
 from tests.network.wire import pull_request, send_request
 from trocket import ConsumeFromWhere, LitePullConsumer, Message, Producer, SendError, SessionCredentials
 from trocket.admin import AdminClient, AdminError
+from wire.remoting import ResponseCode
+from wire.remoting.command import FLAG_ONEWAY
 
 WRITER = SessionCredentials("writer-key", "writer-secret")
 READER = SessionCredentials("reader-key", "12345678")

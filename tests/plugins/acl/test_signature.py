@@ -11,8 +11,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from kernel.remoting import RemotingCommand, RequestCode
-from kernel.remoting.signature import SessionCredentials, Signer, signed_content
+from wire.remoting import RemotingCommand, RequestCode
+from wire.remoting.signature import SessionCredentials, Signer, signed_content
 
 
 def independent_signature(ext: dict[str, str], body: bytes, secret: str) -> str:

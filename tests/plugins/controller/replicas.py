@@ -11,10 +11,10 @@ import attrs
 import orjson
 import trio
 
-from kernel.remoting import RemotingClient, RemotingCommand, RequestCode, ResponseCode
 from tests.plugins.controller.etcd_cluster import EtcdCluster, etcd_cluster
 from tests.plugins.controller.test_controller import TEST_TIMINGS, start_controller
 from tests.plugins.ha.processes import HaCluster, Process
+from wire.remoting import RemotingClient, RemotingCommand, RequestCode, ResponseCode
 
 BROKER_NAME = "broker-a"
 

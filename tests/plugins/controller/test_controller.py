@@ -11,11 +11,11 @@ import orjson
 import pytest
 import trio
 
-from kernel.remoting import RemotingClient, RemotingCommand, RequestCode, ResponseCode
 from tests.network.conftest import free_port
 from tests.plugins.controller.etcd_cluster import EtcdCluster, etcd_cluster
 from tests.plugins.ha.processes import Process
 from tests.support import start_logged
+from wire.remoting import RemotingClient, RemotingCommand, RequestCode, ResponseCode
 
 SET = "broker-a"
 

@@ -14,13 +14,13 @@ import orjson
 import pytest
 import trio
 
-from kernel.remoting import RemotingClient, RequestCode, ResponseCode
-from kernel.remoting.signature import SessionCredentials
 from plugins.controller.etcd import EtcdClient
 from plugins.controller.state import BrokerLive
 from tests.interop.conftest import subprocess_env
 from tests.plugins.controller.etcd_cluster import EtcdCluster, etcd_cluster
 from tests.plugins.controller.test_controller import TEST_TIMINGS, call, start_controller
+from wire.remoting import RemotingClient, RequestCode, ResponseCode
+from wire.remoting.signature import SessionCredentials
 
 PREFIX = "/trocket/controller"
 ADMIN = SessionCredentials("admin-key", "admin-secret")

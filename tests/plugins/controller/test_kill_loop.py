@@ -9,13 +9,13 @@ from pathlib import Path
 
 import trio
 
-from kernel.remoting import RemotingClient
 from tests.network.wire import pulled_bodies
 from tests.plugins.controller.replicas import ReplicaCluster, replica_cluster
 from tests.plugins.ha.processes import commit_log_bytes
 from tests.support import consume_bodies
 from trocket import Message, Producer
 from trocket.client.errors import ClientError
+from wire.remoting import RemotingClient
 
 TOPIC = "KillLoop"
 PRODUCERS = 64

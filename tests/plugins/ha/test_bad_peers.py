@@ -13,12 +13,12 @@ from contextlib import contextmanager
 
 import trio
 
-from kernel.remoting import RemotingClient, ResponseCode
 from plugins.ha.wire import encode_report
 from tests.network.conftest import free_port
 from tests.network.wire import send_request
 from tests.plugins.ha.processes import Process, ha_cluster
 from tests.plugins.ha.test_replication import wait_caught_up, wait_connected
+from wire.remoting import RemotingClient, ResponseCode
 
 
 def _connect(addr: str) -> socket.socket:

@@ -10,12 +10,12 @@ import signal
 import pytest
 import trio
 
-from kernel import record
-from kernel.remoting import RemotingClient, ResponseCode
 from tests.network.wire import pulled_bodies, send_request
 from tests.plugins.ha.processes import HaCluster, Process, ha_cluster
 from tests.plugins.ha.test_replication import wait_connected
 from tests.support import consume_bodies
+from wire import record
+from wire.remoting import RemotingClient, ResponseCode
 
 TOPIC = "Killed"
 PRODUCERS = 64

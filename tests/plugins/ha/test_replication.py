@@ -10,9 +10,9 @@ import time
 import trio
 
 from kernel.persist import read_json_with_backup
-from kernel.remoting import RemotingClient, RemotingCommand, RequestCode, ResponseCode
 from tests.network.wire import batch_body, send_request
 from tests.plugins.ha.processes import HaCluster, Process, commit_log_bytes, ha_cluster
+from wire.remoting import RemotingClient, RemotingCommand, RequestCode, ResponseCode
 
 TOPIC = "Replicated"
 

@@ -11,12 +11,12 @@ import sys
 
 import trio
 
-from kernel.remoting import RemotingClient, RemotingCommand, RequestCode, ResponseCode
 from tests.interop.conftest import subprocess_env
 from tests.network.wire import send_request
 from tests.plugins.ha.processes import ha_cluster
 from tests.plugins.ha.test_replication import wait_caught_up
 from trocket import SessionCredentials, tls_context
+from wire.remoting import RemotingClient, RemotingCommand, RequestCode, ResponseCode
 
 ACL = """
 accounts:

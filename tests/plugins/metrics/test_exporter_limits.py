@@ -14,11 +14,11 @@ from urllib.parse import urlsplit
 
 import trio
 
-from kernel.remoting import RemotingClient, RemotingCommand, RequestCode, ResponseCode
 from plugins.metrics.http import IDLE_TIMEOUT
 from tests.interop.conftest import RunningBroker, start_broker
 from tests.network.wire import send_request
 from trocket.cli.defaults import TROCKET_DEFAULTS
+from wire.remoting import RemotingClient, RemotingCommand, RequestCode, ResponseCode
 
 PLUGINS = "plugins = [" + ", ".join(f'"{n}"' for n in (*TROCKET_DEFAULTS.plugins, "metrics")) + "]"
 IDLE_CONNECTIONS = 300

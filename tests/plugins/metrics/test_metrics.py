@@ -9,10 +9,8 @@ import urllib.request
 import trio
 from prometheus_client.parser import text_string_to_metric_families
 
-from kernel import Broker, MessageBatch, hookimpl, record
+from kernel import Broker, MessageBatch, hookimpl
 from kernel import Message as StoredInput
-from kernel.dispatch_batch import as_batch
-from kernel.remoting import RemotingCommand, RequestCode
 from kernel.testing import make_config
 from plugins.metrics import EXPORTER
 from plugins.metrics.meters import BrokerMeters
@@ -20,6 +18,9 @@ from tests.network.conftest import free_port
 from tests.network.wire import pull_request
 from trocket import Message, Producer
 from trocket.admin import AdminClient
+from wire import record
+from wire.dispatch_batch import as_batch
+from wire.remoting import RemotingCommand, RequestCode
 
 GROUP = "CG_metered"
 

@@ -7,9 +7,10 @@ import json
 
 import trio
 
-from kernel import Message, MessageBatch, pull, record
+from kernel import Message, MessageBatch, pull
 from kernel.model import SCHEDULE_TOPIC, GetStatus, PutStatus, Redelivery
 from plugins.retry_dlq import SCHEDULER
+from wire import record
 
 SHORT_LEVELS = {"message_delay_level": "1s 2s"}
 

@@ -11,9 +11,10 @@ import time
 import pytest
 import trio
 
-from kernel import Message, MessageBatch, pull, record
+from kernel import Message, MessageBatch, pull
 from kernel.model import TIMER_TOPIC, GetStatus, PutStatus
 from plugins.retry_dlq import TIMER
+from wire import record
 
 TOPIC = "Timed"
 MMAP = {"plugins": ["store_mmap", "retry_dlq"], "store": "mmap"}

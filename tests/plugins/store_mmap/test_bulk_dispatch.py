@@ -1,6 +1,6 @@
 """The column-wise dispatch path gives exactly what the one-record-at-a-time definitions give.
 
-``kernel.record.decode_dispatch`` defines what a view learns from a record, ``IndexFile.put``
+``wire.record.decode_dispatch`` defines what a view learns from a record, ``IndexFile.put``
 what one key adds to an index file and ``java_string_hash`` the hash. The dispatch loop uses
 their bulk forms (``DispatchBatch``, ``IndexFile.put_many``, ``java_hashes``); these tests hold
 each bulk form to its definition on random input, byte for byte where files are written.
@@ -16,15 +16,16 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kernel import Message, record
-from kernel.dispatch_batch import AppendedWire, DispatchBatch, as_batch
-from kernel.java_hash import as_signed, java_hashes, java_string_hash, unsigned_hash
+from kernel import Message
 from kernel.model import SCHEDULE_TOPIC, SYSFLAG_BORNHOST_V6, SYSFLAG_STOREHOST_V6
-from kernel.record_run import check_run
 from kernel.testing import dispatch_all
-from kernel.wire_batch import WireBatch
 from plugins.store_mmap.index_file import IndexFile, key_hash, key_hashes
 from tests.kernel.test_wire_batch import batch_body
+from wire import record
+from wire.dispatch_batch import AppendedWire, DispatchBatch, as_batch
+from wire.java_hash import as_signed, java_hashes, java_string_hash, unsigned_hash
+from wire.record_run import check_run
+from wire.wire_batch import WireBatch
 
 from .helpers import clean_close, messages, opened
 

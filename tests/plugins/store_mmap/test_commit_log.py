@@ -7,11 +7,12 @@ import struct
 
 import pytest
 
-from kernel import pull, record
+from kernel import pull
 from kernel.errors import StoreLocked, StoreNotWritable
 from kernel.model import GetStatus
 from kernel.testing import dispatch_all
 from plugins.store_mmap.store import open_mmap_store
+from wire import record
 
 from .helpers import messages, opened, store_context
 

@@ -13,9 +13,10 @@ from pathlib import Path
 import pytest
 import trio
 
-from kernel import Broker, pull, record
+from kernel import Broker, pull
 from kernel.model import GetStatus
 from kernel.testing import make_config
+from wire import record
 
 REPO = Path(__file__).resolve().parents[3]
 WRITER = Path(__file__).with_name("crash_writer.py")

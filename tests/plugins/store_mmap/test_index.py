@@ -6,8 +6,9 @@ import struct
 
 import trio
 
-from kernel import Message, record
+from kernel import Message
 from plugins.store_mmap.index_file import HEADER, key_hash
+from wire import record
 
 from .helpers import clean_close, messages, opened
 

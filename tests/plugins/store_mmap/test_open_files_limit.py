@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import json
 
-from kernel import record
-from kernel.remoting import RemotingClient, RemotingCommand, RequestCode, ResponseCode
 from tests.interop.conftest import start_broker
 from tests.network.wire import pull_request, send_request
+from wire import record
+from wire.remoting import RemotingClient, RemotingCommand, RequestCode, ResponseCode
 
 TOPICS, QUEUES = 500, 4
 SMALL_QUEUE_FILES = "consume_queue_file_size = 2000\nmessage_index_enable = false\n"

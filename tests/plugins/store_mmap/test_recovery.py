@@ -6,8 +6,9 @@ import shutil
 
 import pytest
 
-from kernel import pull, record
+from kernel import pull
 from kernel.model import GetStatus
+from wire import record
 
 from .helpers import clean_close, messages, opened
 

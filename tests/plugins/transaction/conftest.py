@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 import trio
 
-from kernel import record
 from tests.network.conftest import Cluster, cluster_factory, pulled  # noqa: F401
+from wire import record
 
 FAST_CHECKS = {"check_interval": "300ms", "timeout": "200ms", "op_batch_interval": "100ms"}
 

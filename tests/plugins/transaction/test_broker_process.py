@@ -12,12 +12,12 @@ import sys
 import pytest
 import trio
 
-from kernel.remoting import RemotingClient
 from tests.interop.conftest import RunningBroker, start_broker, subprocess_env
 from tests.network.wire import pulled_bodies
 from tests.support import start_logged
 from trocket import Message, TransactionProducer, TransactionState
 from trocket.admin.client import AdminClient, AdminError
+from wire.remoting import RemotingClient
 
 FAST = """
 [transaction]

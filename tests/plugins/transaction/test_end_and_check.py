@@ -10,14 +10,14 @@ import trio
 import trio.lowlevel
 
 from kernel.model import PROPERTY_REAL_TOPIC, TRANSACTION_HALF_TOPIC
-from kernel.record import decode_record, parse_offset_msg_id
-from kernel.remoting import RemotingClient, RemotingCommand, RequestCode, Router
 from plugins.transaction import TRANSACTIONS
 from plugins.transaction.half import CHECK_MAX_TOPIC, OP_TOPIC, PROPERTY_CHECK_TIMES, op_offsets
 from tests.network.wire import send_request
 from tests.plugins.transaction.conftest import pulled, stored, until, visible
 from trocket import Message, TransactionProducer, TransactionState
 from trocket.admin import AdminClient, AdminError
+from wire.record import decode_record, parse_offset_msg_id
+from wire.remoting import RemotingClient, RemotingCommand, RequestCode, Router
 
 
 def decide(state: TransactionState):

@@ -10,11 +10,11 @@ import time
 
 import trio
 
-from kernel.remoting import RemotingClient
 from tests.network.wire import pulled_bodies
 from tests.plugins.ha.processes import HaCluster, Process, ha_cluster
 from tests.plugins.ha.test_replication import wait_caught_up, wait_connected
 from trocket import Message, TransactionProducer, TransactionState
+from wire.remoting import RemotingClient
 
 TOPIC = "HaTx"
 GROUP = "PG_ha"

@@ -13,9 +13,6 @@ import attrs
 import trio
 
 from kernel.protocols import AllocateStrategyFn
-from kernel.remoting.busy_poll import BusyPollSetting
-from kernel.remoting.signature import SessionCredentials
-from kernel.subscription import Subscription
 from trocket.client.consumer.allocation import resolve_strategy
 from trocket.client.consumer.modes import ConsumeFromWhere, MessageModel
 from trocket.client.consumer.offset_store import OffsetStore, offset_store_for
@@ -25,6 +22,9 @@ from trocket.client.credentials import resolve_credentials
 from trocket.client.errors import ClientError
 from trocket.client.producer import _split
 from trocket.client.tls import resolve_tls
+from wire.remoting.busy_poll import BusyPollSetting
+from wire.remoting.signature import SessionCredentials
+from wire.subscription import Subscription
 
 log = logging.getLogger(__name__)
 RETRY_SOON = 1.0
@@ -58,7 +58,7 @@ class ConsumerBase:
     busy_poll: BusyPollSetting = "auto"
     """Whether the event loop polls instead of sleeping right after a request or a receive:
     ``"auto"`` (the default) while answers come faster than 200 µs, a number of seconds to
-    always poll that long, ``0`` never (docs/performance.md, ``kernel.remoting.busy_poll``)."""
+    always poll that long, ``0`` never (docs/performance.md, ``wire.remoting.busy_poll``)."""
 
     _subscriptions: dict[str, Subscription] = attrs.field(factory=dict, init=False)
     _session: ConsumerSession | None = attrs.field(default=None, init=False)

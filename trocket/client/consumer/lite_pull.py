@@ -28,8 +28,6 @@ import trio
 
 from kernel.errors import RemotingError
 from kernel.model import MessageQueue
-from kernel.remoting import RequestCode
-from kernel.subscription import Subscription
 from trocket.client.consumer.common import ConsumerBase
 from trocket.client.consumer.offset_store import UNKNOWN
 from trocket.client.consumer.pulling import PullStatus, pull
@@ -43,6 +41,8 @@ from trocket.client.consumer.session import (
     new_subscription,
 )
 from trocket.client.errors import ClientError
+from wire.remoting import RequestCode
+from wire.subscription import Subscription
 
 log = logging.getLogger(__name__)
 

@@ -18,9 +18,9 @@ import trio
 from kernel.errors import ConfigError, RemotingError
 from kernel.model import MessageQueue
 from kernel.persist import read_json_with_backup, write_json_atomic
-from kernel.remoting import RemotingClient, RemotingCommand, RequestCode, ResponseCode
 from trocket.client.consumer.modes import ConsumeFromWhere, MessageModel
 from trocket.client.errors import ClientError
+from wire.remoting import RemotingClient, RemotingCommand, RequestCode, ResponseCode
 
 if TYPE_CHECKING:
     from trocket.client.consumer.session import ConsumerSession

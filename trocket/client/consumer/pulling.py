@@ -14,10 +14,10 @@ import attrs
 
 from kernel.errors import CorruptRecord
 from kernel.model import MessageQueue
-from kernel.remoting import RemotingClient, RemotingCommand, RequestCode, ResponseCode
-from kernel.subscription import Subscription
 from trocket.client.consumer.received import ReceivedMessage, decode_pulled
 from trocket.client.errors import ClientError
+from wire.remoting import RemotingClient, RemotingCommand, RequestCode, ResponseCode
+from wire.subscription import Subscription
 
 FLAG_COMMIT_OFFSET = 0x1
 FLAG_SUSPEND = 0x2

@@ -26,7 +26,6 @@ import trio
 
 from kernel.errors import RemotingError
 from kernel.model import MessageQueue
-from kernel.subscription import Subscription
 from trocket.client.consumer.common import ConsumerBase
 from trocket.client.consumer.listener import (
     ConsumeContext,
@@ -48,6 +47,7 @@ from trocket.client.consumer.session import (
 )
 from trocket.client.errors import ClientError
 from trocket.client.producer import Producer
+from wire.subscription import Subscription
 
 log = logging.getLogger(__name__)
 

@@ -14,12 +14,12 @@ import attrs
 
 from kernel.model import MessageQueue
 from kernel.protocols import AllocateStrategyFn
-from kernel.remoting import RequestCode, ResponseCode
 from trocket.client.consumer.modes import ConsumeFromWhere, MessageModel
 from trocket.client.consumer.offset_store import UNKNOWN, OffsetStore
 from trocket.client.consumer.received import RETRY_PREFIX
 from trocket.client.consumer.session import ConsumerSession
 from trocket.client.errors import ClientError
+from wire.remoting import RequestCode, ResponseCode
 
 log = logging.getLogger(__name__)
 

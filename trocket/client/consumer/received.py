@@ -2,7 +2,7 @@
 a pull answer.
 
 Decoding is the consumer's hot path (a backlog drains at hundreds of thousands of messages a
-second). A pull answer is decoded once, in bulk, by :class:`kernel.record_columns.RecordColumns`
+second). A pull answer is decoded once, in bulk, by :class:`wire.record_columns.RecordColumns`
 (the decoder the Spark reader uses too); a :class:`ReceivedMessage` is then a row number into
 those columns, and each field is read from them when asked for: the properties text is split
 into a dict on first use, ids and host strings likewise. A listener that only reads bodies
@@ -25,8 +25,8 @@ from kernel.model import (
     MessageQueue,
     decode_properties,
 )
-from kernel.record_columns import RecordColumns
 from trocket.client.errors import ClientError
+from wire.record_columns import RecordColumns
 
 RETRY_PREFIX = "%RETRY%"
 

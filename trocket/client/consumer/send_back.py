@@ -15,12 +15,12 @@ from kernel.model import (
     PROPERTY_ORIGIN_MESSAGE_ID,
     PROPERTY_RETRY_TOPIC,
 )
-from kernel.remoting import RequestCode, ResponseCode
 from trocket.client.consumer.received import RETRY_PREFIX, ReceivedMessage
 from trocket.client.consumer.session import ConsumerSession
 from trocket.client.errors import ClientError
 from trocket.client.message import Message
 from trocket.client.producer import PROPERTY_RECONSUME_TIME, Producer
+from wire.remoting import RequestCode, ResponseCode
 
 log = logging.getLogger(__name__)
 

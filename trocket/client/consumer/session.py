@@ -20,13 +20,13 @@ import trio
 
 from kernel.errors import RemotingError
 from kernel.model import MessageQueue
-from kernel.remoting import Connection, RemotingClient, RemotingCommand, RequestCode, ResponseCode
-from kernel.remoting.busy_poll import BusyPollSetting
-from kernel.remoting.connection import Router
-from kernel.remoting.signature import SessionCredentials
-from kernel.subscription import Subscription
 from trocket.client.errors import ClientError
 from trocket.client.routes import RouteCache
+from wire.remoting import Connection, RemotingClient, RemotingCommand, RequestCode, ResponseCode
+from wire.remoting.busy_poll import BusyPollSetting
+from wire.remoting.connection import Router
+from wire.remoting.signature import SessionCredentials
+from wire.subscription import Subscription
 
 log = logging.getLogger(__name__)
 

@@ -34,7 +34,7 @@ import attrs
 import trio
 import trio.lowlevel
 
-from kernel import units
+from wire import units
 
 AUTO = "auto"
 """The setting for adaptive polling (see the module docstring)."""

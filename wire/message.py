@@ -11,8 +11,8 @@ from typing import TYPE_CHECKING
 
 import attrs
 
-from kernel.batch_codec import string_hash
-from kernel.names import (
+from wire.batch_codec import string_hash
+from wire.names import (
     PROPERTY_DELAY_TIME_LEVEL,
     PROPERTY_KEYS,
     PROPERTY_TAGS,
@@ -25,7 +25,7 @@ from kernel.names import (
 )
 
 if TYPE_CHECKING:
-    from kernel.wire_batch import WireBatch
+    from wire.wire_batch import WireBatch
 
 
 def encode_properties(properties: Mapping[str, str]) -> bytes:
@@ -140,7 +140,7 @@ class MessageBatch:
 
     @property
     def encoded(self) -> WireBatch | None:
-        """The batch as the client encoded it (:class:`kernel.wire_batch.WireBatch`), as long
+        """The batch as the client encoded it (:class:`wire.wire_batch.WireBatch`), as long
         as nothing asked for message objects: the put path then works on columns."""
         return None if isinstance(self._messages, list) else self._messages  # type: ignore[return-value]
 

@@ -20,17 +20,17 @@ from typing import Any
 import attrs
 import trio
 
-from kernel.errors import RemotingClosedError, RemotingTimeoutError
-from kernel.remoting.busy_poll import BusyPoller
-from kernel.remoting.codes import RequestCode, ResponseCode, code_name
-from kernel.remoting.command import (
+from wire.errors import RemotingClosedError, RemotingTimeoutError
+from wire.remoting.busy_poll import BusyPoller
+from wire.remoting.codes import RequestCode, ResponseCode, code_name
+from wire.remoting.command import (
     DEFAULT_MAX_FRAME_SIZE,
     FLAG_ONEWAY,
     FrameDecoder,
     FrameError,
     RemotingCommand,
 )
-from kernel.remoting.metering import (
+from wire.remoting.metering import (
     NO_RESPONSE,
     OTHER_REQUEST,
     RESULT_CANCELLED,

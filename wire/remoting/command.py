@@ -15,7 +15,7 @@ from collections.abc import Mapping
 import attrs
 import orjson
 
-from kernel.remoting.codes import LANGUAGES, OUR_LANGUAGE, OUR_VERSION
+from wire.remoting.codes import LANGUAGES, OUR_LANGUAGE, OUR_VERSION
 
 SERIALIZE_JSON = 0
 SERIALIZE_ROCKETMQ = 1

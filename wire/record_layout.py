@@ -1,6 +1,6 @@
 """The RocketMQ 4.x v1 record header: its constants, its ``struct`` and its numpy row.
 
-One definition for every codec that reads or writes headers (``kernel.record`` one record at a
+One definition for every codec that reads or writes headers (``wire.record`` one record at a
 time; ``record_run``, ``record_columns``, ``dispatch_batch`` and ``wire_batch`` in bulk). It
 imports nothing from the kernel, so every one of them can import it.
 """

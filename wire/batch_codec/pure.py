@@ -16,10 +16,10 @@ from itertools import repeat
 
 import numpy as np
 
-from kernel.errors import MalformedBatch
-from kernel.java_hash import as_signed, java_hashes, java_string_hash
-from kernel.property_scan import Buffer, JoinedProperties, pattern_for
-from kernel.record_layout import HEADER_DTYPE, HEADER_SIZE
+from wire.errors import MalformedBatch
+from wire.java_hash import as_signed, java_hashes, java_string_hash
+from wire.property_scan import Buffer, JoinedProperties, pattern_for
+from wire.record_layout import HEADER_DTYPE, HEADER_SIZE
 
 ENTRY_HEADER = 20
 """totalSize, magic, bodyCRC, flag, bodyLen: the fixed part of a batch entry."""
@@ -176,7 +176,7 @@ def find_pairs(
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Every ``name\\x01value`` pair of ``names`` in the property regions
     ``buffer[begin[i]:end[i]]``: (region row, index into ``names``, value start, value end),
-    positions in ``buffer``, in buffer order (see :mod:`kernel.property_scan`)."""
+    positions in ``buffer``, in buffer order (see :mod:`wire.property_scan`)."""
     joined = JoinedProperties.join(buffer, begin, end)
     matches = list(_pattern(names).finditer(joined.blob))
     if not matches:
@@ -195,7 +195,7 @@ def java_hashes_at(
 ) -> tuple[np.ndarray, np.ndarray]:
     """Java hashes (``uint32``) of the UTF-8 strings ``buffer[start[i]:end[i]]``, each after the
     string whose unsigned hash is ``prefix``; and the rows left for the scalar definition (none
-    here: :func:`~kernel.java_hash.java_hashes` handles every string)."""
+    here: :func:`~wire.java_hash.java_hashes` handles every string)."""
     getitem = buffer.__getitem__
     keys = list(map(getitem, map(slice, start.tolist(), end.tolist())))
     return java_hashes(keys, prefix=prefix), np.zeros(0, dtype=np.int64)

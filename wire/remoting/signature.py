@@ -19,7 +19,7 @@ from collections.abc import Mapping
 
 import attrs
 
-from kernel.remoting.command import RemotingCommand
+from wire.remoting.command import RemotingCommand
 
 ACCESS_KEY = "AccessKey"
 SECRET_KEY = "SecretKey"

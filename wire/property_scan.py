@@ -9,7 +9,7 @@ keys and values never contain ``\\x01`` or ``\\x02``, so a match can only be a w
 of a body are never searched (they are not in the joined buffer) and a value that looks like
 ``KEYS\\x01...`` is not a pair because it is not preceded by ``\\x02``.
 
-This is the numpy definition behind :func:`kernel.batch_codec.pure.find_pairs` (the compiled
+This is the numpy definition behind :func:`wire.batch_codec.pure.find_pairs` (the compiled
 twin walks the regions in place, without joining them); the dispatch reader also keeps the
 joined buffer as the records' properties.
 """

@@ -1,7 +1,7 @@
 """The batch codec: the loops of the data path that touch every message of a batch.
 
-Batches stay buffers and arrays from the socket to the disk (:mod:`kernel.wire_batch`,
-:mod:`kernel.dispatch_batch`). What remains per message is a handful of loops: following a
+Batches stay buffers and arrays from the socket to the disk (:mod:`wire.wire_batch`,
+:mod:`wire.dispatch_batch`). What remains per message is a handful of loops: following a
 batch body's size chain, filling record headers and CRCs, finding a few properties, hashing
 tags and keys the way Java does. In numpy each of them costs a few fixed microseconds per call
 whatever the batch size, and a batch of 32 messages made some sixty such calls: the put path of
@@ -9,8 +9,8 @@ whatever the batch size, and a batch of 32 messages made some sixty such calls: 
 
 So these loops exist twice, with one signature and one answer:
 
-- :mod:`kernel.batch_codec.pure`: numpy and the standard library, the definition;
-- ``kernel.batch_codec._compiled``: the same loops in Cython, built by pip at install time
+- :mod:`wire.batch_codec.pure`: numpy and the standard library, the definition;
+- ``wire.batch_codec._compiled``: the same loops in Cython, built by pip at install time
   (``setup.py``; gcc and the Python headers, zlib for CRC-32).
 
 The compiled one is used when it was built and ``TROCKET_PURE_CODEC`` is not set (to ``1``);
@@ -24,14 +24,14 @@ import os
 
 import numpy as np
 
-from kernel.batch_codec import pure
-from kernel.java_hash import hash_after
-from kernel.property_scan import Buffer
+from wire.batch_codec import pure
+from wire.java_hash import hash_after
+from wire.property_scan import Buffer
 
 try:
     if os.environ.get("TROCKET_PURE_CODEC", "") not in ("", "0"):
         raise ImportError("TROCKET_PURE_CODEC is set")
-    from kernel.batch_codec import _compiled  # type: ignore[attr-defined]
+    from wire.batch_codec import _compiled  # type: ignore[attr-defined]
 except ImportError:
     _compiled = None
 
@@ -59,7 +59,7 @@ def dispatch_properties(
     buffer: Buffer, begin: np.ndarray, end: np.ndarray, parked: np.ndarray | None = None
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Tag codes and index keys (``key_rows``, ``key_start``, ``key_end``: spans of ``buffer``)
-    of records (see :func:`kernel.batch_codec.pure.dispatch_properties`).
+    of records (see :func:`wire.batch_codec.pure.dispatch_properties`).
     The compiled loop covers ASCII tags and keys outside the parking topics, the pure one the
     rest."""
     if _compiled is not None and (parked is None or not parked.any()):

@@ -4,7 +4,7 @@ The dispatch loop feeds every record of the log to the consume queues and the in
 each record into a Python object (properties into a dict, tags hashed character by character)
 cost about 5 µs per message, almost half of the broker's time under a pipelined producer. Here a
 run of records becomes arrays instead: one gather reads every header, one codec call
-(:func:`kernel.batch_codec.dispatch_properties`) walks the properties of all records for the
+(:func:`wire.batch_codec.dispatch_properties`) walks the properties of all records for the
 few keys views need (``TAGS``, ``KEYS``, ``UNIQ_KEY``, ``TIMER_OUT_MS``), hashing tags as it
 goes and leaving index keys as spans of the properties (no object per key). Views that know
 the columns write their entries column-wise; everything else (plugins' dispatchers, the
@@ -21,18 +21,14 @@ from typing import NamedTuple, overload
 import attrs
 import numpy as np
 
-from kernel import batch_codec
-from kernel.model import (
-    SYSFLAG_BORNHOST_V6,
-    SYSFLAG_STOREHOST_V6,
-    DispatchRecord,
-    decode_properties,
-    encode_properties,
-)
-from kernel.property_scan import JoinedProperties
-from kernel.record_layout import HEADER_SIZE, header_rows
-from kernel.record_run import RecordRun
-from kernel.wire_batch import WireBatch
+from wire import batch_codec
+from wire.dispatch_record import DispatchRecord
+from wire.message import decode_properties, encode_properties
+from wire.names import SYSFLAG_BORNHOST_V6, SYSFLAG_STOREHOST_V6
+from wire.property_scan import JoinedProperties
+from wire.record_layout import HEADER_SIZE, header_rows
+from wire.record_run import RecordRun
+from wire.wire_batch import WireBatch
 
 _HOST_MASK = ~(SYSFLAG_BORNHOST_V6 | SYSFLAG_STOREHOST_V6)
 
@@ -91,7 +87,7 @@ class DispatchBatch(Sequence[DispatchRecord]):
         cls, buffer: bytes | bytearray | mmap.mmap, run: RecordRun, parking: frozenset[str] = frozenset()
     ) -> DispatchBatch:
         """Columns of the valid records of ``run`` (checked by
-        :func:`~kernel.record_run.check_run` in ``buffer``); ``parking``: see :meth:`gather`."""
+        :func:`~wire.record_run.check_run` in ``buffer``); ``parking``: see :meth:`gather`."""
         groups, inverse = np.unique(run.representative, return_inverse=True)
         distinct: dict[str, int] = {}
         remap = np.array([distinct.setdefault(run.topics[g], len(distinct)) for g in groups.tolist()])
@@ -213,7 +209,7 @@ class DispatchBatch(Sequence[DispatchRecord]):
 
     def _read_properties(self, parking: frozenset[str]) -> None:
         """Fill :attr:`tags_code` and the index keys from the records' properties, all records
-        at once (:func:`kernel.batch_codec.dispatch_properties`)."""
+        at once (:func:`wire.batch_codec.dispatch_properties`)."""
         parked_topics = [i for i, topic in enumerate(self.topics) if topic in parking]
         parked = np.isin(self.topic_index, parked_topics) if parked_topics else None
         self.tags_code, self.key_rows, self.key_start, self.key_end = batch_codec.dispatch_properties(

@@ -1,6 +1,6 @@
 """Validating a run of consecutive stored records at once (recovery scans millions of them).
 
-:func:`kernel.record.check_header` defines what a valid record is, one record at a time.
+:func:`wire.record.check_header` defines what a valid record is, one record at a time.
 :func:`check_run` applies the same checks to every record of a run with numpy: the only
 per-record Python step left is following the size chain from one record to the next; CRCs and
 the NUL searches run through ``map`` over C functions. That takes a recovery scan from about
@@ -18,10 +18,10 @@ import attrs
 import numpy as np
 import numpy.ma  # noqa: F401 - np.unique imports it on first use: a first pull at the open-files limit failed
 
-from kernel import batch_codec
-from kernel.errors import CorruptRecord
-from kernel.record import check_header
-from kernel.record_layout import HEADER_DTYPE, HEADER_SIZE, MAGIC_V1, MIN_RECORD_SIZE
+from wire import batch_codec
+from wire.errors import CorruptRecord
+from wire.record import check_header
+from wire.record_layout import HEADER_DTYPE, HEADER_SIZE, MAGIC_V1, MIN_RECORD_SIZE
 
 _SIZE = struct.Struct(">i")
 
@@ -74,7 +74,7 @@ def check_run(
 ) -> RecordRun:
     """Validate records from ``start`` while they are valid, up to ``limit`` (the file size).
 
-    Besides :func:`~kernel.record.check_header`'s checks, every record must store its own log
+    Besides :func:`~wire.record.check_header`'s checks, every record must store its own log
     offset (``base + position``) and have a UTF-8 topic, as recovery requires.
     """
     stop = min(limit - 8 + 1, start + max_bytes)
@@ -126,7 +126,7 @@ class _Records:
     @classmethod
     def gather(cls, buffer: Buffer, at: np.ndarray, limit: int, base: int, check_crc: bool) -> _Records:
         """Check every record starting at ``at`` (each at least a minimal record within
-        ``limit``) the way :func:`~kernel.record.check_header` does, in bulk."""
+        ``limit``) the way :func:`~wire.record.check_header` does, in bulk."""
         count = len(at)
         if not count:
             empty = np.zeros(0, dtype=np.int64)
@@ -248,7 +248,7 @@ def check_at(
 ) -> CorruptRecord | None:
     """Validate the records a consume queue points at, in bulk: each must lie within ``limit``,
     have the ``sizes`` the queue says, store its own log offset and pass
-    :func:`~kernel.record.check_header` with its CRC. Returns the first problem (its offset
+    :func:`~wire.record.check_header` with its CRC. Returns the first problem (its offset
     relative to ``buffer``) or ``None``."""
     if not len(positions):
         return None

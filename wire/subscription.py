@@ -10,7 +10,7 @@ from typing import Any
 
 import attrs
 
-from kernel.model import tags_code
+from wire.message import tags_code
 
 
 @attrs.frozen

@@ -9,8 +9,8 @@ from pathlib import Path
 
 from kernel.config.broker import BrokerConfig, Config
 from kernel.errors import ConfigError
-from kernel.remoting.signature import SessionCredentials
-from kernel.remoting.tls import ClientAuth, ServerTls, TlsConfigError, TlsMode, client_context, server_context
+from wire.remoting.signature import SessionCredentials
+from wire.remoting.tls import ClientAuth, ServerTls, TlsConfigError, TlsMode, client_context, server_context
 
 
 def server_tls(config: Config) -> ServerTls | None:

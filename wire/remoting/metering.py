@@ -1,9 +1,9 @@
 """Requests served, counted by code, response code and result, with their latency: RocketMQ 5's
 ``rocketmq_rpc_latency`` histogram.
 
-A :class:`RequestMeter` belongs to one server's :class:`~kernel.remoting.connection.Router`
+A :class:`RequestMeter` belongs to one server's :class:`~wire.remoting.connection.Router`
 (the broker's port, the NameServer's). Routers have none unless someone reads the figures: a
-metrics plugin puts a :class:`RequestMeters` in ``ctx.stash`` under :data:`REQUEST_METERS`
+metrics plugin puts a :class:`RequestMeters` in ``ctx.stash`` under ``kernel.context.REQUEST_METERS``
 when it registers its services, and the plugins that build routers attach a meter from it.
 Without one the router does not even read the clock.
 
@@ -17,8 +17,6 @@ import bisect
 from collections.abc import Iterator
 
 import attrs
-
-from kernel.context import StashKey
 
 RPC_LATENCY_BOUNDS_MS = (1, 3, 5, 7, 10, 100, 1000, 2000, 3000)
 """RocketMQ 5's ``rocketmq_rpc_latency`` buckets, in milliseconds (and +Inf)."""
@@ -99,8 +97,3 @@ class RequestMeters:
 
     def __iter__(self) -> Iterator[RequestMeter]:
         return iter(list(self._meters.values()))
-
-
-REQUEST_METERS = StashKey[RequestMeters]("kernel.remoting.request_meters")
-"""Set by a plugin that reads request figures (metrics) in ``trocket_register_services``;
-routers built after that count their requests into it."""

@@ -8,9 +8,9 @@ from collections.abc import Callable
 import attrs
 import trio
 
-from kernel.remoting.busy_poll import BusyPoller, BusyPollSetting, start_busy_poll
-from kernel.remoting.connection import Connection, Router, TransportLimits
-from kernel.remoting.tls import ServerTls
+from wire.remoting.busy_poll import BusyPoller, BusyPollSetting, start_busy_poll
+from wire.remoting.connection import Connection, Router, TransportLimits
+from wire.remoting.tls import ServerTls
 
 log = logging.getLogger(__name__)
 
@@ -53,7 +53,7 @@ class RemotingServer:
     tls: ServerTls | None = None
     """TLS as ``tls.server.mode`` says; ``None`` is plain TCP (``disabled``)."""
     busy_poll: BusyPollSetting = 0.0
-    """Polling after activity (see :mod:`kernel.remoting.busy_poll`): ``"auto"``, seconds of a
+    """Polling after activity (see :mod:`wire.remoting.busy_poll`): ``"auto"``, seconds of a
     fixed window, or 0 (the default here: sleeps in epoll as usual; the broker's
     ``[remoting] busy_poll`` defaults to ``"auto"``)."""
     busy_poller: BusyPoller | None = attrs.field(default=None, init=False)

@@ -25,8 +25,10 @@ from collections.abc import Mapping, Sequence
 import attrs
 import numpy as np
 
-from kernel.errors import CorruptRecord
-from kernel.model import (
+from wire.dispatch_record import DispatchRecord
+from wire.errors import CorruptRecord
+from wire.message import Message, MessagePropertiesView, decode_properties, encode_properties, tags_code
+from wire.names import (
     PROPERTY_KEYS,
     PROPERTY_TAGS,
     PROPERTY_TIMER_OUT_MS,
@@ -34,15 +36,9 @@ from kernel.model import (
     SYSFLAG_BORNHOST_V6,
     SYSFLAG_COMPRESSED,
     SYSFLAG_STOREHOST_V6,
-    DispatchRecord,
-    Message,
-    MessagePropertiesView,
-    decode_properties,
-    encode_properties,
-    tags_code,
 )
-from kernel.record_layout import HEADER, HEADER_SIZE, MAGIC_BLANK, MAGIC_V1, MAGIC_V2, MIN_RECORD_SIZE
-from kernel.wire_batch import WireBatch
+from wire.record_layout import HEADER, HEADER_SIZE, MAGIC_BLANK, MAGIC_V1, MAGIC_V2, MIN_RECORD_SIZE
+from wire.wire_batch import WireBatch
 
 __all__ = ["HEADER", "HEADER_SIZE", "MAGIC_BLANK", "MAGIC_V1", "MAGIC_V2", "MIN_RECORD_SIZE"]
 
@@ -185,7 +181,7 @@ class RecordEncoder:
         store_timestamp: int,
     ) -> EncodedRun:
         """:meth:`encode_run` for a batch kept as the client encoded it (column-wise, see
-        :mod:`kernel.wire_batch`)."""
+        :mod:`wire.wire_batch`)."""
         topic = batch.topic
         prefix = self._topics.get(topic) or self._topic_prefix(topic)
         if batch.has_nul_in_properties():

@@ -15,9 +15,9 @@ from typing import NoReturn
 import attrs
 import numpy as np
 
-from kernel import batch_codec
-from kernel.errors import CorruptRecord
-from kernel.record_layout import HEADER_DTYPE, HEADER_SIZE, MAGIC_V1, MIN_RECORD_SIZE, header_rows
+from wire import batch_codec
+from wire.errors import CorruptRecord
+from wire.record_layout import HEADER_DTYPE, HEADER_SIZE, MAGIC_V1, MIN_RECORD_SIZE, header_rows
 
 __all__ = ["HEADER_DTYPE", "RecordColumns", "record_starts"]
 
@@ -26,7 +26,7 @@ _SIZE_MAGIC = struct.Struct(">ii")
 
 def record_starts(data: bytes | memoryview) -> np.ndarray:
     """Where each record of ``data`` begins, checking sizes and magic on the way (the size
-    chain is followed by :func:`kernel.batch_codec.size_chain`, the magics checked as a column).
+    chain is followed by :func:`wire.batch_codec.size_chain`, the magics checked as a column).
 
     :raises CorruptRecord: a record's size or magic is wrong, or it runs past the end.
     """

@@ -1,5 +1,5 @@
 # cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True, initializedcheck=False
-"""The batch codec's loops in C (see ``kernel/batch_codec/__init__.py`` for why and when).
+"""The batch codec's loops in C (see ``wire/batch_codec/__init__.py`` for why and when).
 
 Each function here has a pure-Python twin in ``pure.py`` with the same signature and the same
 answers (a property test holds them together). Inputs are buffers and ``int64`` arrays, outputs
@@ -14,7 +14,7 @@ from cpython.list cimport PyList_Append
 
 import numpy as np
 
-from kernel.errors import MalformedBatch
+from wire.errors import MalformedBatch
 
 
 cdef extern from "zlib.h" nogil:

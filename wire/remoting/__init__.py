@@ -1,9 +1,9 @@
 """RocketMQ's remoting protocol: frame codec, connection, server and client (shared by the
 broker's network plugin, the NameServer plugin, the admin CLI and the client SDK)."""
 
-from kernel.remoting.client import RemotingClient, split_address
-from kernel.remoting.codes import RequestCode, ResponseCode, code_name
-from kernel.remoting.command import (
+from wire.remoting.client import RemotingClient, split_address
+from wire.remoting.codes import RequestCode, ResponseCode, code_name
+from wire.remoting.command import (
     FLAG_ONEWAY,
     FLAG_RESPONSE,
     SERIALIZE_JSON,
@@ -14,8 +14,8 @@ from kernel.remoting.command import (
     parse_bool,
     string_fields,
 )
-from kernel.remoting.connection import Connection, Guard, Handler, Router, TransportLimits
-from kernel.remoting.server import RemotingServer, format_address
+from wire.remoting.connection import Connection, Guard, Handler, Router, TransportLimits
+from wire.remoting.server import RemotingServer, format_address
 
 __all__ = [
     "Guard",

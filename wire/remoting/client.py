@@ -15,13 +15,13 @@ from contextlib import asynccontextmanager
 import attrs
 import trio
 
-from kernel.errors import RemotingConnectError
-from kernel.remoting.busy_poll import BusyPoller, BusyPollSetting, start_busy_poll
-from kernel.remoting.command import RemotingCommand
-from kernel.remoting.connection import Connection, Router, TransportLimits
-from kernel.remoting.server import format_address
-from kernel.remoting.signature import SessionCredentials
-from kernel.remoting.tls import open_client_stream
+from wire.errors import RemotingConnectError
+from wire.remoting.busy_poll import BusyPoller, BusyPollSetting, start_busy_poll
+from wire.remoting.command import RemotingCommand
+from wire.remoting.connection import Connection, Router, TransportLimits
+from wire.remoting.server import format_address
+from wire.remoting.signature import SessionCredentials
+from wire.remoting.tls import open_client_stream
 
 log = logging.getLogger(__name__)
 
@@ -46,9 +46,9 @@ class RemotingClient:
     credentials: SessionCredentials | None = None
     """When set, every request this client sends is signed (RocketMQ ACL)."""
     tls: ssl.SSLContext | None = None
-    """When set, every connection speaks TLS (``tls.enable``; see :mod:`kernel.remoting.tls`)."""
+    """When set, every connection speaks TLS (``tls.enable``; see :mod:`wire.remoting.tls`)."""
     busy_poller: BusyPoller | None = None
-    """Keeps the loop polling while answers are due (see :mod:`kernel.remoting.busy_poll`)."""
+    """Keeps the loop polling while answers are due (see :mod:`wire.remoting.busy_poll`)."""
     _connections: dict[str, Connection] = attrs.field(factory=dict, init=False)
     _locks: dict[str, trio.Lock] = attrs.field(factory=dict, init=False)
 
@@ -67,7 +67,7 @@ class RemotingClient:
         """``busy_poll``: whether the event loop polls instead of sleeping after each request
         sent and each receive: ``"auto"`` (adaptive), seconds of a fixed window, or 0 (off,
         the default here; the SDK's clients default to ``"auto"``). See
-        :mod:`kernel.remoting.busy_poll`."""
+        :mod:`wire.remoting.busy_poll`."""
         try:
             async with trio.open_nursery() as nursery:
                 poller = start_busy_poll(nursery, busy_poll)

@@ -12,10 +12,10 @@ several microseconds per message in the broker. Here the body stays one buffer:
 - :meth:`WireBatch.encode_records` writes the 88-byte record headers, the body CRCs, bodies,
   topic and properties into the one buffer the store writes with one call.
 
-The loops behind those steps are :mod:`kernel.batch_codec` (compiled when it was built, numpy
+The loops behind those steps are :mod:`wire.batch_codec` (compiled when it was built, numpy
 otherwise, same answers).
 
-The bytes are the ones :class:`kernel.record.RecordEncoder` writes for the same messages (a
+The bytes are the ones :class:`wire.record.RecordEncoder` writes for the same messages (a
 property test holds the two to the same answer). Code that wants message objects (a plugin's
 hook, another store) iterates the batch and gets :class:`~kernel.model.Message` objects built
 on access; :class:`~kernel.model.MessageBatch` then keeps those, as hooks may rewrite them.
@@ -30,19 +30,18 @@ from typing import overload
 import attrs
 import numpy as np
 
-from kernel import batch_codec
-from kernel.errors import MalformedBatch
-from kernel.model import (
+from wire import batch_codec
+from wire.errors import MalformedBatch
+from wire.message import Message, decode_properties
+from wire.names import (
     PROPERTY_DELAY_TIME_LEVEL,
     PROPERTY_TRANSACTION_PREPARED,
     PROPERTY_WAIT_STORE_MSG_OK,
     SYSFLAG_BORNHOST_V6,
     SYSFLAG_STOREHOST_V6,
     TIMER_PROPERTIES,
-    Message,
-    decode_properties,
 )
-from kernel.record_layout import HEADER_SIZE, MAGIC_V1
+from wire.record_layout import HEADER_SIZE, MAGIC_V1
 
 __all__ = ["MalformedBatch", "WireBatch"]
 
@@ -132,7 +131,7 @@ class WireBatch:
         return self._props_end
 
     def find_properties(self, names: tuple[bytes, ...]) -> batch_codec.Pairs:
-        """:func:`kernel.batch_codec.find_pairs` over the properties of this batch."""
+        """:func:`wire.batch_codec.find_pairs` over the properties of this batch."""
         return batch_codec.find_pairs(self.data, self.props_at, self.props_end, names)
 
     def needs_attention(self) -> bool:
