@@ -108,13 +108,28 @@ class ConsumeQueue:
             self.min_queue_offset = max(self.min_queue_offset, self.files.min_offset // CQ_ENTRY_SIZE)
         self.correct_min_offset(log_min)
 
-    def reserve(self, next_queue_offset: int, count: int) -> None:
-        """Make sure the files that entries ``next_queue_offset`` .. ``+ count`` go to exist,
-        so dispatching them opens no file (a put calls this before its append).
+    def has_room(self, next_queue_offset: int, count: int) -> bool:
+        """Whether entries ``next_queue_offset`` .. ``+ count`` have files and disk space (the
+        file of the last one is allocated that far; earlier ranges are allocated first)."""
+        needed = (next_queue_offset + count) * CQ_ENTRY_SIZE
+        files = self.files.files
+        if not files or files[-1].end < needed or needed <= files[0].start:
+            return False
+        last = self.files.find(needed - 1)
+        return last.allocated >= needed - last.start
 
-        :raises OSError: a file could not be created (EMFILE, ENOSPC, EACCES ...).
+    def reserve(self, next_queue_offset: int, count: int) -> None:
+        """Make sure the files that entries ``next_queue_offset`` .. ``+ count`` go to exist and
+        have disk space for them, so dispatching them opens no file and cannot meet a full disk
+        (a put calls this before its append).
+
+        :raises OSError: a file could not be created or allocated (EMFILE, ENOSPC, EACCES ...).
         """
-        self.files.extend_to((next_queue_offset + count) * CQ_ENTRY_SIZE, next_queue_offset * CQ_ENTRY_SIZE)
+        begin, end = next_queue_offset * CQ_ENTRY_SIZE, (next_queue_offset + count) * CQ_ENTRY_SIZE
+        self.files.extend_to(end, begin)
+        for mapped in self.files.files:
+            if mapped.end > begin and mapped.start < end:
+                mapped.allocate_to(min(end, mapped.end) - mapped.start)
 
     def append(self, entries: bytes, first_queue_offset: int) -> None:
         """Write encoded entries starting at ``first_queue_offset`` (the queue's end)."""
@@ -201,7 +216,7 @@ class ConsumeQueues(TracksDispatchFailure):
         for topic_dir in sorted(p for p in root.iterdir() if p.is_dir()):
             for queue_dir in sorted(p for p in topic_dir.iterdir() if p.is_dir() and p.name.isdigit()):
                 key = (topic_dir.name, int(queue_dir.name))
-                files = MappedFileQueue.load(queue_dir, file_size)
+                files = MappedFileQueue.load(queue_dir, file_size, sparse=True)
                 queue = ConsumeQueue(key[0], key[1], files)
                 queue.recover()
                 queues.queues[key] = queue
@@ -212,7 +227,9 @@ class ConsumeQueues(TracksDispatchFailure):
         queue = self.queues.get(key)
         if queue is None and create:
             directory = self._queue_directory(topic, queue_id)
-            queue = ConsumeQueue(topic, queue_id, MappedFileQueue.load(directory, self.file_size))
+            queue = ConsumeQueue(
+                topic, queue_id, MappedFileQueue.load(directory, self.file_size, sparse=True)
+            )
             self.queues[key] = queue
         return queue
 

@@ -42,6 +42,8 @@ class MappedFile:
     stage_writes: bool = False
     wrote: int = 0
     flushed: int = 0
+    allocated: int = 0
+    """Bytes from the file's start known to have disk space (all of it unless sparse)."""
     _committed: int = attrs.field(default=0, init=False)
     _staged: bytearray = attrs.field(factory=bytearray, init=False)
     _staged_at: int = attrs.field(default=0, init=False)
@@ -60,16 +62,22 @@ class MappedFile:
         use_mmap_writes: bool = False,
         stage_writes: bool = False,
         start: int | None = None,
+        sparse: bool = False,
     ) -> MappedFile:
         """Open (or create, allocating ``size`` bytes) and map the file.
 
-        Space is really allocated (``posix_fallocate``, never a sparse file): writing into a hole
-        of a mapped file on a full disk kills the process with SIGBUS, allocation fails with
-        ENOSPC instead. ``start`` defaults to the offset in the file's 20-digit name.
+        Space is really allocated (``posix_fallocate``): writing into a hole of a mapped file on
+        a full disk kills the process with SIGBUS, allocation fails with ENOSPC instead. A
+        ``sparse`` file (consume queues: thousands of queues must not each reserve megabytes) is
+        only sized; its writer allocates each range with :meth:`allocate_to` before writing, and
+        writes with ``pwrite`` (never through the mapping), so a full disk is still an ENOSPC,
+        never a SIGBUS. ``start`` defaults to the offset in the file's 20-digit name.
 
         :raises OSError: with the path in the message, e.g. ENOSPC while allocating.
         """
         start = int(path.name) if start is None else start
+        if sparse and (use_mmap_writes or stage_writes):
+            raise ValueError(f"{path}: a sparse file is written with pwrite only")
         flags = os.O_RDWR | (os.O_CREAT if create else 0)
         fd = os.open(path, flags, 0o644)
         try:
@@ -77,7 +85,10 @@ class MappedFile:
             if current < size:
                 if not create:
                     log.warning("%s is %d bytes, shorter than %d; extending", path, current, size)
-                os.posix_fallocate(fd, 0, size)
+                if sparse:
+                    os.ftruncate(fd, size)
+                else:
+                    os.posix_fallocate(fd, 0, size)
             mapping = mmap.mmap(fd, size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
         except BaseException:
             os.close(fd)
@@ -88,6 +99,7 @@ class MappedFile:
         mapped = cls(
             path=path, start=start, size=size, use_mmap_writes=use_mmap_writes, stage_writes=stage_writes
         )
+        mapped.allocated = 0 if sparse else size
         mapped._fd = fd
         mapped._map = mapping
         return mapped
@@ -130,6 +142,18 @@ class MappedFile:
             if written != len(data):
                 raise OSError(f"short write to {self.path}: {written} of {len(data)} bytes")
         self.wrote += len(data)
+
+    def allocate_to(self, position: int) -> None:
+        """Give ``[allocated, position)`` disk space (rounded up to a page), so that writing it
+        cannot fail for want of space.
+
+        :raises OSError: ENOSPC (nothing is allocated then) and the like.
+        """
+        if position <= self.allocated:
+            return
+        end = min(self.size, -(-position // PAGE_SIZE) * PAGE_SIZE)
+        os.posix_fallocate(self._fd, self.allocated, end - self.allocated)
+        self.allocated = end
 
     def fill_to_end(self) -> None:
         """Mark the file full after its end-of-file record (the rest is allocated zeros)."""

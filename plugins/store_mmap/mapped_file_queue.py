@@ -27,10 +27,18 @@ class MappedFileQueue:
     use_mmap_writes: bool = False
     stage_writes: bool = False
     files: list[MappedFile] = attrs.field(factory=list)
+    sparse: bool = False
+    """Files are sized, not allocated (see :meth:`MappedFile.open`); writers allocate ranges."""
 
     @classmethod
     def load(
-        cls, directory: Path, file_size: int, *, use_mmap_writes: bool = False, stage_writes: bool = False
+        cls,
+        directory: Path,
+        file_size: int,
+        *,
+        use_mmap_writes: bool = False,
+        stage_writes: bool = False,
+        sparse: bool = False,
     ) -> MappedFileQueue:
         """Open every file of ``directory`` (created if missing), marked fully written.
 
@@ -39,7 +47,7 @@ class MappedFileQueue:
         :raises StoreError: a file of the wrong size or a gap between files, naming the files.
         """
         directory.mkdir(parents=True, exist_ok=True)
-        queue = cls(directory, file_size, use_mmap_writes, stage_writes)
+        queue = cls(directory, file_size, use_mmap_writes, stage_writes, sparse=sparse)
         paths = sorted(p for p in directory.iterdir() if _NAME.match(p.name))
         for position, path in enumerate(paths):
             actual = path.stat().st_size
@@ -55,7 +63,12 @@ class MappedFileQueue:
                     f"{file_size} bytes; was the file size setting changed?"
                 )
             mapped = MappedFile.open(
-                path, file_size, create=False, use_mmap_writes=use_mmap_writes, stage_writes=stage_writes
+                path,
+                file_size,
+                create=False,
+                use_mmap_writes=use_mmap_writes,
+                stage_writes=stage_writes,
+                sparse=sparse,
             )
             mapped.set_positions(file_size)
             if queue.files and queue.files[-1].end != mapped.start:
@@ -153,6 +166,7 @@ class MappedFileQueue:
             create=True,
             use_mmap_writes=self.use_mmap_writes,
             stage_writes=self.stage_writes,
+            sparse=self.sparse,
         )
         self.files.append(mapped)
         log.info("created %s", path)

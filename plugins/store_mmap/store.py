@@ -25,7 +25,7 @@ from kernel.queue_entries import QueueEntries
 from kernel.sync import LogPositions
 from plugins.store_mmap.checkpoint import Checkpoint
 from plugins.store_mmap.commit_log import CommitLog
-from plugins.store_mmap.config import CQ_ENTRY_SIZE, StoreMmapConfig
+from plugins.store_mmap.config import StoreMmapConfig
 from plugins.store_mmap.consume_queue import ConsumeQueues
 from plugins.store_mmap.index_file import IndexService
 from plugins.store_mmap.lock import StoreLock
@@ -121,13 +121,13 @@ class MmapStore:
                 self._reserve(topic, queue_id, count)
 
     def _reserve(self, topic: str, queue_id: int, count: int) -> None:
-        """The files ``count`` new entries of one queue go to exist, or StoreNotWritable."""
+        """The files ``count`` new entries of one queue go to exist and have disk space, or
+        StoreNotWritable."""
         key = (topic, queue_id)
         queue = self.queues.queues.get(key)
         next_offset = self.commit_log.queue_offsets.get(key, 0)
-        if queue is not None and queue.files.files:
-            if queue.files.files[-1].end >= (next_offset + count) * CQ_ENTRY_SIZE:
-                return  # the common case: the queue's files have room
+        if queue is not None and queue.has_room(next_offset, count):
+            return  # the common case: the queue's files have room
         try:
             queue = self.queues.queue(topic, queue_id, create=True)
             assert queue is not None

@@ -1,0 +1,62 @@
+"""Consume-queue disk grows with data, not with queue count (issue 39, item 2): every queue file
+was allocated whole up front (5.7 MiB each with RocketMQ's sizes: 1,000 topics x 8 queues took
+4.6 GB for one message per queue). Queue files are now sparse and each put allocates the pages
+its entries need before it is acknowledged, so a full disk still refuses the put (ENOSPC), never
+a SIGBUS and never an acknowledged message its queue cannot hold."""
+
+from __future__ import annotations
+
+import pytest
+
+from kernel import pull
+from kernel.errors import StoreNotWritable
+from kernel.model import GetStatus
+from kernel.testing import dispatch_all
+
+from .helpers import messages, opened
+from .test_retention import tiny_filesystem  # noqa: F401 - the fixture
+
+ROCKETMQ_QUEUE_FILE = 300_000 * 20
+QUEUES = 400
+
+
+def _disk(root) -> tuple[int, int]:
+    """(real bytes allocated, apparent bytes) of the files under ``root``."""
+    files = [p for p in root.rglob("*") if p.is_file()]
+    return sum(p.stat().st_blocks * 512 for p in files), sum(p.stat().st_size for p in files)
+
+
+async def test_a_message_per_queue_costs_a_page_not_a_whole_queue_file(tmp_path):
+    async with opened(tmp_path / "store", consume_queue_file_size=ROCKETMQ_QUEUE_FILE) as (store, _):
+        for queue_id in range(QUEUES):
+            await store.append(messages("Wide", queue_id, 1))
+        await dispatch_all(store)
+        for queue_id in range(QUEUES):
+            got = await pull.get_messages(store, "Wide", queue_id, 0)
+            assert got.status is GetStatus.FOUND and len(got.records) == 1
+    real, apparent = _disk(tmp_path / "store" / "consumequeue")
+    assert apparent == QUEUES * ROCKETMQ_QUEUE_FILE  # RocketMQ's file size and names are kept
+    assert real <= QUEUES * 8192, f"{real} bytes really allocated for {QUEUES} one-entry queues"
+
+
+async def test_a_full_disk_refuses_the_put_that_its_queue_could_not_hold(tiny_filesystem, tmp_path):  # noqa: F811
+    """The queues on a 40 KiB filesystem, the log elsewhere: puts to new queues fill it, then
+    one is refused with ENOSPC, and every acknowledged message is readable from its queue."""
+    root = tiny_filesystem / "store"
+    acked: list[int] = []
+    async with opened(
+        root, consume_queue_file_size=ROCKETMQ_QUEUE_FILE, commit_log_dir=str(tmp_path / "log")
+    ) as (
+        store,
+        _,
+    ):
+        with pytest.raises(StoreNotWritable, match="cannot open the consume queue Wide/") as refused:
+            for queue_id in range(1000):
+                await store.append(messages("Wide", queue_id, 1))
+                acked.append(queue_id)
+        assert "the disk is full" in str(refused.value)
+        assert acked, "some puts fit"
+        await dispatch_all(store)
+        for queue_id in acked:
+            got = await pull.get_messages(store, "Wide", queue_id, 0)
+            assert got.status is GetStatus.FOUND, queue_id
