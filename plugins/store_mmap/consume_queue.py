@@ -23,6 +23,7 @@ from kernel.queue_entries import QueueEntries
 from plugins.store_mmap.config import CQ_ENTRY_SIZE
 from plugins.store_mmap.mapped_file import PAGE_SIZE
 from plugins.store_mmap.mapped_file_queue import MappedFileQueue
+from plugins.store_mmap.open_files import OpenFileBudget
 from plugins.store_mmap.view_failure import TracksDispatchFailure
 from wire.dispatch_batch import DispatchBatch
 
@@ -202,6 +203,8 @@ class ConsumeQueues(TracksDispatchFailure):
     least_pages: int = 2
     """``flushConsumeQueueLeastPages``: a periodic (not thorough) persist flushes a queue file
     only once this many pages are dirty."""
+    budget: OpenFileBudget | None = None
+    """The bound on open queue files (None: every file stays open)."""
     queues: dict[tuple[str, int], ConsumeQueue] = attrs.field(factory=dict)
     name: str = "consume_queue"
     failing: str = ""
@@ -210,13 +213,15 @@ class ConsumeQueues(TracksDispatchFailure):
     _newest_timestamp: int = 0
 
     @classmethod
-    def load(cls, root: Path, file_size: int, *, least_pages: int = 2) -> ConsumeQueues:
+    def load(
+        cls, root: Path, file_size: int, *, least_pages: int = 2, budget: OpenFileBudget | None = None
+    ) -> ConsumeQueues:
         root.mkdir(parents=True, exist_ok=True)
-        queues = cls(root, file_size, least_pages=least_pages)
+        queues = cls(root, file_size, least_pages=least_pages, budget=budget)
         for topic_dir in sorted(p for p in root.iterdir() if p.is_dir()):
             for queue_dir in sorted(p for p in topic_dir.iterdir() if p.is_dir() and p.name.isdigit()):
                 key = (topic_dir.name, int(queue_dir.name))
-                files = MappedFileQueue.load(queue_dir, file_size, sparse=True)
+                files = MappedFileQueue.load(queue_dir, file_size, sparse=True, budget=budget)
                 queue = ConsumeQueue(key[0], key[1], files)
                 queue.recover()
                 queues.queues[key] = queue
@@ -228,7 +233,9 @@ class ConsumeQueues(TracksDispatchFailure):
         if queue is None and create:
             directory = self._queue_directory(topic, queue_id)
             queue = ConsumeQueue(
-                topic, queue_id, MappedFileQueue.load(directory, self.file_size, sparse=True)
+                topic,
+                queue_id,
+                MappedFileQueue.load(directory, self.file_size, sparse=True, budget=self.budget),
             )
             self.queues[key] = queue
         return queue

@@ -21,6 +21,8 @@ from pathlib import Path
 
 import attrs
 
+from plugins.store_mmap.open_files import OpenFileBudget
+
 log = logging.getLogger(__name__)
 
 PAGE_SIZE = mmap.PAGESIZE
@@ -44,6 +46,8 @@ class MappedFile:
     flushed: int = 0
     allocated: int = 0
     """Bytes from the file's start known to have disk space (all of it unless sparse)."""
+    budget: OpenFileBudget | None = None
+    """The open-file bound this file counts against (None: always open)."""
     _committed: int = attrs.field(default=0, init=False)
     _staged: bytearray = attrs.field(factory=bytearray, init=False)
     _staged_at: int = attrs.field(default=0, init=False)
@@ -51,6 +55,7 @@ class MappedFile:
     _map: mmap.mmap | None = attrs.field(default=None, init=False)
     _refs: int = attrs.field(default=0, init=False)
     _destroy_pending: bool = attrs.field(default=False, init=False)
+    _parked: bool = attrs.field(default=False, init=False)
 
     @classmethod
     def open(
@@ -63,6 +68,7 @@ class MappedFile:
         stage_writes: bool = False,
         start: int | None = None,
         sparse: bool = False,
+        budget: OpenFileBudget | None = None,
     ) -> MappedFile:
         """Open (or create, allocating ``size`` bytes) and map the file.
 
@@ -71,7 +77,8 @@ class MappedFile:
         ``sparse`` file (consume queues: thousands of queues must not each reserve megabytes) is
         only sized; its writer allocates each range with :meth:`allocate_to` before writing, and
         writes with ``pwrite`` (never through the mapping), so a full disk is still an ENOSPC,
-        never a SIGBUS. ``start`` defaults to the offset in the file's 20-digit name.
+        never a SIGBUS. ``start`` defaults to the offset in the file's 20-digit name. With a
+        ``budget`` the file may be parked (closed) while unused and is reopened on demand.
 
         :raises OSError: with the path in the message, e.g. ENOSPC while allocating.
         """
@@ -102,7 +109,43 @@ class MappedFile:
         mapped.allocated = 0 if sparse else size
         mapped._fd = fd
         mapped._map = mapping
+        mapped.budget = budget
+        if budget is not None:
+            budget.opened(mapped)
         return mapped
+
+    def park(self) -> bool:
+        """Close the descriptor and the mapping until the next use (see :mod:`.open_files`);
+        whether it was parked (not while held by a flush, or with a buffer of it exported)."""
+        if self._refs or self._map is None:
+            return False
+        try:
+            self._map.close()
+        except BufferError:
+            return False
+        self._map = None
+        os.close(self._fd)
+        self._fd = -1
+        self._parked = True
+        return True
+
+    def _reopen(self) -> None:
+        fd = os.open(self.path, os.O_RDWR)
+        try:
+            mapping = mmap.mmap(fd, self.size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+        except BaseException:
+            os.close(fd)
+            raise
+        self._fd, self._map, self._parked = fd, mapping, False
+        assert self.budget is not None
+        self.budget.opened(self)
+
+    def _in_use(self) -> None:
+        """Reopen a parked file; tell the budget it is the most recent."""
+        if self._parked:
+            self._reopen()
+        elif self.budget is not None:
+            self.budget.touched(self)
 
     @property
     def end(self) -> int:
@@ -115,6 +158,7 @@ class MappedFile:
 
     @property
     def buffer(self) -> mmap.mmap:
+        self._in_use()
         if self._map is None:
             raise ValueError(f"{self.path} is closed")
         return self._map
@@ -138,6 +182,7 @@ class MappedFile:
         elif self.use_mmap_writes:
             self.buffer[self.wrote : self.wrote + len(data)] = data
         else:
+            self._in_use()
             written = os.pwrite(self._fd, data, self.wrote)
             if written != len(data):
                 raise OSError(f"short write to {self.path}: {written} of {len(data)} bytes")
@@ -152,6 +197,7 @@ class MappedFile:
         if position <= self.allocated:
             return
         end = min(self.size, -(-position // PAGE_SIZE) * PAGE_SIZE)
+        self._in_use()
         os.posix_fallocate(self._fd, self.allocated, end - self.allocated)
         self.allocated = end
 
@@ -200,15 +246,19 @@ class MappedFile:
             return self.flushed
         if self.use_mmap_writes:
             begin = (self.flushed // PAGE_SIZE) * PAGE_SIZE
-            self.buffer.flush(begin, target - begin)
+            assert self._map is not None, "flushed while closed"  # held: never parked meanwhile
+            self._map.flush(begin, target - begin)
         else:
             os.fdatasync(self._fd)
         self.flushed = target
         return target
 
     def hold(self) -> bool:
-        if self._map is None or self._destroy_pending:
+        """Keep the file open (and never parked) until :meth:`release`: a flush in a worker
+        thread uses it. False when it is closed for good or being deleted."""
+        if self._destroy_pending or (self._map is None and not self._parked):
             return False
+        self._in_use()
         self._refs += 1
         return True
 
@@ -233,6 +283,9 @@ class MappedFile:
             self.path.unlink(missing_ok=True)
 
     def _close(self) -> None:
+        self._parked = False
+        if self.budget is not None:
+            self.budget.forget(self)
         if self._map is not None:
             self._map.close()
             self._map = None

@@ -14,6 +14,7 @@ import attrs
 
 from kernel.errors import OffsetOutOfRange, StoreError
 from plugins.store_mmap.mapped_file import MappedFile, file_name
+from plugins.store_mmap.open_files import OpenFileBudget
 
 log = logging.getLogger(__name__)
 
@@ -29,6 +30,8 @@ class MappedFileQueue:
     files: list[MappedFile] = attrs.field(factory=list)
     sparse: bool = False
     """Files are sized, not allocated (see :meth:`MappedFile.open`); writers allocate ranges."""
+    budget: OpenFileBudget | None = None
+    """The bound on open files these count against (None: always open)."""
 
     @classmethod
     def load(
@@ -39,6 +42,7 @@ class MappedFileQueue:
         use_mmap_writes: bool = False,
         stage_writes: bool = False,
         sparse: bool = False,
+        budget: OpenFileBudget | None = None,
     ) -> MappedFileQueue:
         """Open every file of ``directory`` (created if missing), marked fully written.
 
@@ -47,7 +51,7 @@ class MappedFileQueue:
         :raises StoreError: a file of the wrong size or a gap between files, naming the files.
         """
         directory.mkdir(parents=True, exist_ok=True)
-        queue = cls(directory, file_size, use_mmap_writes, stage_writes, sparse=sparse)
+        queue = cls(directory, file_size, use_mmap_writes, stage_writes, sparse=sparse, budget=budget)
         paths = sorted(p for p in directory.iterdir() if _NAME.match(p.name))
         for position, path in enumerate(paths):
             actual = path.stat().st_size
@@ -69,6 +73,7 @@ class MappedFileQueue:
                 use_mmap_writes=use_mmap_writes,
                 stage_writes=stage_writes,
                 sparse=sparse,
+                budget=budget,
             )
             mapped.set_positions(file_size)
             if queue.files and queue.files[-1].end != mapped.start:
@@ -167,6 +172,7 @@ class MappedFileQueue:
             use_mmap_writes=self.use_mmap_writes,
             stage_writes=self.stage_writes,
             sparse=self.sparse,
+            budget=self.budget,
         )
         self.files.append(mapped)
         log.info("created %s", path)

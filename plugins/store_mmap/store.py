@@ -9,6 +9,7 @@ Directory layout (RocketMQ's): ``<root>/commitlog/<20-digit offset>``,
 from __future__ import annotations
 
 import logging
+import resource
 from collections import Counter
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
@@ -31,6 +32,7 @@ from plugins.store_mmap.index_file import IndexService
 from plugins.store_mmap.lock import StoreLock
 from plugins.store_mmap.mapped_file import PAGE_SIZE
 from plugins.store_mmap.mapped_file_queue import MappedFileQueue
+from plugins.store_mmap.open_files import OpenFileBudget
 from plugins.store_mmap.recovery import recover_store
 from plugins.store_mmap.retention import RetentionService
 from wire import record
@@ -397,6 +399,15 @@ class MmapStore:
             self.index.close()
 
 
+def queue_file_bound(configured: int) -> int:
+    """``max_open_queue_files``, or when 0 a quarter of the open-files limit (each open queue
+    file holds two descriptors: half the limit stays for the log, the index and connections)."""
+    if configured:
+        return configured
+    soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    return max(16, (soft if soft != resource.RLIM_INFINITY else 1 << 20) // 4)
+
+
 @asynccontextmanager
 async def open_mmap_store(ctx: BrokerContext) -> AsyncIterator[MmapStore]:
     """Lock the store directory, open its files, yield the store, close everything.
@@ -421,6 +432,7 @@ async def open_mmap_store(ctx: BrokerContext) -> AsyncIterator[MmapStore]:
                 root / "consumequeue",
                 config.consume_queue_file_size,
                 least_pages=config.flush_consume_queue_least_pages,
+                budget=OpenFileBudget(queue_file_bound(config.max_open_queue_files)),
             )
         except BaseException:
             files.close()
