@@ -53,7 +53,7 @@ def json_endpoint(handler: Endpoint) -> Callable[[Request], Awaitable[Response]]
             log.info(
                 "console: %s %s: the client left before sending its body", request.method, request.url.path
             )
-            return Response(status_code=400)
+            return _NoAnswer()
         except AdminError as error:
             if error.code == ResponseCode.NO_PERMISSION:  # ACL is on: the page asks for a key
                 return JSONResponse({"error": str(error), "needsKey": True}, status_code=403)
@@ -65,6 +65,14 @@ def json_endpoint(handler: Endpoint) -> Callable[[Request], Awaitable[Response]]
             return JSONResponse({"error": f"{type(error).__name__}: {error}"}, status_code=500)
 
     return endpoint
+
+
+class _NoAnswer(Response):
+    """Nothing is sent: the client has gone (answering it raced hypercorn's own close of the
+    stream and logged a traceback)."""
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        return None
 
 
 class BodyTooLarge(ConsoleError):
