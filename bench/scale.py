@@ -100,7 +100,20 @@ def disk(path: Path) -> tuple[float, float]:
 
 
 async def create_topics(admin: AdminClient, broker: str, topics: list[str], queues: int) -> float:
-    """Topics per second, 16 creations in flight."""
+    """Topics per second, created with ``updateTopicList`` (UPDATE_AND_CREATE_TOPIC_LIST) in
+    requests of 1,000."""
+    began = time.monotonic()
+    for start in range(0, len(topics), 1000):
+        configs = [
+            {"topicName": t, "readQueueNums": queues, "writeQueueNums": queues, "perm": 6}
+            for t in topics[start : start + 1000]
+        ]
+        await admin.update_topics(broker, configs)
+    return len(topics) / (time.monotonic() - began)
+
+
+async def create_topics_one_by_one(admin: AdminClient, broker: str, topics: list[str], queues: int) -> float:
+    """Topics per second, one UPDATE_AND_CREATE_TOPIC each, 16 in flight."""
     began = time.monotonic()
     todo = iter(topics)
 
@@ -175,6 +188,8 @@ async def main_async(args: argparse.Namespace, broker: Broker) -> dict[str, floa
         (name, address), *_ = (await admin.master_addrs()).items()
         print(f"creating {len(topics)} topics x {args.queues_per_topic} queues ...", flush=True)
         figures["topics_per_s"] = await create_topics(admin, address, topics, args.queues_per_topic)
+        singles = [f"Single{t:04d}" for t in range(200)]
+        figures["single_topics_per_s"] = await create_topics_one_by_one(admin, address, singles, 1)
         figures["route_s"] = await routed_after(admin, topics[-1])
         table = await admin.call(address, RequestCode.GET_ALL_TOPIC_CONFIG)
         figures["topic_table_kib"] = len(table.body) / 1024
@@ -238,7 +253,12 @@ def main() -> None:
 
     queues = args.topics * args.queues_per_topic
     print(f"\n{args.topics} topics x {args.queues_per_topic} queues = {queues} queues, 128 B bodies")
-    print(f"topic creation        {figures['topics_per_s']:10.0f} topics/s (target >= 1000)")
+    print(
+        f"topic creation        {figures['topics_per_s']:10.0f} topics/s in lists of 1,000 (target >= 1000)"
+    )
+    print(
+        f"                      {figures['single_topics_per_s']:10.0f} topics/s one by one, 16 in flight (200 more)"
+    )
     print(f"routed by NameServer  {figures['route_s']:10.2f} s after the last creation")
     print(f"topic table           {figures['topic_table_kib']:10.0f} KiB (a registration's body)")
     print(f"first message/queue   {figures['first_message_per_s']:10.0f} msgs/s")

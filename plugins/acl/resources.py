@@ -18,6 +18,7 @@ from wire.remoting import RemotingCommand, RequestCode
 ADMIN_CODES = frozenset(
     {
         RequestCode.UPDATE_AND_CREATE_TOPIC,
+        RequestCode.UPDATE_AND_CREATE_TOPIC_LIST,
         RequestCode.UPDATE_BROKER_CONFIG,
         RequestCode.DELETE_TOPIC_IN_BROKER,
         RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP,

@@ -98,4 +98,4 @@ class SubscriptionGroupManager:
         }
 
     async def persist(self) -> None:
-        await self._file.write(self.snapshot())
+        await self._file.write_latest(self.snapshot)

@@ -188,4 +188,4 @@ class TopicConfigManager:
         }
 
     async def persist(self) -> None:
-        await self._file.write(self.snapshot())
+        await self._file.write_latest(self.snapshot)

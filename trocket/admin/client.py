@@ -283,6 +283,13 @@ class AdminClient:
             ext |= {"brokerId": broker_id, "designateElect": True}
         return dict((await self.call(controller_addr, RequestCode.CONTROLLER_ELECT_MASTER, ext)).ext)
 
+    async def update_topics(self, broker_addr: str, configs: Sequence[Mapping[str, Any]]) -> None:
+        """``UPDATE_AND_CREATE_TOPIC_LIST``: create or update every topic of ``configs`` (RocketMQ's
+        TopicConfig JSON: topicName, readQueueNums, writeQueueNums, perm, ...) in one request;
+        the broker takes all or none."""
+        body = json.dumps({"topicConfigList": list(configs)}).encode()
+        await self.call(broker_addr, RequestCode.UPDATE_AND_CREATE_TOPIC_LIST, body=body)
+
     async def clean_broker_metadata(
         self,
         controller_addr: str,

@@ -57,6 +57,19 @@ def add_parsers(sub: Any) -> None:
     p.add_argument("-o", "--order", type=_bool, default=False)
 
     p = command(
+        "updateTopicList",
+        "create or update the topics of a JSON file in one request",
+        update_topic_list,
+        _print_lines,
+    )
+    target = p.add_mutually_exclusive_group(required=True)
+    target.add_argument("-b", "--brokerAddr", help="one broker ip:port")
+    target.add_argument("-c", "--clusterName", help="every master of a cluster")
+    p.add_argument(
+        "-f", "--filename", required=True, help='a JSON list of topic configs, or {"topicConfigList": [...]}'
+    )
+
+    p = command(
         "deleteTopic", "delete a topic from a cluster and the NameServers", delete_topic, _print_lines
     )
     p.add_argument("-c", "--clusterName", required=True)
@@ -313,6 +326,22 @@ async def update_topic(client: AdminClient, args: argparse.Namespace) -> list[st
             order=args.order,
         )
     return [f"create topic to {address} success." for address in targets]
+
+
+async def update_topic_list(client: AdminClient, args: argparse.Namespace) -> list[str]:
+    try:
+        data = json.loads(await trio.Path(args.filename).read_text(encoding="utf-8"))
+    except (OSError, ValueError) as error:
+        raise AdminError(f"{args.filename}: cannot read a JSON list of topic configs: {error}") from None
+    configs = data.get("topicConfigList") if isinstance(data, dict) else data
+    if not isinstance(configs, list) or not all(isinstance(c, dict) and "topicName" in c for c in configs):
+        raise AdminError(f"{args.filename}: expected a list of topic configs, each with a topicName")
+    targets = (
+        [args.brokerAddr] if args.brokerAddr else list((await client.master_addrs(args.clusterName)).values())
+    )
+    for address in targets:
+        await client.update_topics(address, configs)
+    return [f"create {len(configs)} topics to {address} success." for address in targets]
 
 
 async def delete_topic(client: AdminClient, args: argparse.Namespace) -> list[str]:

@@ -16,6 +16,8 @@ class RequestCode(enum.IntEnum):
     QUERY_CONSUMER_OFFSET = 14
     UPDATE_CONSUMER_OFFSET = 15
     UPDATE_AND_CREATE_TOPIC = 17
+    UPDATE_AND_CREATE_TOPIC_LIST = 18
+    """RocketMQ 5: create or update many topics in one request (body ``{"topicConfigList": [...]}``)."""
     GET_ALL_TOPIC_CONFIG = 21
     UPDATE_BROKER_CONFIG = 25
     GET_BROKER_RUNTIME_INFO = 28

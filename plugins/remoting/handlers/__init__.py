@@ -35,6 +35,7 @@ HANDLERS: dict[int, NetHandler] = {
     RequestCode.GET_EARLIEST_MSG_STORETIME: consumer.earliest_store_time,
     RequestCode.CONSUMER_SEND_MSG_BACK: send_back.handle_send_back,
     RequestCode.UPDATE_AND_CREATE_TOPIC: admin.update_topic,
+    RequestCode.UPDATE_AND_CREATE_TOPIC_LIST: admin.update_topic_list,
     RequestCode.DELETE_TOPIC_IN_BROKER: admin.delete_topic,
     RequestCode.GET_ALL_TOPIC_CONFIG: admin.all_topic_config,
     RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP: admin.update_group,

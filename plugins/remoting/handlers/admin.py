@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 import trio
 
 from plugins.remoting.handlers.common import int_field, queryable, required, valid_group
+from plugins.remoting.handlers.consumer import parse_json_body
 from plugins.remoting.subscriptions import SubscriptionGroupConfig
 from plugins.remoting.topics import TopicConfig, topic_problem
 from wire.remoting import Connection, RemotingCommand, ResponseCode
@@ -37,10 +38,6 @@ async def update_topic(
     problem = topic_problem(topic)
     if problem:
         return request.response(ResponseCode.SYSTEM_ERROR, remark=problem)
-    if topic == net.runtime.ctx.broker.cluster_name:
-        return request.response(
-            ResponseCode.SYSTEM_ERROR, remark=f"the topic[{topic}] is conflict with system reserved words"
-        )
     config = TopicConfig(
         topic,
         int_field(request, "readQueueNums", 8),
@@ -50,11 +47,50 @@ async def update_topic(
         int_field(request, "topicSysFlag", 0),
         request.ext.get("order", "false").lower() == "true",
     )
-    if not (1 <= config.read_queue_nums <= 1024 and 1 <= config.write_queue_nums <= 1024):
-        return request.response(ResponseCode.SYSTEM_ERROR, remark="queue numbers must be within [1, 1024]")
+    problem = _creatable(net, config)
+    if problem:
+        return request.response(ResponseCode.SYSTEM_ERROR, remark=problem)
     net.topics.update(config)
     await net.topics_changed()
     return request.response()
+
+
+async def update_topic_list(
+    net: BrokerNetwork, connection: Connection, request: RemotingCommand
+) -> RemotingCommand:
+    """RocketMQ 5's ``UPDATE_AND_CREATE_TOPIC_LIST``: every topic of the body, or none (the
+    first bad one is named); one persist and one registration for the whole list."""
+    data = parse_json_body(request)
+    listed = data.get("topicConfigList") if isinstance(data, dict) else None
+    if not isinstance(listed, list) or not listed:
+        return request.response(
+            ResponseCode.SYSTEM_ERROR, remark='the body must be {"topicConfigList": [topic configs]}'
+        )
+    configs = []
+    for index, item in enumerate(listed):
+        try:
+            config = TopicConfig.from_json(item)
+        except (KeyError, TypeError, ValueError, AttributeError) as error:
+            return request.response(
+                ResponseCode.SYSTEM_ERROR, remark=f"topicConfigList[{index}] is not a topic config: {error!r}"
+            )
+        problem = topic_problem(config.topic_name) or _creatable(net, config)
+        if problem:
+            return request.response(ResponseCode.SYSTEM_ERROR, remark=f"topicConfigList[{index}]: {problem}")
+        configs.append(config)
+    for config in configs:
+        net.topics.update(config)
+    await net.topics_changed()
+    return request.response()
+
+
+def _creatable(net: BrokerNetwork, config: TopicConfig) -> str | None:
+    """Why ``config`` cannot be created here (its name is checked by the caller), or None."""
+    if config.topic_name == net.runtime.ctx.broker.cluster_name:
+        return f"the topic[{config.topic_name}] is conflict with system reserved words"
+    if not (1 <= config.read_queue_nums <= 1024 and 1 <= config.write_queue_nums <= 1024):
+        return "queue numbers must be within [1, 1024]"
+    return None
 
 
 async def delete_topic(
