@@ -256,9 +256,7 @@ def main() -> None:
     print(
         f"topic creation        {figures['topics_per_s']:10.0f} topics/s in lists of 1,000 (target >= 1000)"
     )
-    print(
-        f"                      {figures['single_topics_per_s']:10.0f} topics/s one by one, 16 in flight (200 more)"
-    )
+    print(f"{'':22}{figures['single_topics_per_s']:10.0f} topics/s one by one, 16 in flight (200 more)")
     print(f"routed by NameServer  {figures['route_s']:10.2f} s after the last creation")
     print(f"topic table           {figures['topic_table_kib']:10.0f} KiB (a registration's body)")
     print(f"first message/queue   {figures['first_message_per_s']:10.0f} msgs/s")
