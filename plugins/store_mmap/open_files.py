@@ -9,6 +9,7 @@ positions and is opened and mapped again on its next use (a cold queue's read or
 
 from __future__ import annotations
 
+import itertools
 import logging
 from collections import OrderedDict
 from typing import TYPE_CHECKING
@@ -50,7 +51,8 @@ class OpenFileBudget:
 
     def _park_least_recent(self) -> None:
         excess = len(self._open) - self.max_open
-        for candidate in list(self._open)[: max(excess, 0) + 8]:  # a few held ones may be skipped
+        # The least recent few (a held one is skipped): O(excess), not a copy of every open file.
+        for candidate in list(itertools.islice(self._open, max(excess, 0) + 8)):
             if excess <= 0:
                 return
             if candidate.park():
