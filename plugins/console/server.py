@@ -38,6 +38,28 @@ def is_loopback(host: str) -> bool:
         return False  # a host name: it may resolve beyond loopback
 
 
+class _ClientGone(logging.Filter):
+    """hypercorn logs an ERROR with a traceback when a client closes its connection while an
+    early answer (a 413 before the body was read) is still being sent: its close races the
+    answer's last bytes (``trio.BusyResourceError``). Nothing went wrong on the console's side,
+    so the record becomes one INFO line."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        error = record.exc_info[1] if record.exc_info else None
+        if isinstance(error, trio.BusyResourceError):
+            log.info("console: a client closed its connection while its answer was being sent")
+            return False
+        return True
+
+
+def _hypercorn_log() -> logging.Logger:
+    """hypercorn's error log, through the process's logging, with :class:`_ClientGone`."""
+    errors = logging.getLogger("plugins.console.hypercorn")
+    if not any(isinstance(f, _ClientGone) for f in errors.filters):
+        errors.addFilter(_ClientGone())
+    return errors
+
+
 @attrs.define(eq=False)
 class ConsoleServer:
     """The console on ``host:port`` (0: a free port), watching the cluster of ``namesrv_addrs``."""
@@ -55,7 +77,7 @@ class ConsoleServer:
             config = HypercornConfig()
             config.bind = [f"{self.host}:{self.port}"]
             config.accesslog = None
-            config.errorlog = logging.getLogger("hypercorn.error")  # the process's logging, once
+            config.errorlog = _hypercorn_log()
             config.graceful_timeout = 1.0
             app = console_app(ConsoleApi(admin), max_body=self.max_body)
             async with trio.open_nursery() as nursery:
