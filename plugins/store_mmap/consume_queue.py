@@ -9,6 +9,7 @@ rebuilt from the commit log. Re-dispatching an entry that exists is a no-op (ide
 from __future__ import annotations
 
 import logging
+import os
 import struct
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -41,6 +42,24 @@ class StorePathError(StoreError):
     """A topic or queue id that would put a consume queue outside the store's root."""
 
 
+def _valid_entries(path: Path) -> int:
+    """How many entries from the file's start are valid (up to the first all-zero or invalid
+    one), read without mapping the file: only up to its first hole (``SEEK_HOLE``), since a
+    sparse queue file holds zeros past its data, and checked as one array."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        try:
+            end = os.lseek(fd, 0, os.SEEK_HOLE)
+        except OSError:  # a file system without SEEK_HOLE: the whole file
+            end = os.fstat(fd).st_size
+        data = os.pread(fd, end - end % CQ_ENTRY_SIZE, 0)
+    finally:
+        os.close(fd)
+    rows = np.frombuffer(data, dtype=ENTRY_DTYPE)
+    invalid = np.flatnonzero((rows["offset"] < 0) | (rows["size"] <= 0))
+    return int(invalid[0]) if len(invalid) else len(rows)
+
+
 @attrs.define(eq=False)
 class ConsumeQueue:
     topic: str
@@ -56,14 +75,7 @@ class ConsumeQueue:
         """Find the end of the valid entries (the first all-zero or invalid entry) and set
         positions there; returns the number of entries."""
         for mapped in reversed(self.files.files):
-            data = mapped.buffer
-            count = mapped.size // CQ_ENTRY_SIZE
-            valid = 0
-            for index in range(count):
-                offset, size, _ = ENTRY.unpack_from(data, index * CQ_ENTRY_SIZE)
-                if offset < 0 or size <= 0:
-                    break
-                valid = index + 1
+            valid = _valid_entries(mapped.path)
             if valid:
                 self.files.truncate(mapped.start + valid * CQ_ENTRY_SIZE)
                 break

@@ -114,6 +114,15 @@ class MappedFile:
             budget.opened(mapped)
         return mapped
 
+    @classmethod
+    def parked(cls, path: Path, size: int, *, sparse: bool, budget: OpenFileBudget) -> MappedFile:
+        """An existing file of ``size`` bytes, not opened until its first use (pwrite writes)."""
+        mapped = cls(path=path, start=int(path.name), size=size)
+        mapped.allocated = 0 if sparse else size
+        mapped.budget = budget
+        mapped._parked = True
+        return mapped
+
     def park(self) -> bool:
         """Close the descriptor and the mapping until the next use (see :mod:`.open_files`);
         whether it was parked (not while held by a flush, or with a buffer of it exported)."""

@@ -44,7 +44,8 @@ class MappedFileQueue:
         sparse: bool = False,
         budget: OpenFileBudget | None = None,
     ) -> MappedFileQueue:
-        """Open every file of ``directory`` (created if missing), marked fully written.
+        """Open every file of ``directory`` (created if missing), marked fully written; with a
+        ``budget`` the files are only named (parked) and open on first use.
 
         Recovery then sets the real positions with :meth:`truncate`.
 
@@ -66,15 +67,17 @@ class MappedFileQueue:
                     f"{path} is {actual} bytes but files in {directory} are configured as "
                     f"{file_size} bytes; was the file size setting changed?"
                 )
-            mapped = MappedFile.open(
-                path,
-                file_size,
-                create=False,
-                use_mmap_writes=use_mmap_writes,
-                stage_writes=stage_writes,
-                sparse=sparse,
-                budget=budget,
-            )
+            if budget is not None:  # opened on first use: a start with 100,000 queues opens none
+                mapped = MappedFile.parked(path, file_size, sparse=sparse, budget=budget)
+            else:
+                mapped = MappedFile.open(
+                    path,
+                    file_size,
+                    create=False,
+                    use_mmap_writes=use_mmap_writes,
+                    stage_writes=stage_writes,
+                    sparse=sparse,
+                )
             mapped.set_positions(file_size)
             if queue.files and queue.files[-1].end != mapped.start:
                 queue.close()
