@@ -13,7 +13,7 @@ from kernel.errors import StoreNotWritable
 from kernel.model import GetStatus
 from kernel.testing import dispatch_all
 
-from .helpers import messages, opened
+from .helpers import clean_close, messages, opened
 from .test_retention import tiny_filesystem  # noqa: F401 - the fixture
 
 ROCKETMQ_QUEUE_FILE = 300_000 * 20
@@ -60,3 +60,28 @@ async def test_a_full_disk_refuses_the_put_that_its_queue_could_not_hold(tiny_fi
         for queue_id in acked:
             got = await pull.get_messages(store, "Wide", queue_id, 0)
             assert got.status is GetStatus.FOUND, queue_id
+
+
+async def test_queue_files_allocated_whole_by_an_older_version_load_with_their_entries(tmp_path):
+    """A store written before queue files were sparse (every file allocated, zeros past the
+    entries) starts with the same queue ends: the end is the first invalid entry either way."""
+    import os
+
+    from plugins.store_mmap.consume_queue import ENTRY
+
+    root = tmp_path / "store"
+    async with opened(root, consume_queue_file_size=4000) as (store, _):
+        await store.append(messages("Old", 0, 3))
+        await dispatch_all(store)
+        await clean_close(store)
+    path = next((root / "consumequeue" / "Old" / "0").iterdir())
+    data = path.read_bytes()
+    path.unlink()
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    os.posix_fallocate(fd, 0, 4000)  # as MappedFile.open did: no hole anywhere
+    os.pwrite(fd, data[: 3 * ENTRY.size], 0)
+    os.close(fd)
+    async with opened(root, consume_queue_file_size=4000) as (store, _):
+        assert store.max_queue_offset("Old", 0) == 3
+        got = await pull.get_messages(store, "Old", 0, 0)
+        assert got.queue_offsets == [0, 1, 2]
