@@ -126,35 +126,32 @@ class MappedFile:
     def park(self) -> bool:
         """Close the descriptor and the mapping until the next use (see :mod:`.open_files`);
         whether it was parked (not while held by a flush, or with a buffer of it exported)."""
-        if self._refs or self._map is None:
+        if self._refs or self._fd < 0:
             return False
-        try:
-            self._map.close()
-        except BufferError:
-            return False
-        self._map = None
+        if self._map is not None:
+            try:
+                self._map.close()
+            except BufferError:
+                return False
+            self._map = None
         os.close(self._fd)
         self._fd = -1
         self._parked = True
         return True
 
-    def _reopen(self) -> None:
-        fd = os.open(self.path, os.O_RDWR)
-        try:
-            mapping = mmap.mmap(fd, self.size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
-        except BaseException:
-            os.close(fd)
-            raise
-        self._fd, self._map, self._parked = fd, mapping, False
-        assert self.budget is not None
-        self.budget.opened(self)
-
-    def _in_use(self) -> None:
-        """Reopen a parked file; tell the budget it is the most recent."""
+    def _in_use(self, *, mapped: bool = False) -> None:
+        """Reopen a parked file (its descriptor; the mapping too when ``mapped``: reads need it,
+        ``pwrite`` writes do not, and a cold queue's write then costs an ``open`` and no
+        ``mmap``/``munmap``); tell the budget it is the most recent."""
         if self._parked:
-            self._reopen()
+            self._fd = os.open(self.path, os.O_RDWR)
+            self._parked = False
+            assert self.budget is not None
+            self.budget.opened(self)
         elif self.budget is not None:
             self.budget.touched(self)
+        if mapped and self._map is None and self._fd >= 0:
+            self._map = mmap.mmap(self._fd, self.size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
 
     @property
     def end(self) -> int:
@@ -167,7 +164,7 @@ class MappedFile:
 
     @property
     def buffer(self) -> mmap.mmap:
-        self._in_use()
+        self._in_use(mapped=True)
         if self._map is None:
             raise ValueError(f"{self.path} is closed")
         return self._map
@@ -265,7 +262,7 @@ class MappedFile:
     def hold(self) -> bool:
         """Keep the file open (and never parked) until :meth:`release`: a flush in a worker
         thread uses it. False when it is closed for good or being deleted."""
-        if self._destroy_pending or (self._map is None and not self._parked):
+        if self._destroy_pending or (self._fd < 0 and not self._parked):
             return False
         self._in_use()
         self._refs += 1
