@@ -36,6 +36,7 @@ from wire.names import (
     SYSFLAG_BORNHOST_V6,
     SYSFLAG_COMPRESSED,
     SYSFLAG_STOREHOST_V6,
+    TOPIC_MAX_LENGTH,
 )
 from wire.record_layout import HEADER, HEADER_SIZE, MAGIC_BLANK, MAGIC_V1, MAGIC_V2, MIN_RECORD_SIZE
 from wire.wire_batch import WireBatch
@@ -49,7 +50,8 @@ SIZE_MAGIC = _SIZE_MAGIC
 _TOPIC_LEN = struct.Struct(">b")
 _PROPS_LEN = struct.Struct(">h")
 _STORE_TS = struct.Struct(">q")
-MAX_TOPIC_LENGTH = 127
+MAX_TOPIC_LENGTH = TOPIC_MAX_LENGTH
+"""The v1 record's topic length is one signed byte: RocketMQ's topic limit is this."""
 
 
 def body_crc(body: bytes | memoryview) -> int:
