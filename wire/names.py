@@ -80,28 +80,8 @@ def shown_name(name: str) -> str:
     return f"{name[:_SHOWN_NAME_CHARS]!r}... ({len(name)} characters)"
 
 
-def _name_problem(kind: str, name: object, max_length: int) -> str | None:
-    if not isinstance(name, str):
-        return f"the {kind} must be a string, got {type(name).__name__}"
-    if not name:
-        return f"the {kind} is empty"
-    if len(name) > max_length:
-        return f"the {kind} {shown_name(name)} is longer than {max_length} characters"
-    if _VALID_NAME.fullmatch(name) is None:
-        return f"the {kind} {shown_name(name)} contains characters outside [%|a-zA-Z0-9_-]"
-    return None
-
-
 def topic_problem(topic: object) -> str | None:
     """Why ``topic`` is not a valid topic name (RocketMQ's ``Validators.checkTopic``), or ``None``."""
-    if not isinstance(topic, str):
-        return _name_problem("topic", topic, TOPIC_MAX_LENGTH)
-    return _cached_topic_problem(topic)
-
-
-@functools.lru_cache(maxsize=4096)
-def _cached_topic_problem(topic: str) -> str | None:
-    """Cached: the put path asks once per batch, for the same few topics."""
     return _name_problem("topic", topic, TOPIC_MAX_LENGTH)
 
 
@@ -109,6 +89,25 @@ def group_problem(group: object) -> str | None:
     """Why ``group`` is not a valid producer or consumer group name (RocketMQ's
     ``Validators.checkGroup``, with :data:`GROUP_MAX_LENGTH`), or ``None``."""
     return _name_problem("group", group, GROUP_MAX_LENGTH)
+
+
+def _name_problem(kind: str, name: object, max_length: int) -> str | None:
+    if not isinstance(name, str):
+        return f"the {kind} must be a string, got {type(name).__name__}"
+    return _string_name_problem(kind, name, max_length)
+
+
+@functools.lru_cache(maxsize=8192)
+def _string_name_problem(kind: str, name: str, max_length: int) -> str | None:
+    """Cached: the put path checks each batch's topic and the remoting ingress each request's
+    group, for the same few names."""
+    if not name:
+        return f"the {kind} is empty"
+    if len(name) > max_length:
+        return f"the {kind} {shown_name(name)} is longer than {max_length} characters"
+    if _VALID_NAME.fullmatch(name) is None:
+        return f"the {kind} {shown_name(name)} contains characters outside [%|a-zA-Z0-9_-]"
+    return None
 
 
 BROKER_NAME_MAX_LENGTH = 127

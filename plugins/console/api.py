@@ -485,5 +485,5 @@ def whole_number(raw: object, name: str, meaning: str = "a whole number") -> int
         return raw
     if isinstance(raw, str) and raw.strip().lstrip("-").isdigit():
         return int(raw.strip())
-    shown = repr(raw) if len(repr(raw)) <= 40 else repr(raw)[:40] + "..."
-    raise ConsoleError(f"{name} must be {meaning}, not {shown}")
+    shown = repr(raw)
+    raise ConsoleError(f"{name} must be {meaning}, not {shown if len(shown) <= 40 else shown[:40] + '...'}")

@@ -23,8 +23,6 @@ from hypercorn.trio import serve
 from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import choose_encoder
 
-log = logging.getLogger(__name__)
-
 RENDERERS = 2
 """Scrapes rendered at once; more wait their turn."""
 IDLE_TIMEOUT = 5.0

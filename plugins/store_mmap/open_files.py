@@ -10,7 +10,6 @@ positions and is opened and mapped again on its next use (a cold queue's read or
 from __future__ import annotations
 
 import itertools
-import logging
 from collections import OrderedDict
 from typing import TYPE_CHECKING
 
@@ -18,8 +17,6 @@ import attrs
 
 if TYPE_CHECKING:
     from plugins.store_mmap.mapped_file import MappedFile
-
-log = logging.getLogger(__name__)
 
 
 @attrs.define(eq=False)

@@ -47,9 +47,7 @@ def add_parsers(sub: Any) -> None:
         return parser
 
     p = command("updateTopic", "create or update a topic", update_topic, _print_lines)
-    target = p.add_mutually_exclusive_group(required=True)
-    target.add_argument("-b", "--brokerAddr", help="one broker ip:port")
-    target.add_argument("-c", "--clusterName", help="every master of a cluster")
+    _broker_or_masters(p)
     p.add_argument("-t", "--topic", required=True)
     p.add_argument("-r", "--readQueueNums", type=int, default=8)
     p.add_argument("-w", "--writeQueueNums", type=int, default=8)
@@ -62,9 +60,7 @@ def add_parsers(sub: Any) -> None:
         update_topic_list,
         _print_lines,
     )
-    target = p.add_mutually_exclusive_group(required=True)
-    target.add_argument("-b", "--brokerAddr", help="one broker ip:port")
-    target.add_argument("-c", "--clusterName", help="every master of a cluster")
+    _broker_or_masters(p)
     p.add_argument(
         "-f", "--filename", required=True, help='a JSON list of topic configs, or {"topicConfigList": [...]}'
     )
@@ -312,10 +308,22 @@ def _runner(handler: Command, render: Callable[[Any], None]) -> Callable[[argpar
 # --- commands ----------------------------------------------------------------------------------
 
 
+def _broker_or_masters(parser: argparse.ArgumentParser) -> None:
+    """mqadmin's ``-b ADDR | -c CLUSTER`` for commands that change every master of a cluster."""
+    target = parser.add_mutually_exclusive_group(required=True)
+    target.add_argument("-b", "--brokerAddr", help="one broker ip:port")
+    target.add_argument("-c", "--clusterName", help="every master of a cluster")
+
+
+async def _target_brokers(client: AdminClient, args: argparse.Namespace) -> list[str]:
+    """The broker ``-b`` names, or every master of the cluster ``-c`` names."""
+    if args.brokerAddr:
+        return [args.brokerAddr]
+    return list((await client.master_addrs(args.clusterName)).values())
+
+
 async def update_topic(client: AdminClient, args: argparse.Namespace) -> list[str]:
-    targets = (
-        [args.brokerAddr] if args.brokerAddr else list((await client.master_addrs(args.clusterName)).values())
-    )
+    targets = await _target_brokers(client, args)
     for address in targets:
         await client.update_topic(
             address,
@@ -336,9 +344,7 @@ async def update_topic_list(client: AdminClient, args: argparse.Namespace) -> li
     configs = data.get("topicConfigList") if isinstance(data, dict) else data
     if not isinstance(configs, list) or not all(isinstance(c, dict) and "topicName" in c for c in configs):
         raise AdminError(f"{args.filename}: expected a list of topic configs, each with a topicName")
-    targets = (
-        [args.brokerAddr] if args.brokerAddr else list((await client.master_addrs(args.clusterName)).values())
-    )
+    targets = await _target_brokers(client, args)
     for address in targets:
         await client.update_topics(address, configs)
     return [f"create {len(configs)} topics to {address} success." for address in targets]
@@ -603,9 +609,7 @@ async def update_sub_group(client: AdminClient, args: argparse.Namespace) -> lis
         "retryMaxTimes": args.retryMaxTimes,
         "notifyConsumerIdsChangedEnable": args.notifyConsumerIdsChanged,
     }
-    targets = (
-        [args.brokerAddr] if args.brokerAddr else list((await client.master_addrs(args.clusterName)).values())
-    )
+    targets = await _target_brokers(client, args)
     for address in targets:
         await client.update_sub_group(address, config)
     return [f"create subscription group to {address} success." for address in targets]

@@ -14,8 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
-from plugins.remoting.handlers.common import int_field, queryable, required, valid_group
-from plugins.remoting.handlers.consumer import parse_json_body
+from plugins.remoting.handlers.common import int_field, parse_json_body, queryable, required, valid_group
 from plugins.remoting.subscriptions import SubscriptionGroupConfig
 from plugins.remoting.topics import TopicConfig, topic_problem
 from wire.remoting import Connection, RemotingCommand, ResponseCode

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import json
+from typing import TYPE_CHECKING, Any
 
 from kernel.errors import CorruptRecord, OffsetOutOfRange
 from kernel.model import PutStatus
@@ -79,6 +80,14 @@ def _valid(problem: str | None, name: object, where: str) -> str:
         raise RequestProblem(ResponseCode.SYSTEM_ERROR, f"{where}: {problem}")
     assert isinstance(name, str)
     return name
+
+
+def parse_json_body(request: RemotingCommand) -> Any:
+    """The request body as JSON, or a SYSTEM_ERROR problem saying why it is not."""
+    try:
+        return json.loads(request.body)
+    except ValueError as error:
+        raise RequestProblem(ResponseCode.SYSTEM_ERROR, f"request body is not JSON: {error}") from None
 
 
 def int_field(request: RemotingCommand, name: str, default: int | None = None) -> int:

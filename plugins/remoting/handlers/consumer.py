@@ -12,8 +12,8 @@ import trio
 
 from kernel.model import MessageQueue
 from plugins.remoting.handlers.common import (
-    RequestProblem,
     int_field,
+    parse_json_body,
     queryable,
     required,
     valid_group,
@@ -24,13 +24,6 @@ from wire.remoting import Connection, RemotingCommand, ResponseCode
 
 if TYPE_CHECKING:
     from plugins.remoting.service import BrokerNetwork
-
-
-def parse_json_body(request: RemotingCommand) -> Any:
-    try:
-        return json.loads(request.body)
-    except ValueError as error:
-        raise RequestProblem(ResponseCode.SYSTEM_ERROR, f"request body is not JSON: {error}") from None
 
 
 def _queues(items: Any) -> list[MessageQueue]:

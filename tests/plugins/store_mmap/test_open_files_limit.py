@@ -49,7 +49,8 @@ async def test_at_ulimit_256_with_2000_queues_every_acknowledged_message_is_cons
                         acked[(f"Scale{t}", queue_id)] = body
                     else:
                         assert answer.code == ResponseCode.SERVICE_NOT_AVAILABLE, answer.remark
-                        refusals.add(answer.remark.split(": [Errno")[0].split("consume queue")[0])
+                        refusals.add(answer.remark)
+                        assert answer.remark.startswith("cannot open the consume queue ")
                         assert "open-files limit is reached (RLIMIT_NOFILE 256, hard 256)" in answer.remark
             if bounded:
                 assert len(acked) == TOPICS * QUEUES, refusals
@@ -64,7 +65,7 @@ async def test_at_ulimit_256_with_2000_queues_every_acknowledged_message_is_cons
             figures = json.loads((await client.invoke(broker.broker, status, 10)).body)["table"]
         assert figures["dispatchBehindBytes"] == "0"
         assert broker.process.poll() is None
-        assert refusals == (set() if bounded else {"cannot open the "})
+        assert bool(refusals) is not bounded  # refused only when the bound lets files exhaust the limit
     finally:
         broker.stop()
 
