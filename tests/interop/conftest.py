@@ -56,6 +56,12 @@ class RunningBroker:
     def admin_json(self, *args: str) -> object:
         return json.loads(self.admin(*args, "--json").stdout)
 
+    def figures(self, *auth: str) -> dict[str, str]:
+        """``brokerStatus`` of this broker as a dict (``auth``: ``--authKey K --authSecret S``)."""
+        rows = self.admin_json("brokerStatus", "-b", self.broker, *auth)
+        assert isinstance(rows, list)
+        return {row["#Key"]: row["#Value"] for row in rows}
+
 
 def run_client(
     *args: str,

@@ -9,7 +9,7 @@ import trio
 from kernel import Broker
 from kernel.model import SYSFLAG_TRANSACTION_PREPARED, Message, MessageBatch
 from kernel.testing import make_config
-from tests.interop.conftest import RunningBroker, start_broker
+from tests.interop.conftest import start_broker
 from tests.network.wire import batch_body, pull_request, send_request
 from wire.remoting import RemotingClient, RequestCode, ResponseCode
 
@@ -23,12 +23,6 @@ SYSTEM_TOPICS = [
     "RMQ_SYS_ANYTHING",
     "%DLQ%CG_orders",
 ]
-
-
-def _figures(broker: RunningBroker) -> dict[str, str]:
-    rows = broker.admin_json("brokerStatus", "-b", broker.broker)
-    assert isinstance(rows, list)
-    return {row["#Key"]: row["#Value"] for row in rows}
 
 
 async def test_client_sends_to_system_topics_are_refused_naming_the_topic(tmp_path):
@@ -79,9 +73,9 @@ async def test_a_store_already_holding_looping_records_stops_growing_after_upgra
     broker = start_broker(tmp_path, 'message_delay_level = "1s"', store='commit_log_file_size = "16MiB"')
     try:
         await trio.sleep(3)  # several scheduler and timer rounds
-        first = _figures(broker)
+        first = broker.figures()
         await trio.sleep(2)
-        second = _figures(broker)
+        second = broker.figures()
         assert first["scheduleDroppedNoRealTopic"] == "1" and first["timerDroppedNoRealTopic"] == "1"
         assert first["scheduleMessageOffset_1"] == second["scheduleMessageOffset_1"] == "1,1"
         assert second["timerDelivered"] == "0" and second["timerPending"] == "0"

@@ -34,17 +34,11 @@ PROBLEMS = {
 }
 
 
-def _figures(broker: RunningBroker) -> dict[str, str]:
-    rows = broker.admin_json("brokerStatus", "-b", broker.broker, *ADMIN)
-    assert isinstance(rows, list)
-    return {row["#Key"]: row["#Value"] for row in rows}
-
-
 def _wait_for_error(broker: RunningBroker, problem: str) -> dict[str, str]:
     deadline = time.monotonic() + 20
     while True:
         assert broker.process.poll() is None, f"the broker exited:\n{broker.log.read_text()[-3000:]}"
-        figures = _figures(broker)
+        figures = broker.figures(*ADMIN)
         if problem in figures["aclLastError"]:
             return figures
         if time.monotonic() > deadline:
@@ -63,7 +57,7 @@ def test_a_damaged_file_rewritten_while_the_broker_runs_keeps_the_last_good_one(
             assert figures["aclAccounts"] == "3", name  # the last good file is in force
             acl_file.write_text(ACL + "\n")  # a good edit in between: the next damage is a change
             deadline = time.monotonic() + 20
-            while _figures(broker)["aclLastError"] and time.monotonic() < deadline:
+            while broker.figures(*ADMIN)["aclLastError"] and time.monotonic() < deadline:
                 time.sleep(0.2)
         produced = broker.admin("topicList", *ADMIN)
         assert produced.returncode == 0

@@ -15,7 +15,7 @@ from urllib.parse import urlsplit
 import trio
 
 from plugins.metrics.http import IDLE_TIMEOUT
-from tests.interop.conftest import RunningBroker, start_broker
+from tests.interop.conftest import start_broker
 from tests.network.wire import send_request
 from trocket.cli.defaults import TROCKET_DEFAULTS
 from wire.remoting import RemotingClient, RemotingCommand, RequestCode, ResponseCode
@@ -28,12 +28,6 @@ offset_persist_interval = "300ms"
 [retry_dlq]
 progress_persist_interval = "300ms"
 """
-
-
-def _figures(broker: RunningBroker) -> dict[str, str]:
-    rows = broker.admin_json("brokerStatus", "-b", broker.broker)
-    assert isinstance(rows, list)
-    return {row["#Key"]: row["#Value"] for row in rows}
 
 
 def _threads(pid: int) -> int:
@@ -62,7 +56,7 @@ def _closed_by_peer(sock: socket.socket) -> bool:
 def test_idle_metrics_connections_are_closed_and_cost_no_thread(tmp_path):
     broker = start_broker(tmp_path, PLUGINS, tables="[metrics]\nprom_exporter_port = 0\n")
     try:
-        url = _figures(broker)["metricsUrl"]
+        url = broker.figures()["metricsUrl"]
         address = urlsplit(url)
         pid = broker.process.pid
         threads, files = _threads(pid), _open_files(pid)
@@ -125,7 +119,7 @@ async def test_background_persists_that_cannot_open_a_file_are_retried_not_fatal
                 await trio.sleep(0.1)
             again = await client.invoke(broker.broker, send_request("Kept", b"y"), 10)
             assert again.code == ResponseCode.SUCCESS
-        figures = _figures(broker)
+        figures = broker.figures()
         assert int(figures["backgroundWriteFailures"]) > 0
         assert "Too many open files" in figures["backgroundWriteLastError"]
         assert "Traceback" not in broker.log.read_text()
@@ -140,7 +134,7 @@ async def test_unknown_request_codes_add_no_series(tmp_path):
     37 KB to 45 MB; they now share one label set per server."""
     broker = start_broker(tmp_path, PLUGINS, tables="[metrics]\nprom_exporter_port = 0\n")
     try:
-        url = _figures(broker)["metricsUrl"]
+        url = broker.figures()["metricsUrl"]
         before = len(_scrape(url))
         async with RemotingClient.open() as client:
             for server in (broker.broker, broker.namesrv):
