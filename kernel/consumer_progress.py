@@ -42,3 +42,35 @@ class ConsumerProgress(Protocol):
 
 CONSUMER_PROGRESS = StashKey[ConsumerProgress]("kernel.consumer_progress")
 """Set by the plugin serving the broker's port once it runs; absent without one."""
+
+
+@attrs.frozen
+class GroupSettings:
+    """What a consumer-side plugin needs of a subscription group's configuration."""
+
+    consume_enable: bool
+    retry_max_times: int
+    """RocketMQ's ``retryMaxTimes``: deliveries after the first before the dead-letter queue."""
+
+
+class ConsumerOffsets(Protocol):
+    """Committed offsets and subscription groups, for a plugin that consumes on behalf of
+    clients (POP): the same table ``consumerOffset.json`` keeps, so admin tools, lag metrics
+    and a slave's copy see its progress like any group's."""
+
+    def committed_offset(self, group: str, topic: str, queue_id: int) -> int | None:
+        """The group's committed "next to consume" offset in the queue; ``None`` if none."""
+        ...
+
+    def commit_offset(self, group: str, topic: str, queue_id: int, offset: int) -> None:
+        """Set the committed offset (in memory; written with the table periodically and at stop)."""
+        ...
+
+    def group_settings(self, group: str) -> GroupSettings | None:
+        """The group's settings, created with defaults when the broker auto-creates groups
+        (``autoCreateSubscriptionGroup``); ``None`` when it does not exist."""
+        ...
+
+
+CONSUMER_OFFSETS = StashKey[ConsumerOffsets]("kernel.consumer_offsets")
+"""Set by the plugin serving the broker's port once it runs; absent without one."""

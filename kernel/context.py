@@ -155,6 +155,9 @@ class BrokerRuntime(Protocol):
     async def put_group(self, batches: Sequence[MessageBatch]) -> list[PutResult]:
         """Batches that arrived together, appended at once where possible; one result each."""
 
+    async def wait_dispatched(self, offset: int | None = None) -> None:
+        """Wait until derived views (consume queues) cover ``offset`` (default: the log end)."""
+
     def statistics(self) -> BrokerStatistics:
         """A snapshot of the broker's pipelines."""
 

@@ -11,7 +11,19 @@ from __future__ import annotations
 
 from typing import Protocol
 
+import attrs
+
 from kernel.context import StashKey
+
+
+@attrs.frozen
+class TopicQueues:
+    """What a consumer-side plugin needs of one topic's configuration."""
+
+    read_queue_nums: int
+    write_queue_nums: int
+    readable: bool
+    writable: bool
 
 
 class TopicDirectory(Protocol):
@@ -22,6 +34,10 @@ class TopicDirectory(Protocol):
         writable, and registered with the NameServers (RocketMQ's
         ``createTopicInSendMessageBackMethod``); nothing happens if it exists already.
         Clients still may not send to a system topic; they may read it."""
+        ...
+
+    def topic_queues(self, topic: str) -> TopicQueues | None:
+        """The queue counts and permissions of ``topic``, or ``None`` when it does not exist."""
         ...
 
 

@@ -8,7 +8,10 @@ import subprocess
 import sys
 import textwrap
 import time
+from collections.abc import Callable
 from pathlib import Path
+
+import trio
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -101,3 +104,10 @@ async def consume_bodies(
                 for message in await consumer.poll(timeout=1.0):
                     seen.add(message.body)
     return seen
+
+
+async def until(condition: Callable[[], bool], timeout: float = 10.0) -> None:
+    """Wait for a counter of the broker to get somewhere (the broker works on its own time)."""
+    with trio.fail_after(timeout):
+        while not condition():  # noqa: ASYNC110 - polling a plain counter, nothing to wait on
+            await trio.sleep(0.02)

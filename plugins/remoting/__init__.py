@@ -12,7 +12,7 @@ from collections.abc import Sequence
 
 from kernel import ConfigSection, DispatchRecord, Phase, ServiceSpec, hookimpl
 from kernel.clients import CLIENT_DIRECTORY
-from kernel.consumer_progress import CONSUMER_PROGRESS
+from kernel.consumer_progress import CONSUMER_OFFSETS, CONSUMER_PROGRESS
 from kernel.context import BrokerContext, BrokerRuntime
 from kernel.model import BrokerRole
 from kernel.topics import TOPIC_DIRECTORY
@@ -36,6 +36,7 @@ def trocket_register_services(ctx: BrokerContext) -> list[ServiceSpec]:
         runtime.ctx.stash[CLIENT_DIRECTORY] = network.clients
         runtime.ctx.stash[TOPIC_DIRECTORY] = network
         runtime.ctx.stash[CONSUMER_PROGRESS] = network
+        runtime.ctx.stash[CONSUMER_OFFSETS] = network
         return network
 
     return [ServiceSpec("remoting", Phase.INGRESS, make)]

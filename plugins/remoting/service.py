@@ -16,11 +16,12 @@ from collections.abc import Iterable, Iterator
 import attrs
 import trio
 
-from kernel.consumer_progress import QueueProgress
+from kernel.consumer_progress import GroupSettings, QueueProgress
 from kernel.context import REQUEST_METERS, BrokerRuntime, StashKey
 from kernel.errors import PluginError
 from kernel.model import BrokerRole, flatten
 from kernel.tls_config import client_tls, inner_credentials, server_tls
+from kernel.topics import TopicQueues
 from plugins.remoting.clients import ClientManager
 from plugins.remoting.config import RemotingConfig
 from plugins.remoting.locks import QueueLocks
@@ -249,6 +250,31 @@ class BrokerNetwork:
 
     async def topics_changed(self) -> None:
         await self.topics.persist()
+
+    def topic_queues(self, topic: str) -> TopicQueues | None:
+        """:class:`kernel.topics.TopicDirectory`: a topic's queue counts and permissions."""
+        config = self.topics.get(topic)
+        if config is None:
+            return None
+        return TopicQueues(
+            config.read_queue_nums,
+            config.write_queue_nums,
+            bool(config.perm & PERM_READ),
+            bool(config.perm & PERM_WRITE),
+        )
+
+    def committed_offset(self, group: str, topic: str, queue_id: int) -> int | None:
+        """:class:`kernel.consumer_progress.ConsumerOffsets`."""
+        return self.offsets.query(group, topic, queue_id)
+
+    def commit_offset(self, group: str, topic: str, queue_id: int, offset: int) -> None:
+        self.offsets.commit(group, topic, queue_id, offset)
+
+    def group_settings(self, group: str) -> GroupSettings | None:
+        config = self.groups.find_or_create(group, auto_create=self.config.auto_create_subscription_group)
+        if config is None:
+            return None
+        return GroupSettings(config.consume_enable, config.retry_max_times)
 
     async def create_system_topic(self, topic: str, queue_nums: int) -> None:
         """A topic the broker writes and clients read (:class:`kernel.topics.TopicDirectory`,

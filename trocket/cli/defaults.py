@@ -19,6 +19,7 @@ TROCKET_DEFAULTS = PluginDefaults(
         "allocate",
         "retry_dlq",
         "transaction",
+        "pop",
     ),
     flush_plugins={"async": "flush_async", "sync": "flush_sync"},
     replication_plugin="ha",
@@ -26,6 +27,7 @@ TROCKET_DEFAULTS = PluginDefaults(
     switches={"aclEnable": "acl"},
 )
 """RocketMQ's broker as it ships: mmap store, both flush policies (``flush`` picks one),
-remoting, a NameServer role, queue allocation, retries/delays/DLQ and transactional messages
-(every RocketMQ broker accepts them); a ``brokerRole`` in a
-properties file adds master/slave replication, ``aclEnable=true`` the plain ACL."""
+remoting, a NameServer role, queue allocation, retries/delays/DLQ, transactional messages
+(every RocketMQ broker accepts them) and POP consumption (every RocketMQ 5 broker serves it);
+a ``brokerRole`` in a properties file adds master/slave replication, ``aclEnable=true`` the
+plain ACL."""

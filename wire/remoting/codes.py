@@ -81,6 +81,12 @@ class RequestCode(enum.IntEnum):
     CLEAN_BROKER_DATA = 1011
     """RocketMQ 5: forget a broker set, or some of its replicas, at the controller (mqadmin
     ``cleanBrokerMetadata``)."""
+    QUERY_ASSIGNMENT = 400
+    """RocketMQ 5: the queues a POP consumer of a group should pop from (body in and out)."""
+    POP_MESSAGE = 200050
+    ACK_MESSAGE = 200051
+    BATCH_ACK_MESSAGE = 200151
+    CHANGE_MESSAGE_INVISIBLETIME = 200053
     QUERY_PENDING_TRANSACTIONS = 39001
     """Trocket's own (RocketMQ has no such query): a broker's open transactional half messages,
     optionally of one producer group (``trocket admin pendingTransactions``)."""
@@ -108,10 +114,14 @@ class ResponseCode(enum.IntEnum):
     SUBSCRIPTION_NOT_EXIST = 24
     SUBSCRIPTION_NOT_LATEST = 25
     SUBSCRIPTION_GROUP_NOT_EXIST = 26
+    INVALID_PARAMETER = 29
     CONSUMER_NOT_ONLINE = 206
     NO_MESSAGE = 208
     UPDATE_AND_CREATE_ACL_CONFIG_FAILED = 209
     DELETE_ACL_CONFIG_FAILED = 210
+    POLLING_FULL = 209
+    """RocketMQ 5 reuses 209 and 210 (4.x's ACL failures) for POP answers."""
+    POLLING_TIMEOUT = 210
     UPDATE_GLOBAL_WHITE_ADDRS_CONFIG_FAILED = 211
     ILLEGAL_OPERATION = 604
     CONTROLLER_FENCED_MASTER_EPOCH = 2000

@@ -8,9 +8,9 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 import pytest
-import trio
 
 from tests.network.conftest import Cluster, cluster_factory, pulled  # noqa: F401
+from tests.support import until as until  # re-exported for this package's tests
 from wire import record
 
 FAST_CHECKS = {"check_interval": "300ms", "timeout": "200ms", "op_batch_interval": "100ms"}
@@ -40,13 +40,6 @@ async def stored(cluster: Cluster, topic: str, queue_id: int = 0) -> list[record
     store = cluster.broker.store
     entries = store.lookup(topic, queue_id, 0, 100_000)
     return [record.decode_record(raw) for raw in await store.read_records(entries)]
-
-
-async def until(condition: Callable[[], bool], timeout: float = 10.0) -> None:
-    """Wait for a counter of the broker to get somewhere (the broker works on its own time)."""
-    with trio.fail_after(timeout):
-        while not condition():  # noqa: ASYNC110 - polling a plain counter, nothing to wait on
-            await trio.sleep(0.02)
 
 
 async def visible(cluster: Cluster, topic: str, queues: int = 4) -> list[record.StoredMessage]:

@@ -1,0 +1,1 @@
+from tests.network.conftest import cluster_factory  # noqa: F401
