@@ -90,6 +90,30 @@ def _heartbeat(ext: dict[str, str], body: bytes) -> dict[str, int]:
     return out
 
 
+def _pop(ext: dict[str, str], body: bytes) -> dict[str, int]:
+    """POP, ACK and CHANGE_INVISIBLETIME: SUB on the group and on the topic (a handle of a
+    message from the group's POP retry topic names that topic: the group's right covers it)."""
+    topic = ext.get("topic", "")
+    needs = {group(ext.get("consumerGroup")): SUB}
+    if not topic.startswith(RETRY_PREFIX):
+        needs[topic] = SUB
+    return needs
+
+
+def _batch_ack(ext: dict[str, str], body: bytes) -> dict[str, int]:
+    """BATCH_ACK_MESSAGE names its groups and topics in the body (``acks[].c`` and ``.t``)."""
+    try:
+        data = orjson.loads(body) if body else {}
+    except orjson.JSONDecodeError as error:
+        raise UnreadableRequest(f"the batch ack body is not JSON: {error}") from None
+    acks = data.get("acks") if isinstance(data, dict) else None
+    out: dict[str, int] = {}
+    for ack in acks if isinstance(acks, list) else []:
+        if isinstance(ack, dict):
+            out.update(_pop({"consumerGroup": str(ack.get("c", "")), "topic": str(ack.get("t", ""))}, b""))
+    return out
+
+
 _NEEDS: dict[int, Callable[[dict[str, str], bytes], dict[str, int]]] = {
     RequestCode.SEND_MESSAGE: _send,
     RequestCode.SEND_MESSAGE_V2: _send_v2,
@@ -105,5 +129,9 @@ _NEEDS: dict[int, Callable[[dict[str, str], bytes], dict[str, int]]] = {
     RequestCode.UNREGISTER_CLIENT: _group_if_named,
     RequestCode.GET_CONSUMER_LIST_BY_GROUP: _group_if_named,
     RequestCode.HEART_BEAT: _heartbeat,
+    RequestCode.POP_MESSAGE: _pop,
+    RequestCode.ACK_MESSAGE: _pop,
+    RequestCode.CHANGE_MESSAGE_INVISIBLETIME: _pop,
+    RequestCode.BATCH_ACK_MESSAGE: _batch_ack,
 }
 """Request code → what it touches; a dictionary, since this runs before every request."""

@@ -159,14 +159,6 @@ class InFlightTable:
             out[group] = out.get(group, 0) + count
         return out
 
-    def highest_offsets(self) -> dict[tuple[str, str, int], int]:
-        """Per (group, topic, queue), the highest offset a tracked checkpoint delivered."""
-        out: dict[tuple[str, str, int], int] = {}
-        for checkpoint in self.checkpoints.values():
-            queue = (checkpoint.group, checkpoint.topic, checkpoint.queue_id)
-            out[queue] = max(out.get(queue, -1), checkpoint.offsets[-1])
-        return out
-
     def replay_floor(self, revive_qid: int, end: int) -> int:
         """Where replaying revive queue ``revive_qid`` must start to see every checkpoint still
         tracked: the lowest revive offset among them, or ``end`` when there is none."""

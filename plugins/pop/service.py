@@ -209,6 +209,7 @@ class PopService:
         await directory.create_system_topic(topic, self.config.revive_queue_num)
         store = self.runtime.store
         replayed = 0
+        highest: dict[tuple[str, str, int], int] = {}
         for qid in range(self.config.revive_queue_num):
             low, high = store.min_queue_offset(topic, qid), store.max_queue_offset(topic, qid)
             saved = offsets.committed_offset(revive_log.REVIVE_GROUP, topic, qid)
@@ -218,13 +219,15 @@ class PopService:
                 if not entries:
                     break
                 for data in await store.read_records(entries):
-                    self._replay(record.decode_record(data), offsets)
+                    self._replay(record.decode_record(data), offsets, highest)
                     replayed += 1
                 offset = entries[-1].queue_offset + 1
-        for (group, queue_topic, queue_id), highest in self.table.highest_offsets().items():
+        for (group, queue_topic, queue_id), last in highest.items():
+            # Past everything a replayed checkpoint delivered, acked or not: the saved offset
+            # may be older than the log (it is written every few seconds).
             committed = offsets.committed_offset(group, queue_topic, queue_id)
-            if committed is None or committed <= highest:
-                offsets.commit_offset(group, queue_topic, queue_id, highest + 1)
+            if committed is None or committed <= last:
+                offsets.commit_offset(group, queue_topic, queue_id, last + 1)
         self.stats.replayed_records += replayed
         self.loaded = True
         log.info(
@@ -234,7 +237,12 @@ class PopService:
             time.monotonic() - started,
         )
 
-    def _replay(self, stored: record.StoredMessage, offsets: ConsumerOffsets) -> None:
+    def _replay(
+        self,
+        stored: record.StoredMessage,
+        offsets: ConsumerOffsets,
+        highest: dict[tuple[str, str, int], int],
+    ) -> None:
         try:
             item = revive_log.decode(stored)
         except revive_log.UnreadableRecord as error:
@@ -242,6 +250,8 @@ class PopService:
             log.warning("pop: skipped %s", error)
             return
         if isinstance(item, Checkpoint):
+            queue = (item.group, item.topic, item.queue_id)
+            highest[queue] = max(highest.get(queue, -1), item.offsets[-1])
             if self.table.get(item.key) is None:
                 self.table.add(item)
         elif isinstance(item, revive_log.AckRecord):

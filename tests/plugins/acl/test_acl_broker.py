@@ -9,6 +9,7 @@ import trio
 
 from tests.network.conftest import pulled
 from tests.network.wire import pull_request, send_request
+from tests.plugins.pop.wire import ack_request, pop_request, popped
 from trocket import ConsumeFromWhere, LitePullConsumer, Message, Producer, SendError, SessionCredentials
 from trocket.admin import AdminClient, AdminError
 from wire.remoting import ResponseCode
@@ -144,3 +145,21 @@ async def test_a_permission_revoked_in_the_file_applies_without_a_restart(acl_cl
         async with AdminClient.open([cluster.namesrv_addr], credentials=ADMIN) as admin:
             figures = await admin.broker_runtime_info(cluster.broker_addr)  # as brokerStatus shows
         assert "not valid YAML" in figures["aclLastError"] and figures["aclReloads"] == "1"
+
+
+async def test_pop_and_ack_need_sub_on_the_topic_and_the_group(cluster_factory, acl_file):
+    async with cluster_factory(
+        plugins=["acl", "pop"], acl={"plain_acl_file": str(acl_file), "reload_interval": "100ms"}
+    ) as cluster:
+        async with Producer("PG", cluster.namesrv_addr, credentials=ADMIN) as producer:
+            await producer.send(Message("ReadOnly", b"r"))
+        unsigned = await cluster.call_raw(pop_request("CG_orders", "ReadOnly"))
+        assert unsigned.code == ResponseCode.NO_PERMISSION and "not signed" in unsigned.remark
+        cluster.client.credentials = WRITER
+        other = await cluster.call_raw(pop_request("CG_other", "ReadOnly"))
+        assert other.code == ResponseCode.NO_PERMISSION
+        assert "group 'CG_other': accessKey='writer-key' needs SUB and has DENY" in other.remark
+        await cluster.broker.wait_dispatched()
+        (item,) = popped(await cluster.call_raw(pop_request("CG_orders", "ReadOnly", poll_ms=2000)))
+        assert item.body == b"r"
+        assert (await cluster.call_raw(ack_request("CG_orders", item))).code == ResponseCode.SUCCESS
