@@ -1,5 +1,6 @@
 """``trocket produce`` and ``trocket consume``: send and read messages from a shell, with the
-SDK's producer and push consumer (what RocketMQ users do with its ``tools.sh`` examples)."""
+SDK's producer, push consumer and (``--pop``) simple consumer (what RocketMQ users do with its
+``tools.sh`` examples)."""
 
 from __future__ import annotations
 
@@ -20,9 +21,11 @@ from trocket.client import (
     ConsumeStatus,
     Message,
     MessageModel,
+    PoppedMessage,
     Producer,
     PushConsumer,
     ReceivedMessage,
+    SimpleConsumer,
     TransactionProducer,
     TransactionState,
 )
@@ -91,6 +94,17 @@ def add_parsers(sub: Any) -> None:
     )
     consume.add_argument("-c", "--count", type=int, default=None, help="exit after this many messages")
     consume.add_argument("--broadcast", action="store_true", help="broadcasting instead of clustering")
+    consume.add_argument(
+        "--pop",
+        action="store_true",
+        help="consume by POP as RocketMQ 5's SimpleConsumer (each message acked after it is printed)",
+    )
+    consume.add_argument(
+        "--invisible",
+        type=float,
+        default=30.0,
+        help="with --pop: seconds a received message stays invisible before it is delivered again",
+    )
     consume.add_argument("--json", action="store_true", help="one JSON object per message")
     add_connection_options(consume)
     consume.set_defaults(handler=cmd_consume)
@@ -175,6 +189,60 @@ async def _produce(args: argparse.Namespace, bodies: list[bytes]) -> int:
 # --- consume ----------------------------------------------------------------------------------
 
 
+async def _consume_by_pop(args: argparse.Namespace) -> int:
+    """Receive, print, ack until ``--count`` or a signal (RocketMQ 5's simple consumer loop)."""
+    printed = 0
+    consumer = SimpleConsumer(
+        args.group,
+        args.namesrv,
+        {args.topic: args.expression},
+        await_duration=5.0,
+        credentials=credentials_of(args),
+        tls=tls_of(args),
+    )
+    with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+        async with consumer, trio.open_nursery() as nursery:
+
+            async def on_signal() -> None:
+                async for _ in signals:
+                    nursery.cancel_scope.cancel()
+                    return
+
+            nursery.start_soon(on_signal)
+            while args.count is None or printed < args.count:
+                wanted = min(32, args.count - printed) if args.count is not None else 32
+                for message in await consumer.receive(wanted, args.invisible):
+                    print(_popped_line(message, args.json), flush=True)
+                    await consumer.ack(message)
+                    printed += 1
+            nursery.cancel_scope.cancel()
+    print(f"consumed {printed} message(s) by POP; acked for group {args.group}", file=sys.stderr)
+    return 0
+
+
+def _popped_line(message: PoppedMessage, as_json: bool) -> str:
+    body = message.body.decode("utf-8", errors="replace")
+    if as_json:
+        return json.dumps(
+            {
+                "topic": message.topic,
+                "brokerName": message.broker_name,
+                "queueId": message.queue_id,
+                "queueOffset": message.queue_offset,
+                "msgId": message.message_id,
+                "tags": message.tag,
+                "keys": message.keys,
+                "deliveryAttempt": message.delivery_attempt,
+                "storeTimestamp": message.store_timestamp,
+                "body": body,
+            }
+        )
+    return (
+        f"{message.broker_name}:{message.queue_id}@{message.queue_offset} {message.message_id} "
+        f"tags={message.tag or ''} keys={','.join(message.keys)} attempt={message.delivery_attempt} {body}"
+    )
+
+
 def cmd_consume(args: argparse.Namespace) -> int:
     return trio.run(_consume, args)
 
@@ -216,6 +284,10 @@ def _line(message: ReceivedMessage, as_json: bool) -> str:
 async def _consume(args: argparse.Namespace) -> int:
     if args.count is not None and args.count < 1:
         raise ClientError("--count must be at least 1")
+    if args.pop:
+        if args.broadcast or args.from_where != "last" or args.timestamp:
+            raise ClientError("--pop consumes as the group shares it: no --broadcast, --from or --timestamp")
+        return await _consume_by_pop(args)
     consumer = PushConsumer(
         args.group,
         args.namesrv,

@@ -5,6 +5,7 @@ from trocket.client.consumer.lite_pull import LitePullConsumer
 from trocket.client.consumer.modes import ConsumeFromWhere, MessageModel
 from trocket.client.consumer.push import PushConsumer
 from trocket.client.consumer.received import ReceivedMessage
+from trocket.client.consumer.simple import PoppedMessage, SimpleConsumer
 from trocket.client.errors import ClientError, InvalidMessage, SendError
 from trocket.client.message import Message, SendResult, SendStatus
 from trocket.client.producer import PendingSend, Producer
@@ -26,11 +27,13 @@ __all__ = [
     "InvalidMessage",
     "Message",
     "PendingSend",
+    "PoppedMessage",
     "Producer",
     "SendError",
     "SendResult",
     "SendStatus",
     "SessionCredentials",
+    "SimpleConsumer",
     "TransactionProducer",
     "TransactionSendResult",
     "TransactionState",
