@@ -41,7 +41,7 @@ NO_PLUGIN_DEFAULTS = PluginDefaults()
 """A config loads exactly the plugins it names."""
 
 DEFAULT_DELAY_LEVELS = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
-ROLES = ("broker", "namesrv", "controller")
+ROLES = ("broker", "namesrv", "controller", "proxy")
 
 
 def _roles(value: object) -> frozenset[str]:
@@ -60,7 +60,8 @@ class BrokerConfig:
     """Settings of the kernel itself. Plugin settings live in their own tables."""
 
     roles: frozenset[str] = attrs.field(default=frozenset({"broker"}), converter=_roles)
-    """Which servers this process hosts: ``broker``, ``namesrv``, ``controller``, or several."""
+    """Which servers this process hosts: ``broker``, ``namesrv``, ``controller``, ``proxy`` (RocketMQ
+    5's gRPC endpoint, plugin ``proxy``), or several."""
     plugins: tuple[str, ...] = fields.string_list(())
     """Entry-point names or dotted module paths; only these are loaded. Order is irrelevant.
     A file that leaves this out gets its loader's :class:`PluginDefaults`."""

@@ -67,9 +67,12 @@ class TopicConfig:
     topic_filter_type: str = "SINGLE_TAG"
     topic_sys_flag: int = 0
     order: bool = False
+    attributes: dict[str, str] = attrs.field(factory=dict)
+    """RocketMQ 5's topic attributes (``message.type``: which message types the topic takes)."""
 
     def to_json(self) -> dict[str, Any]:
         return {
+            "attributes": dict(sorted(self.attributes.items())),
             "order": self.order,
             "perm": self.perm,
             "readQueueNums": self.read_queue_nums,
@@ -89,7 +92,36 @@ class TopicConfig:
             str(data.get("topicFilterType", "SINGLE_TAG")),
             int(data.get("topicSysFlag", 0)),
             bool(data.get("order", False)),
+            {str(k): str(v) for k, v in (data.get("attributes") or {}).items()},
         )
+
+
+TOPIC_ATTRIBUTES = {"message.type": frozenset({"NORMAL", "FIFO", "DELAY", "TRANSACTION", "MIXED"})}
+"""The attributes a topic may carry and their values (RocketMQ 5's ``TopicAttributes``)."""
+
+
+def apply_attributes(current: dict[str, str], text: str) -> dict[str, str]:
+    """RocketMQ's attribute text (``+key=value,-key``) applied to ``current``.
+
+    :raises ValueError: an unknown key or value, or text that is not in that form.
+    """
+    out = dict(current)
+    for item in (part.strip() for part in text.split(",")):
+        if not item:
+            continue
+        if item.startswith("-"):
+            out.pop(item[1:], None)
+            continue
+        key, sep, value = item[1:].partition("=") if item.startswith("+") else ("", "", "")
+        if not sep:
+            raise ValueError(f"attribute {item!r} is neither +key=value nor -key")
+        allowed = TOPIC_ATTRIBUTES.get(key)
+        if allowed is None:
+            raise ValueError(f"unknown topic attribute {key!r}; known: {sorted(TOPIC_ATTRIBUTES)}")
+        if value.upper() not in allowed:
+            raise ValueError(f"attribute {key} takes one of {sorted(allowed)}, not {value!r}")
+        out[key] = value.upper()
+    return out
 
 
 @attrs.define

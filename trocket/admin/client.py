@@ -200,8 +200,17 @@ class AdminClient:
     # --- topics -----------------------------------------------------------------------------
 
     async def update_topic(
-        self, broker_addr: str, topic: str, *, read: int, write: int, perm: int, order: bool
+        self,
+        broker_addr: str,
+        topic: str,
+        *,
+        read: int,
+        write: int,
+        perm: int,
+        order: bool,
+        attributes: str = "",
     ) -> None:
+        """``attributes``: RocketMQ 5's ``+key=value,-key`` text (``+message.type=FIFO``)."""
         await self.call(
             broker_addr,
             RequestCode.UPDATE_AND_CREATE_TOPIC,
@@ -214,6 +223,7 @@ class AdminClient:
                 "topicFilterType": "SINGLE_TAG",
                 "topicSysFlag": 0,
                 "order": order,
+                **({"attributes": attributes} if attributes else {}),
             },
         )
 

@@ -53,6 +53,12 @@ def add_parsers(sub: Any) -> None:
     p.add_argument("-w", "--writeQueueNums", type=int, default=8)
     p.add_argument("-p", "--perm", type=int, default=6, help="2 write, 4 read, 6 both")
     p.add_argument("-o", "--order", type=_bool, default=False)
+    p.add_argument(
+        "-a",
+        "--attributes",
+        default="",
+        help="RocketMQ 5 topic attributes: +message.type=NORMAL|FIFO|DELAY|TRANSACTION|MIXED (-key removes)",
+    )
 
     p = command(
         "updateTopicList",
@@ -332,6 +338,7 @@ async def update_topic(client: AdminClient, args: argparse.Namespace) -> list[st
             write=args.writeQueueNums,
             perm=args.perm,
             order=args.order,
+            attributes=args.attributes,
         )
     return [f"create topic to {address} success." for address in targets]
 

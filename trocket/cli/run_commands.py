@@ -49,6 +49,13 @@ def add_parsers(sub: Any) -> None:
         "-1 turns it off). Without -c only",
     )
     up.add_argument(
+        "--grpc-port",
+        type=int,
+        default=GRPC_PORT,
+        help=f"RocketMQ 5 gRPC endpoint (the proxy) on 127.0.0.1 (default {GRPC_PORT}, RocketMQ proxy's; 0 picks a "
+        "free one; -1 turns it off). Without -c only: a config file adds role proxy and plugin proxy itself",
+    )
+    up.add_argument(
         "--ha",
         choices=["sync", "async", "auto"],
         help="also run a slave: master (SYNC_MASTER or ASYNC_MASTER) on 10911, HA port 10912, slave "
@@ -77,6 +84,8 @@ METRICS_PORT = 5557
 METRICS_PLUGIN = "metrics"
 CONSOLE_PORT = 8080
 CONSOLE_PLUGIN = "console"
+GRPC_PORT = 8081
+PROXY_PLUGIN = "proxy"
 
 
 def cmd_up(args: argparse.Namespace) -> int:
@@ -87,14 +96,21 @@ def cmd_up(args: argparse.Namespace) -> int:
         configs = ha_pair(args.ha, args.config, args.data_dir, args.metrics_port, args.console_port)
         return serve(*[Broker.assemble(config) for config in configs])
     if args.config:
-        config = load(args.config, roles=roles, data_dir=args.data_dir)
+        config = load(args.config, data_dir=args.data_dir)
+        # A file may add roles (a proxy beside the broker); up always hosts these two.
+        config = config.with_broker(roles=sorted(set(config.broker.roles) | set(roles)))
     else:
         plugins = _installed(TROCKET_DEFAULTS.plugins)
+        grpc = args.grpc_port >= 0 and PROXY_PLUGIN in available_plugins()
         config = embedded(
-            roles=roles,
+            roles=roles + (["proxy"] if grpc else []),
             data_dir=args.data_dir,
-            plugins=_with_served(plugins, args.metrics_port, args.console_port),
-            tables=_served_tables(args.metrics_port, args.console_port),
+            plugins=_with_served(plugins, args.metrics_port, args.console_port)
+            + ([PROXY_PLUGIN] if grpc else []),
+            tables={
+                **_served_tables(args.metrics_port, args.console_port),
+                **({PROXY_PLUGIN: {"grpc_port": args.grpc_port}} if grpc else {}),
+            },
         )
     return serve(Broker.assemble(config))
 

@@ -81,11 +81,11 @@ class RouteCache:
         cached = self._cache.get(topic)
         if cached and not refresh and trio.current_time() - cached[0] < ROUTE_TTL:
             return cached[1]
-        route = await self._route(topic)
+        route = await self.route(topic)
         if route is not None:
             info = publish_info(topic, route)
         else:
-            template = await self._route(DEFAULT_TOPIC)
+            template = await self.route(DEFAULT_TOPIC)
             if template is None:
                 raise ClientError(f"topic {topic!r} has no route and no broker auto-creates topics")
             info = publish_info(topic, template, queue_limit=self.default_topic_queue_nums)
@@ -104,12 +104,17 @@ class RouteCache:
 
         :raises ClientError: when the topic does not exist or no NameServer answers.
         """
-        route = await self._route(topic)
+        route = await self.route(topic)
         if route is None:
             raise ClientError(f"topic {topic!r} does not exist (no route on the NameServer)")
         return subscribe_queues(topic, route), reading_addresses(route)
 
-    async def _route(self, topic: str) -> dict[str, Any] | None:
+    async def route(self, topic: str) -> dict[str, Any] | None:
+        """The NameServers' route data of ``topic`` (``TopicRouteData`` as JSON), ``None`` when it
+        does not exist.
+
+        :raises ClientError: no NameServer answered.
+        """
         errors = []
         for address in self.namesrv_addrs:
             request = RemotingCommand.request(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": topic})

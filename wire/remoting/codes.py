@@ -81,6 +81,8 @@ class RequestCode(enum.IntEnum):
     CLEAN_BROKER_DATA = 1011
     """RocketMQ 5: forget a broker set, or some of its replicas, at the controller (mqadmin
     ``cleanBrokerMetadata``)."""
+    GET_TOPIC_CONFIG = 351
+    """RocketMQ 5: one topic's configuration with its attributes."""
     QUERY_ASSIGNMENT = 400
     """RocketMQ 5: the queues a POP consumer of a group should pop from (body in and out)."""
     POP_MESSAGE = 200050

@@ -38,6 +38,7 @@ HANDLERS: dict[int, NetHandler] = {
     RequestCode.UPDATE_AND_CREATE_TOPIC_LIST: admin.update_topic_list,
     RequestCode.DELETE_TOPIC_IN_BROKER: admin.delete_topic,
     RequestCode.GET_ALL_TOPIC_CONFIG: admin.all_topic_config,
+    RequestCode.GET_TOPIC_CONFIG: admin.topic_config,
     RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP: admin.update_group,
     RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG: admin.all_groups,
     RequestCode.DELETE_SUBSCRIPTIONGROUP: admin.delete_group,
@@ -66,6 +67,7 @@ INLINE = (
     RequestCode.UPDATE_CONSUMER_OFFSET,
     RequestCode.GET_MAX_OFFSET,
     RequestCode.GET_MIN_OFFSET,
+    RequestCode.GET_TOPIC_CONFIG,
 )
 """Handlers that never wait for anything but the CPU: run in the connection's read loop, with
 their answers written together (``./run bench remoting``: 1.4-1.7x the round trips of a task

@@ -12,11 +12,12 @@ import shutil
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import orjson
 import trio
 
 from plugins.remoting.handlers.common import int_field, parse_json_body, queryable, required, valid_group
 from plugins.remoting.subscriptions import SubscriptionGroupConfig
-from plugins.remoting.topics import TopicConfig, topic_problem
+from plugins.remoting.topics import TopicConfig, apply_attributes, topic_problem
 from wire.remoting import Connection, RemotingCommand, ResponseCode
 from wire.remoting.admin_json import dumps_queue_keyed
 
@@ -37,6 +38,13 @@ async def update_topic(
     problem = topic_problem(topic)
     if problem:
         return request.response(ResponseCode.SYSTEM_ERROR, remark=problem)
+    existing = net.topics.get(topic)
+    try:
+        attributes = apply_attributes(
+            existing.attributes if existing else {}, request.ext.get("attributes", "")
+        )
+    except ValueError as error:
+        return request.response(ResponseCode.INVALID_PARAMETER, remark=str(error))
     config = TopicConfig(
         topic,
         int_field(request, "readQueueNums", 8),
@@ -45,6 +53,7 @@ async def update_topic(
         request.ext.get("topicFilterType", "SINGLE_TAG"),
         int_field(request, "topicSysFlag", 0),
         request.ext.get("order", "false").lower() == "true",
+        attributes,
     )
     problem = _creatable(net, config)
     if problem:
@@ -52,6 +61,18 @@ async def update_topic(
     net.topics.update(config)
     await net.topics_changed()
     return request.response()
+
+
+async def topic_config(
+    net: BrokerNetwork, connection: Connection, request: RemotingCommand
+) -> RemotingCommand:
+    """RocketMQ 5's ``GET_TOPIC_CONFIG``: one topic's configuration, attributes included (the
+    gRPC proxy reads ``message.type`` from it)."""
+    (topic,) = required(request, "topic")
+    config = net.topics.get(topic)
+    if config is None:
+        return request.response(ResponseCode.TOPIC_NOT_EXIST, remark=f"topic[{topic}] not exist")
+    return request.response(body=orjson.dumps({**config.to_json(), "topicName": topic}))
 
 
 async def update_topic_list(

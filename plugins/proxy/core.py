@@ -1,0 +1,167 @@
+"""What every RPC of the proxy shares: its settings, the remoting client it reaches brokers
+and NameServers with, the clients it knows, and the request rules common to all calls."""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import logging
+import time
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+import attrs
+
+from kernel.errors import RemotingError
+from plugins.proxy.config import ProxyConfig
+from plugins.proxy.status import Code, ProxyProblem, problem_of
+from plugins.proxy.telemetry import DEFAULT_RETRY_MAX_TIMES, ClientRegistry
+from trocket.client.errors import ClientError
+from trocket.client.routes import RouteCache
+from wire.grpc_v2 import definition_pb2 as pb
+from wire.remoting import RemotingClient, RemotingCommand, RequestCode, ResponseCode
+
+if TYPE_CHECKING:
+    from plugins.proxy.consuming import Renewals
+
+log = logging.getLogger(__name__)
+
+CLIENT_ID = "x-mq-client-id"
+PRODUCER_GROUP = "TROCKET_PROXY_PRODUCER"
+"""The producer group of sends that are not transactional (a transactional one's is its topic,
+so the broker's check-back finds the proxy's connection for it)."""
+ATTRIBUTES_TTL = 10.0
+
+
+@attrs.frozen
+class Route:
+    """A topic's route as the proxy uses it: brokers by name, and their queue data."""
+
+    topic: str
+    masters: dict[str, str]
+    """Broker name → master address (brokers without a live master are absent)."""
+    queue_data: list[dict[str, Any]]
+
+
+@attrs.define(eq=False)
+class ProxyCore:
+    config: ProxyConfig
+    remoting: RemotingClient
+    routes: RouteCache
+    advertised: tuple[str, int]
+    renewals: Renewals
+    clients: ClientRegistry = attrs.field(factory=ClientRegistry)
+    producer_group: str = PRODUCER_GROUP
+    client_id_of_proxy: str = "trocket-proxy"
+    _attributes: dict[str, tuple[float, dict[str, str]]] = attrs.field(factory=dict)
+
+    def client_id(self, metadata: Mapping[str, str]) -> str:
+        """:raises ProxyProblem: CLIENT_ID_REQUIRED when the header is missing."""
+        client_id = metadata.get(CLIENT_ID, "")
+        if not client_id:
+            raise ProxyProblem(Code.CLIENT_ID_REQUIRED, f"the {CLIENT_ID} header is required")
+        self.clients.touch(client_id, metadata)
+        return client_id
+
+    async def route(self, topic: str) -> Route:
+        """:raises ProxyProblem: TOPIC_NOT_FOUND, or INTERNAL_SERVER_ERROR without a NameServer."""
+        try:
+            data = await self.routes.route(topic)
+        except ClientError as error:
+            raise ProxyProblem(Code.INTERNAL_SERVER_ERROR, str(error)) from None
+        if data is None:
+            raise ProxyProblem(Code.TOPIC_NOT_FOUND, f"topic {topic!r} does not exist")
+        masters = {
+            b["brokerName"]: b["brokerAddrs"]["0"]
+            for b in data.get("brokerDatas", [])
+            if "0" in b["brokerAddrs"]
+        }
+        return Route(topic, masters, list(data.get("queueDatas", [])))
+
+    async def broker_address(self, topic: str, broker_name: str) -> str:
+        route = await self.route(topic)
+        address = route.masters.get(broker_name)
+        if address is None:
+            raise ProxyProblem(
+                Code.NOT_FOUND, f"broker {broker_name!r} has no live master serving topic {topic!r}"
+            )
+        return address
+
+    async def invoke(
+        self, address: str, request: RemotingCommand, what: str, timeout: float | None = None
+    ) -> Any:
+        """A remoting call whose transport failure is an INTERNAL_SERVER_ERROR (never a traceback)."""
+        try:
+            return await self.remoting.invoke(address, request, timeout or self.config.request_timeout)
+        except RemotingError as error:
+            raise ProxyProblem(Code.INTERNAL_SERVER_ERROR, f"{what}: broker {address}: {error}") from None
+
+    async def invoke_ok(self, address: str, request: RemotingCommand, what: str) -> RemotingCommand:
+        response = await self.invoke(address, request, what)
+        if response.code != ResponseCode.SUCCESS:
+            raise problem_of(response.code, response.remark, what)
+        return response
+
+    def endpoints(self) -> pb.Endpoints:
+        host, port = self.advertised
+        try:
+            scheme = pb.IPv4 if ipaddress.ip_address(host).version == 4 else pb.IPv6
+        except ValueError:
+            scheme = pb.DOMAIN_NAME
+        return pb.Endpoints(scheme=scheme, addresses=[pb.Address(host=host, port=port)])
+
+    async def topic_attributes(self, topic: str, route: Route) -> dict[str, str]:
+        """The topic's attributes as a master has them (``GET_TOPIC_CONFIG``), kept for
+        :data:`ATTRIBUTES_TTL` seconds; empty when no master answers."""
+        cached = self._attributes.get(topic)
+        if cached is not None and time.monotonic() - cached[0] < ATTRIBUTES_TTL:
+            return cached[1]
+        attributes: dict[str, str] = {}
+        for address in sorted(route.masters.values()):
+            request = RemotingCommand.request(RequestCode.GET_TOPIC_CONFIG, {"topic": topic})
+            try:
+                response = await self.remoting.invoke(address, request, self.config.request_timeout)
+            except RemotingError:
+                continue
+            if response.code == ResponseCode.SUCCESS:
+                try:
+                    attributes = dict(json.loads(response.body).get("attributes") or {})
+                except (ValueError, AttributeError):
+                    attributes = {}
+                break
+        self._attributes[topic] = (time.monotonic(), attributes)
+        return attributes
+
+    async def retry_max_times(self, group: str) -> int:
+        """The group's ``retryMaxTimes`` for the consumer settings (RocketMQ's default: the
+        broker dead-letters a POP message after that many redeliveries whatever this says)."""
+        return DEFAULT_RETRY_MAX_TIMES
+
+    def forget_client(self, client_id: str) -> None:
+        self.clients.forget(client_id)
+        self.renewals.forget_client(client_id)
+
+    async def producers_changed(self) -> None:
+        """Tell the brokers of every topic a connected client publishes that this proxy is a
+        producer of it (so transaction check-backs reach the proxy)."""
+        from plugins.proxy.producing import producer_heartbeat
+
+        topics = sorted(self.clients.producer_topics())
+        if not topics:
+            return
+        brokers: set[str] = set()
+        for topic in topics:
+            try:
+                brokers.update((await self.route(topic)).masters.values())
+            except ProxyProblem:
+                continue
+        request = producer_heartbeat(self.client_id_of_proxy, topics)
+        for address in sorted(brokers):
+            try:
+                await self.remoting.invoke(address, request, self.config.request_timeout)
+            except RemotingError as error:
+                log.info("proxy heartbeat to %s failed: %s", address, error)
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)

@@ -1,0 +1,241 @@
+"""The proxy service: the gRPC MessagingService of RocketMQ 5 on ``[proxy] grpc_port``, answered by
+talking remoting to the brokers the NameServers name.
+
+It runs wherever the ``proxy`` role is hosted: beside a broker (``trocket up``) or alone
+(``trocket proxy -n NAMESRV``); either way it reaches brokers over remoting, as RocketMQ's
+proxy does in cluster mode. Methods the official clients do not use (PullMessage,
+UpdateOffset, GetOffset, QueryOffset, RecallMessage, SyncLiteSubscription) answer gRPC
+UNIMPLEMENTED with a message.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
+
+import attrs
+import grpc
+import trio
+
+from kernel.context import BrokerRuntime, StashKey
+from kernel.tls_config import client_tls, inner_credentials
+from plugins.proxy import consuming, producing, routing
+from plugins.proxy.config import ProxyConfig
+from plugins.proxy.consuming import Renewals
+from plugins.proxy.core import ProxyCore
+from plugins.proxy.grpc_host import BidiStream, GrpcHost, Method, RpcAbort
+from plugins.proxy.status import ProxyProblem
+from trocket.client.routes import RouteCache
+from wire.grpc_v2 import service_pb2 as spb
+from wire.remoting import Connection, RemotingClient, RemotingCommand, RequestCode, Router
+
+log = logging.getLogger(__name__)
+
+PROXY = StashKey["ProxyService"]("proxy.service")
+SERVICE_NAME = "apache.rocketmq.v2.MessagingService"
+HOUSEKEEPING_INTERVAL = 1.0
+PRODUCER_HEARTBEAT_INTERVAL = 10.0
+
+Handler = Callable[[ProxyCore, Any, Mapping[str, str]], Awaitable[Any]]
+
+
+@attrs.define
+class ProxyStatistics:
+    calls: dict[str, int] = attrs.field(factory=dict)
+    refused: int = 0
+    renewed: int = 0
+
+
+def _answered(
+    core: ProxyCore, stats: ProxyStatistics, name: str, handler: Handler, response_type: Any
+) -> Any:
+    """A trio handler whose :class:`ProxyProblem` becomes the response's status."""
+
+    async def call(request: Any, metadata: Mapping[str, str], peer: str) -> Any:
+        stats.calls[name] = stats.calls.get(name, 0) + 1
+        try:
+            return await handler(core, request, metadata)
+        except ProxyProblem as problem:
+            stats.refused += 1
+            return response_type(status=problem.status())
+
+    return call
+
+
+def _streamed(core: ProxyCore, stats: ProxyStatistics, name: str, handler: Handler) -> Any:
+    async def call(request: Any, metadata: Mapping[str, str], peer: str) -> list[Any]:
+        stats.calls[name] = stats.calls.get(name, 0) + 1
+        try:
+            return list(await handler(core, request, metadata))
+        except ProxyProblem as problem:
+            stats.refused += 1
+            return [spb.ReceiveMessageResponse(status=problem.status())]
+
+    return call
+
+
+def _unimplemented(name: str) -> Any:
+    async def call(request: Any, metadata: Mapping[str, str], peer: str) -> Any:
+        raise RpcAbort(grpc.StatusCode.UNIMPLEMENTED, f"{name} is not served by Trocket's proxy (POP is)")
+
+    return call
+
+
+def methods(core: ProxyCore, stats: ProxyStatistics) -> list[Method]:
+    unary = {
+        "QueryRoute": (routing.query_route, spb.QueryRouteRequest, spb.QueryRouteResponse),
+        "Heartbeat": (routing.heartbeat, spb.HeartbeatRequest, spb.HeartbeatResponse),
+        "SendMessage": (producing.send_message, spb.SendMessageRequest, spb.SendMessageResponse),
+        "QueryAssignment": (
+            routing.query_assignment,
+            spb.QueryAssignmentRequest,
+            spb.QueryAssignmentResponse,
+        ),
+        "AckMessage": (consuming.ack_message, spb.AckMessageRequest, spb.AckMessageResponse),
+        "ForwardMessageToDeadLetterQueue": (
+            consuming.forward_to_dead_letter_queue,
+            spb.ForwardMessageToDeadLetterQueueRequest,
+            spb.ForwardMessageToDeadLetterQueueResponse,
+        ),
+        "EndTransaction": (producing.end_transaction, spb.EndTransactionRequest, spb.EndTransactionResponse),
+        "NotifyClientTermination": (
+            routing.notify_client_termination,
+            spb.NotifyClientTerminationRequest,
+            spb.NotifyClientTerminationResponse,
+        ),
+        "ChangeInvisibleDuration": (
+            consuming.change_invisible_duration,
+            spb.ChangeInvisibleDurationRequest,
+            spb.ChangeInvisibleDurationResponse,
+        ),
+    }
+    out = [
+        Method(name, request, response, _answered(core, stats, name, handler, response))
+        for name, (handler, request, response) in unary.items()
+    ]
+    out.append(
+        Method(
+            "ReceiveMessage",
+            spb.ReceiveMessageRequest,
+            spb.ReceiveMessageResponse,
+            _streamed(core, stats, "ReceiveMessage", consuming.receive_message),
+            server_stream=True,
+        )
+    )
+    out.append(
+        Method(
+            "Telemetry",
+            spb.TelemetryCommand,
+            spb.TelemetryCommand,
+            BidiStream(
+                functools.partial(routing.telemetry_open, core),
+                functools.partial(routing.telemetry_receive, core),
+                functools.partial(routing.telemetry_close, core),
+            ),
+        )
+    )
+    unserved = {
+        "PullMessage": (spb.PullMessageRequest, spb.PullMessageResponse, True),
+        "UpdateOffset": (spb.UpdateOffsetRequest, spb.UpdateOffsetResponse, False),
+        "GetOffset": (spb.GetOffsetRequest, spb.GetOffsetResponse, False),
+        "QueryOffset": (spb.QueryOffsetRequest, spb.QueryOffsetResponse, False),
+        "RecallMessage": (spb.RecallMessageRequest, spb.RecallMessageResponse, False),
+        "SyncLiteSubscription": (spb.SyncLiteSubscriptionRequest, spb.SyncLiteSubscriptionResponse, False),
+    }
+    out += [
+        Method(name, request, response, _unimplemented(name), server_stream=stream)
+        for name, (request, response, stream) in unserved.items()
+    ]
+    return out
+
+
+@attrs.define(eq=False)
+class ProxyService:
+    """See the module docstring."""
+
+    runtime: BrokerRuntime
+    config: ProxyConfig
+    stats: ProxyStatistics = attrs.field(factory=ProxyStatistics)
+    core: ProxyCore | None = None
+    port: int = 0
+
+    @property
+    def address(self) -> str:
+        host = self.core.advertised[0] if self.core else self.config.grpc_host
+        return f"{host}:{self.port}"
+
+    async def run(self, *, task_status: trio.TaskStatus[Any] = trio.TASK_STATUS_IGNORED) -> None:
+        ctx = self.runtime.ctx
+        namesrvs = list(self.config.namesrv_addr or ctx.broker.namesrv_addr)
+        router = Router(name="proxy")
+        router.register(RequestCode.CHECK_TRANSACTION_STATE, self._on_check)
+        async with RemotingClient.open(
+            router, credentials=inner_credentials(ctx.config), tls=client_tls(ctx.config)
+        ) as remoting:
+            core = ProxyCore(
+                self.config,
+                remoting,
+                RouteCache(remoting, namesrvs, timeout=self.config.request_timeout),
+                advertised=(self.config.grpc_host, self.config.grpc_port),
+                renewals=Renewals(),
+            )
+            self.core = core
+            host = GrpcHost(
+                SERVICE_NAME,
+                methods(core, self.stats),
+                f"{self.config.grpc_host}:{self.config.grpc_port}",
+                options=[
+                    ("grpc.max_receive_message_length", self.config.max_body_size * 4 + (1 << 20)),
+                    ("grpc.max_send_message_length", -1),
+                ],
+            )
+            async with trio.open_nursery() as nursery:
+                self.port = await nursery.start(host.serve)
+                core.advertised = _advertised(self.config, self.port)
+                log.info(
+                    "proxy: gRPC on %s:%d, advertised as %s", self.config.grpc_host, self.port, self.address
+                )
+                nursery.start_soon(self._housekeeping, core)
+                task_status.started()
+
+    async def _on_check(self, connection: Connection, request: RemotingCommand) -> RemotingCommand | None:
+        if self.core is not None:
+            await producing.on_check(self.core, connection, request)
+        return None
+
+    async def _housekeeping(self, core: ProxyCore) -> None:
+        """Renew auto-renewed messages, forget silent clients, re-announce producer topics."""
+        since_heartbeat = PRODUCER_HEARTBEAT_INTERVAL
+        while True:
+            await trio.sleep(HOUSEKEEPING_INTERVAL)
+            self.stats.renewed += await consuming.renew_due(core)
+            core.clients.expire(self.config.client_expiry)
+            since_heartbeat += HOUSEKEEPING_INTERVAL
+            if since_heartbeat >= PRODUCER_HEARTBEAT_INTERVAL:
+                since_heartbeat = 0
+                await core.producers_changed()
+
+    def figures(self) -> dict[str, str]:
+        figures = {
+            "proxyGrpcAddress": self.address if self.port else "",
+            "proxyClients": str(len(self.core.clients.sessions)) if self.core else "0",
+            "proxyRefusedCalls": str(self.stats.refused),
+            "proxyRenewals": str(self.stats.renewed),
+        }
+        for name, count in sorted(self.stats.calls.items()):
+            figures[f"proxyCalls_{name}"] = str(count)
+        if self.port:
+            figures["grpcUrl"] = self.address
+        return figures
+
+
+def _advertised(config: ProxyConfig, port: int) -> tuple[str, int]:
+    if config.advertised_address:
+        host, _, given = config.advertised_address.rpartition(":")
+        return host, int(given)
+    host = config.grpc_host
+    if host in ("0.0.0.0", "::", ""):
+        host = "127.0.0.1"
+    return host, port
