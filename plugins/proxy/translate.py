@@ -127,7 +127,10 @@ def outgoing(message: pb.Message, *, max_body_size: int) -> Outgoing:
             raise ProxyProblem(Code.ILLEGAL_MESSAGE_GROUP, f"message group {group!r} is not usable")
         properties[PROPERTY_SHARDING_KEY] = group
     if system.HasField("delivery_timestamp"):
-        properties[PROPERTY_TIMER_DELIVER_MS] = str(system.delivery_timestamp.ToMilliseconds())
+        try:
+            properties[PROPERTY_TIMER_DELIVER_MS] = str(system.delivery_timestamp.ToMilliseconds())
+        except ValueError as error:
+            raise ProxyProblem(Code.ILLEGAL_DELIVERY_TIME, f"delivery_timestamp: {error}") from None
     sys_flag = 0
     if message_type == pb.TRANSACTION:
         properties[PROPERTY_TRANSACTION_PREPARED] = "true"
@@ -139,11 +142,18 @@ def outgoing(message: pb.Message, *, max_body_size: int) -> Outgoing:
         body,
         properties,
         sys_flag,
-        system.born_timestamp.ToMilliseconds() if system.HasField("born_timestamp") else 0,
+        _born(system),
         message_type,
         system.message_id,
         group,
     )
+
+
+def _born(system: pb.SystemProperties) -> int:
+    try:
+        return system.born_timestamp.ToMilliseconds() if system.HasField("born_timestamp") else 0
+    except ValueError:
+        return 0  # the broker stamps it
 
 
 def _check_type(message_type: int, group: str, delayed: bool) -> None:
