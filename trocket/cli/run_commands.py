@@ -52,8 +52,8 @@ def add_parsers(sub: Any) -> None:
         "--grpc-port",
         type=int,
         default=GRPC_PORT,
-        help=f"RocketMQ 5 gRPC endpoint (the proxy) on 127.0.0.1 (default {GRPC_PORT}, RocketMQ proxy's; 0 picks a "
-        "free one; -1 turns it off). Without -c only: a config file adds role proxy and plugin proxy itself",
+        help=f"RocketMQ 5 gRPC endpoint (the proxy) on 127.0.0.1 (default {GRPC_PORT}, RocketMQ proxy's; 0 "
+        "picks a free one; -1 turns it off). Without -c only: a config file adds role proxy and plugin proxy",
     )
     up.add_argument(
         "--ha",
