@@ -17,6 +17,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from kernel import ConfigSection, Phase, RequestGuardSpec, RequestHandlerSpec, ServiceSpec, hookimpl
+from kernel.access import ACCESS_CONTROL
 from kernel.context import BrokerContext, BrokerRuntime, StashKey
 from kernel.errors import ConfigError
 from plugins.acl import admin_requests
@@ -91,9 +92,11 @@ def trocket_register_services(ctx: BrokerContext) -> list[ServiceSpec]:
             acl_file(runtime.ctx), _guard(runtime.ctx), runtime.ctx.plugin_config(AclConfig).reload_interval
         )
         runtime.ctx.stash[ACL_WATCHER] = watcher
+        runtime.ctx.stash[ACCESS_CONTROL] = _guard(runtime.ctx)
         return watcher
 
-    return [ServiceSpec("acl-file-watcher", Phase.DURABILITY, make)]
+    # A proxy-only process checks gRPC calls against the same file, re-read the same way.
+    return [ServiceSpec("acl-file-watcher", Phase.DURABILITY, make, roles=frozenset({"broker", "proxy"}))]
 
 
 @hookimpl

@@ -16,16 +16,21 @@ missing; the handler never runs, so nothing refused touches the store.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable, Mapping
 
 import attrs
 
+from kernel.access import AccessDenied
 from plugins.acl.addresses import peer_ip
-from plugins.acl.plain_acl import RETRY_PREFIX, PlainAcl, allows, perm_name
+from plugins.acl.plain_acl import PERM_NAMES, RETRY_PREFIX, Account, PlainAcl, allows, perm_name
 from plugins.acl.resources import ADMIN_CODES, UnreadableRequest, needed
 from wire.remoting import Connection, RemotingCommand, ResponseCode, code_name
 from wire.remoting.signature import ACCESS_KEY
 
 log = logging.getLogger(__name__)
+
+_PASSED = AccessDenied("white-listed", authenticated=True)
+"""A caller white-listed by address: no signature or permission is checked."""
 
 
 @attrs.define
@@ -52,20 +57,16 @@ class AclGuard:
 
     def problem(self, address: str, request: RemotingCommand) -> str | None:
         """Why ``request`` from ``address`` is refused, or ``None``."""
-        acl = self.acl
-        if acl.global_white and any(match(address) for match in acl.global_white):
-            return None
         ext = request.ext
-        access_key = ext.get(ACCESS_KEY)
-        if not access_key:
-            return "No accessKey is configured: the request is not signed (ACL is on)"
-        account = acl.accounts.get(access_key)
-        if account is None:
-            return f"No acl config for {_shown(access_key)}"
-        if account.white(address):
+        access_key = ext.get(ACCESS_KEY) or ""
+        denied = self._identify(
+            address, access_key, lambda account: account.signer.matches(ext, request.body)
+        )
+        if denied is _PASSED:
             return None
-        if not account.signer.matches(ext, request.body):
-            return f"Check signature failed for accessKey={_shown(access_key)}"
+        if denied is not None:
+            return denied.reason
+        account = self.acl.accounts[access_key]
         if request.code in ADMIN_CODES and not account.admin:
             return (
                 f"Need admin permission for request code={int(request.code)} "
@@ -75,6 +76,54 @@ class AclGuard:
             resources = needed(request)
         except UnreadableRequest as error:
             return f"accessKey={_shown(access_key)}: {error}"
+        return self._missing(account, access_key, resources)
+
+    def authorize(
+        self,
+        peer_ip: str,
+        access_key: str,
+        signed: Callable[[str], bool],
+        *,
+        topics: Mapping[str, str],
+        groups: Mapping[str, str],
+    ) -> AccessDenied | None:
+        """:class:`kernel.access.AccessControl`, for calls signed RocketMQ 5's way (the proxy)."""
+        denied = self._identify(peer_ip, access_key, lambda account: signed(account.secret_key))
+        if denied is _PASSED:
+            self.stats.allowed += 1
+            return None
+        if denied is not None:
+            self.stats.refused += 1
+            return denied
+        resources = {name: PERM_NAMES[perm] for name, perm in topics.items()}
+        resources.update({RETRY_PREFIX + name: PERM_NAMES[perm] for name, perm in groups.items()})
+        missing = self._missing(self.acl.accounts[access_key], access_key, resources)
+        if missing is not None:
+            self.stats.refused += 1
+            return AccessDenied(missing, authenticated=True)
+        self.stats.allowed += 1
+        return None
+
+    def _identify(
+        self, address: str, access_key: str, signature_ok: Callable[[Account], bool]
+    ) -> AccessDenied | None:
+        """Steps 1-4: ``None`` when the account must still be checked for permissions,
+        :data:`_PASSED` when the caller passes without (white-listed), else the refusal."""
+        acl = self.acl
+        if acl.global_white and any(match(address) for match in acl.global_white):
+            return _PASSED
+        if not access_key:
+            return AccessDenied("No accessKey is configured: the request is not signed (ACL is on)", False)
+        account = acl.accounts.get(access_key)
+        if account is None:
+            return AccessDenied(f"No acl config for {_shown(access_key)}", False)
+        if account.white(address):
+            return _PASSED
+        if not signature_ok(account):
+            return AccessDenied(f"Check signature failed for accessKey={_shown(access_key)}", False)
+        return None
+
+    def _missing(self, account: Account, access_key: str, resources: Mapping[str, int]) -> str | None:
         for resource, perm in resources.items():
             owned = account.owned(resource)
             if not allows(perm, owned):

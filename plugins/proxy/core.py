@@ -7,11 +7,12 @@ import ipaddress
 import json
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import attrs
 
+from kernel.access import AccessControl
 from kernel.errors import RemotingError
 from plugins.proxy.config import ProxyConfig
 from plugins.proxy.status import Code, ProxyProblem, problem_of
@@ -50,6 +51,8 @@ class ProxyCore:
     routes: RouteCache
     advertised: tuple[str, int]
     renewals: Renewals
+    access_control: Callable[[], AccessControl | None] = lambda: None
+    """The broker's ACL when a plugin enforces one (``kernel.access``)."""
     clients: ClientRegistry = attrs.field(factory=ClientRegistry)
     producer_group: str = PRODUCER_GROUP
     client_id_of_proxy: str = "trocket-proxy"

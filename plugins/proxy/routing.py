@@ -15,6 +15,7 @@ from typing import Any
 import attrs
 import grpc
 
+from plugins.proxy.auth import authorize
 from plugins.proxy.core import ProxyCore, Route
 from plugins.proxy.grpc_host import RpcAbort
 from plugins.proxy.status import Code, ProxyProblem, ok
@@ -136,6 +137,10 @@ async def telemetry_open(
     client_id = metadata.get("x-mq-client-id", "")
     if not client_id:
         raise RpcAbort(grpc.StatusCode.INVALID_ARGUMENT, "the x-mq-client-id header is required")
+    try:
+        authorize(core.access_control(), metadata, peer)
+    except ProxyProblem as problem:
+        raise RpcAbort(grpc.StatusCode.UNAUTHENTICATED, problem.message) from None
     session = core.clients.touch(client_id, metadata)
     session.push = push
     return TelemetryCall(session, push)

@@ -19,9 +19,11 @@ import attrs
 import grpc
 import trio
 
+from kernel.access import ACCESS_CONTROL
 from kernel.context import BrokerRuntime, StashKey
 from kernel.tls_config import client_tls, inner_credentials
 from plugins.proxy import consuming, producing, routing
+from plugins.proxy.auth import authorize
 from plugins.proxy.config import ProxyConfig
 from plugins.proxy.consuming import Renewals
 from plugins.proxy.core import ProxyCore
@@ -48,14 +50,45 @@ class ProxyStatistics:
     renewed: int = 0
 
 
+Needs = Callable[[Any], tuple[dict[str, str], dict[str, str]]]
+"""What a call touches, for ACL: (topic → PUB/SUB, group → SUB)."""
+
+
+def _nothing(request: Any) -> tuple[dict[str, str], dict[str, str]]:
+    return {}, {}
+
+
+def _consuming(request: Any) -> tuple[dict[str, str], dict[str, str]]:
+    topic = request.message_queue.topic if hasattr(request, "message_queue") else request.topic
+    return {topic.name: "SUB"}, {request.group.name: "SUB"}
+
+
+NEEDS: dict[str, Needs] = {
+    "SendMessage": lambda request: ({m.topic.name: "PUB" for m in request.messages}, {}),
+    "EndTransaction": lambda request: ({request.topic.name: "PUB"}, {}),
+    "QueryAssignment": _consuming,
+    "ReceiveMessage": _consuming,
+    "AckMessage": _consuming,
+    "ChangeInvisibleDuration": _consuming,
+    "ForwardMessageToDeadLetterQueue": _consuming,
+}
+"""Calls not listed only need a valid signature when ACL is on (routes, heartbeats, ...)."""
+
+
+def _checked(core: ProxyCore, name: str, request: Any, metadata: Mapping[str, str], peer: str) -> None:
+    topics, groups = NEEDS.get(name, _nothing)(request)
+    authorize(core.access_control(), metadata, peer, topics=topics, groups=groups)
+
+
 def _answered(
     core: ProxyCore, stats: ProxyStatistics, name: str, handler: Handler, response_type: Any
 ) -> Any:
-    """A trio handler whose :class:`ProxyProblem` becomes the response's status."""
+    """A trio handler, checked by ACL, whose :class:`ProxyProblem` becomes the response's status."""
 
     async def call(request: Any, metadata: Mapping[str, str], peer: str) -> Any:
         stats.calls[name] = stats.calls.get(name, 0) + 1
         try:
+            _checked(core, name, request, metadata, peer)
             return await handler(core, request, metadata)
         except ProxyProblem as problem:
             stats.refused += 1
@@ -68,6 +101,7 @@ def _streamed(core: ProxyCore, stats: ProxyStatistics, name: str, handler: Handl
     async def call(request: Any, metadata: Mapping[str, str], peer: str) -> list[Any]:
         stats.calls[name] = stats.calls.get(name, 0) + 1
         try:
+            _checked(core, name, request, metadata, peer)
             return list(await handler(core, request, metadata))
         except ProxyProblem as problem:
             stats.refused += 1
@@ -180,6 +214,7 @@ class ProxyService:
                 RouteCache(remoting, namesrvs, timeout=self.config.request_timeout),
                 advertised=(self.config.grpc_host, self.config.grpc_port),
                 renewals=Renewals(),
+                access_control=lambda: ctx.stash.get(ACCESS_CONTROL, None),
             )
             self.core = core
             host = GrpcHost(
