@@ -24,6 +24,7 @@ import trio
 from kernel.model import BrokerRole, DispatchRecord, Message, RedeliveryAction
 from plugins.pop import revive_log
 from plugins.pop.inflight import Checkpoint
+from plugins.pop.refusal import PopRefused, now_ms
 from wire import record
 from wire.names import (
     DLQ_PREFIX,
@@ -47,24 +48,41 @@ _DROPPED_PROPERTIES = (PROPERTY_POP_CK, PROPERTY_DELAY_TIME_LEVEL, *TIMER_PROPER
 
 
 async def revive_forever(service: PopService) -> None:
-    from plugins.pop.service import PopRefused, now_ms
-
+    """Every ``revive_interval``: rebuild if needed, revive what is due, wake FIFO pollers,
+    save the replay floors. A tick that fails (a full disk, no file descriptors) is logged and
+    counted, and the next one tries again: the broker never stops over it."""
+    failing: str | None = None
     while True:
         await trio.sleep(service.config.revive_interval)
         if service.runtime.role is BrokerRole.SLAVE:
             continue
         try:
-            await service.ensure_loaded()
-        except PopRefused as refused:
-            log.warning("pop: cannot rebuild in-flight state: %s", refused.remark)
+            await _tick(service)
+        except (OSError, PopRefused) as error:
+            why = error.remark if isinstance(error, PopRefused) else f"{type(error).__name__}: {error}"
+            service.stats.revive_failures += 1
+            if why != failing:
+                log.warning(
+                    "pop: revive tick failed (%s); trying again every %.1fs",
+                    why,
+                    service.config.revive_interval,
+                )
+            failing = why
             continue
-        now = now_ms()
-        for checkpoint in service.table.due(now):
-            await revive(service, checkpoint, now)
-        expired = service.orderly.newly_expired(now)
-        if expired:
-            service.notify({topic for _, topic, _ in expired})
-        service.save_floors()
+        if failing is not None:
+            log.info("pop: revive ticks work again after: %s", failing)
+            failing = None
+
+
+async def _tick(service: PopService) -> None:
+    await service.ensure_loaded()
+    now = now_ms()
+    for checkpoint in service.table.due(now):
+        await revive(service, checkpoint, now)
+    expired = service.orderly.newly_expired(now)
+    if expired:
+        service.notify({topic for _, topic, _ in expired})
+    service.save_floors()
 
 
 async def revive(service: PopService, checkpoint: Checkpoint, now: int) -> None:

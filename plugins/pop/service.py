@@ -43,6 +43,9 @@ from plugins.pop import revive_log
 from plugins.pop.config import PopConfig
 from plugins.pop.inflight import AckOutcome, Checkpoint, InFlightTable
 from plugins.pop.orderly import OrderBatch, OrderlyQueues
+from plugins.pop.refusal import PopRefused as PopRefused  # re-exported for the handlers
+from plugins.pop.refusal import now_ms
+from plugins.pop.revive import revive_forever
 from wire import record
 from wire.names import PROPERTY_RETRY_TOPIC, PROPERTY_TAGS, RETRY_PREFIX
 from wire.pop_receipt import (
@@ -65,15 +68,6 @@ READ_BATCH = 256
 IN_MEMORY_RATIO = 0.4
 """RocketMQ's ``accessMessageInMemoryMaxRatio`` default: what counts as still in memory when
 a new group decides whether to start at the queue's first message."""
-
-
-class PopRefused(Exception):
-    """A pop, ack or change the broker answers with ``code`` and ``remark``."""
-
-    def __init__(self, code: int, remark: str) -> None:
-        super().__init__(remark)
-        self.code = code
-        self.remark = remark
 
 
 @attrs.frozen
@@ -126,10 +120,6 @@ class _Read:
     records: list[bytes]
 
 
-def now_ms() -> int:
-    return int(time.time() * 1000)
-
-
 @attrs.define(eq=False)
 class PopService:
     runtime: BrokerRuntime
@@ -170,8 +160,6 @@ class PopService:
     # --- lifecycle --------------------------------------------------------------------------
 
     async def run(self, *, task_status: trio.TaskStatus[Any] = trio.TASK_STATUS_IGNORED) -> None:
-        from plugins.pop.revive import revive_forever
-
         task_status.started()
         await revive_forever(self)
 

@@ -14,6 +14,7 @@ import pytest
 
 from tests.interop.conftest import REPO, RunningBroker, run_client, start_broker
 from tests.network.conftest import free_port
+from tests.support import start_logged
 
 CLIENT_VENV = REPO / ".venv-rocketmq5"
 DRIVER = Path(__file__).with_name("rocketmq5_driver.py")
@@ -156,3 +157,24 @@ def test_4x_and_5x_clients_share_a_topic(proxy_broker):
     drive(endpoint, kind="produce", topic="Shared", count=3, prefix="from5")
     seen = run_client("consume", broker.namesrv, "Shared", "CG_4x", "*", "20", "30")
     assert {f"from5-{i}" for i in range(3)} <= {r.get("body") for r in seen}
+
+
+def test_standalone_proxy_in_front_of_a_broker(tmp_path):
+    client_python()
+    (tmp_path / "broker").mkdir()
+    broker = start_broker(tmp_path / "broker")
+    port = free_port()
+    log = tmp_path / "proxy.log"
+    proxy = start_logged("proxy", ["proxy", "-n", broker.namesrv, "--grpc-port", str(port)], log)
+    try:
+        assert f"grpc: 127.0.0.1:{port}" in log.read_text()
+        broker.admin("updateTopic", "-b", broker.broker, "-t", "Alone")
+        endpoint = f"127.0.0.1:{port}"
+        sent = events(drive(endpoint, kind="produce", topic="Alone", count=3), "sent")
+        consumed = drive(endpoint, kind="simple", topic="Alone", consumer_group="CG_alone", count=3)
+        got = events(consumed, "received")
+        assert {r["message_id"] for r in got} == {s["message_id"] for s in sent}
+    finally:
+        proxy.terminate()
+        proxy.wait(timeout=30)
+        broker.stop()

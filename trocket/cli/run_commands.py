@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import attrs
 import trio
 
 from kernel import Broker, Config
@@ -71,6 +72,12 @@ def add_parsers(sub: Any) -> None:
     namesrv = sub.add_parser("namesrv", help="run a NameServer")
     namesrv.add_argument("-c", "--config", help="TOML file with a [namesrv] table")
     namesrv.set_defaults(handler=cmd_namesrv)
+
+    proxy = sub.add_parser("proxy", help="run a RocketMQ 5 gRPC proxy in front of a cluster (docs/proxy.md)")
+    proxy.add_argument("-n", "--namesrvAddr", dest="namesrv", help="NameServers, ';'-separated")
+    proxy.add_argument("-c", "--config", help="TOML file with [broker] (TLS, ACL keys) and [proxy] tables")
+    proxy.add_argument("--grpc-port", type=int, default=None, help=f"default {GRPC_PORT}; 0 picks a free one")
+    proxy.set_defaults(handler=cmd_proxy)
 
     controller = sub.add_parser(
         "controller", help="run a controller (automatic failover; its state lives in etcd)"
@@ -208,6 +215,19 @@ def cmd_namesrv(args: argparse.Namespace) -> int:
     return serve(Broker.assemble(load(args.config, roles=["namesrv"])))
 
 
+def cmd_proxy(args: argparse.Namespace) -> int:
+    """The ``proxy`` role alone: gRPC for RocketMQ 5 clients, remoting to the brokers."""
+    namesrv = [a for a in (args.namesrv or "").split(";") if a] or None
+    config = load(args.config, roles=["proxy"], namesrv_addr=namesrv)
+    plugins = list(config.broker.plugins)
+    plugins += [name for name in (PROXY_PLUGIN,) if name not in plugins]
+    sections = {name: dict(values) for name, values in config.sections.items()}
+    if args.grpc_port is not None:
+        sections[PROXY_PLUGIN] = {**sections.get(PROXY_PLUGIN, {}), "grpc_port": args.grpc_port}
+    config = attrs.evolve(config.with_broker(plugins=plugins), sections=sections)
+    return serve(Broker.assemble(config))
+
+
 def cmd_controller(args: argparse.Namespace) -> int:
     config = load(args.config, roles=["controller"])
     if CONTROLLER_PLUGIN not in config.broker.plugins:
@@ -253,7 +273,7 @@ async def _serve(brokers: tuple[Broker, ...]) -> None:
 def served_urls(broker: Broker) -> list[str]:
     """``name: url`` for every address a plugin serves people at (its ``...Url`` runtime figure:
     the metrics endpoint, the console), so a newcomer can open them."""
-    if "broker" not in broker.config.broker.roles:
+    if not {"broker", "proxy"} & broker.config.broker.roles:
         return []
     lines = []
     for figures in broker.ctx.hook.trocket_runtime_figures(ctx=broker.ctx):

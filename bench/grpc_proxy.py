@@ -1,0 +1,193 @@
+"""Produce and consume through the gRPC proxy next to the same workload over remoting, same run.
+
+One `trocket up` process (async flush) serves both. Remoting: the SDK's Producer (SEND_MESSAGE_V2)
+and SimpleConsumer (POP, then one ACK per message). gRPC: a grpcio (asyncio) load generator
+calling SendMessage, ReceiveMessage (batches of 32) and AckMessage (one entry per message), as
+the official clients do. Both keep ``--in-flight`` calls going.
+
+    ./run bench grpc_proxy [--messages 20000] [--in-flight 32] [--size 128]
+
+Issue 35's targets: proxy produce >= 0.5x remoting, receive + ack >= 0.5x.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+import grpc
+import trio
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from bench.trocket_process import free_port, running_trocket  # noqa: E402
+from trocket import Message, Producer, SimpleConsumer  # noqa: E402
+from trocket.admin import AdminClient  # noqa: E402
+from wire.grpc_v2 import definition_pb2 as pb  # noqa: E402
+from wire.grpc_v2 import service_pb2 as spb  # noqa: E402
+
+SERVICE = "/apache.rocketmq.v2.MessagingService/"
+PLUGINS = '["store_mmap", "flush_async", "remoting", "namesrv", "retry_dlq", "pop", "proxy"]'
+
+
+async def remoting_produce(namesrv: str, topic: str, count: int, in_flight: int, body: bytes) -> float:
+    async with Producer("PG_bench", namesrv) as producer:
+        await producer.send(Message(topic, body))  # routes learned before the clock starts
+        left = count
+        started = time.perf_counter()
+
+        async def worker() -> None:
+            nonlocal left
+            while left > 0:
+                left -= 1
+                await producer.send(Message(topic, body))
+
+        async with trio.open_nursery() as nursery:
+            for _ in range(in_flight):
+                nursery.start_soon(worker)
+        return count / (time.perf_counter() - started)
+
+
+async def remoting_consume(namesrv: str, topic: str, count: int, in_flight: int) -> float:
+    async with SimpleConsumer("CG_bench_remoting", namesrv, {topic: "*"}, await_duration=2) as consumer:
+        done = 0
+        started = time.perf_counter()
+
+        async def worker() -> None:
+            nonlocal done
+            while done < count:
+                for message in await consumer.receive(32, 60):
+                    await consumer.ack(message)
+                    done += 1
+
+        async with trio.open_nursery() as nursery:
+            for _ in range(max(1, in_flight // 8)):
+                nursery.start_soon(worker)
+        return done / (time.perf_counter() - started)
+
+
+def metadata(client_id: str) -> list[tuple[str, str]]:
+    return [("x-mq-client-id", client_id), ("x-mq-language", "PYTHON"), ("x-mq-protocol", "GRPC_V2")]
+
+
+async def grpc_produce(endpoint: str, topic: str, count: int, in_flight: int, body: bytes) -> float:
+    meta = metadata(f"bench@{uuid.uuid4().hex[:8]}")
+    async with grpc.aio.insecure_channel(endpoint) as channel:
+        send = channel.unary_unary(
+            SERVICE + "SendMessage",
+            request_serializer=spb.SendMessageRequest.SerializeToString,
+            response_deserializer=spb.SendMessageResponse.FromString,
+        )
+        left = count
+
+        def request() -> spb.SendMessageRequest:
+            return spb.SendMessageRequest(
+                messages=[
+                    pb.Message(
+                        topic=pb.Resource(name=topic),
+                        body=body,
+                        system_properties=pb.SystemProperties(message_id=uuid.uuid4().hex, message_type=pb.NORMAL),
+                    )
+                ]
+            )
+
+        answer = await send(request(), metadata=meta)
+        if answer.status.code != pb.OK:
+            raise SystemExit(f"gRPC send refused: {answer.status}")
+        started = time.perf_counter()
+
+        async def worker() -> None:
+            nonlocal left
+            while left > 0:
+                left -= 1
+                await send(request(), metadata=meta)
+
+        await asyncio.gather(*(worker() for _ in range(in_flight)))
+        return count / (time.perf_counter() - started)
+
+
+async def grpc_consume(endpoint: str, topic: str, broker_name: str, count: int, in_flight: int) -> float:
+    meta = metadata(f"bench@{uuid.uuid4().hex[:8]}")
+    async with grpc.aio.insecure_channel(endpoint) as channel:
+        receive = channel.unary_stream(
+            SERVICE + "ReceiveMessage",
+            request_serializer=spb.ReceiveMessageRequest.SerializeToString,
+            response_deserializer=spb.ReceiveMessageResponse.FromString,
+        )
+        ack = channel.unary_unary(
+            SERVICE + "AckMessage",
+            request_serializer=spb.AckMessageRequest.SerializeToString,
+            response_deserializer=spb.AckMessageResponse.FromString,
+        )
+        group, resource = pb.Resource(name="CG_bench_grpc"), pb.Resource(name=topic)
+        request = spb.ReceiveMessageRequest(
+            group=group,
+            message_queue=pb.MessageQueue(topic=resource, id=-1, broker=pb.Broker(name=broker_name)),
+            filter_expression=pb.FilterExpression(type=pb.TAG, expression="*"),
+            batch_size=32,
+            invisible_duration={"seconds": 60},
+            long_polling_timeout={"seconds": 2},
+        )
+        done = 0
+        started = time.perf_counter()
+
+        async def worker() -> None:
+            nonlocal done
+            while done < count:
+                async for answer in receive(request, metadata=meta):
+                    if answer.HasField("message"):
+                        system = answer.message.system_properties
+                        entry = spb.AckMessageEntry(message_id=system.message_id, receipt_handle=system.receipt_handle)
+                        await ack(spb.AckMessageRequest(group=group, topic=resource, entries=[entry]), metadata=meta)
+                        done += 1
+
+        await asyncio.gather(*(worker() for _ in range(max(1, in_flight // 8))))
+        return done / (time.perf_counter() - started)
+
+
+async def create_topics(namesrv: str, topics: list[str]) -> str:
+    async with AdminClient.open([namesrv]) as admin:
+        brokers = await admin.master_addrs(None)
+        for address in brokers.values():
+            for topic in topics:
+                await admin.update_topic(address, topic, read=8, write=8, perm=6, order=False)
+        await trio.sleep(1)
+        return sorted(brokers)[0]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--messages", type=int, default=20_000)
+    parser.add_argument("--in-flight", type=int, default=32)
+    parser.add_argument("--size", type=int, default=128)
+    args = parser.parse_args()
+    body = b"x" * args.size
+    grpc_port = free_port()
+    with tempfile.TemporaryDirectory() as root, running_trocket(
+        Path(root),
+        f'roles = ["broker", "namesrv", "proxy"]\nplugins = {PLUGINS}',
+        f"[proxy]\ngrpc_port = {grpc_port}\n",
+    ) as namesrv:
+        endpoint = f"127.0.0.1:{grpc_port}"
+        broker_name = trio.run(create_topics, namesrv, ["BenchRemoting", "BenchGrpc"])
+        produce_remoting = trio.run(remoting_produce, namesrv, "BenchRemoting", args.messages, args.in_flight, body)
+        produce_grpc = asyncio.run(grpc_produce(endpoint, "BenchGrpc", args.messages, args.in_flight, body))
+        consume_remoting = trio.run(remoting_consume, namesrv, "BenchRemoting", args.messages, args.in_flight)
+        consume_grpc = asyncio.run(grpc_consume(endpoint, "BenchGrpc", broker_name, args.messages, args.in_flight))
+    print(f"{args.messages} messages of {args.size} B, {args.in_flight} in flight (async flush, one process)")
+    print(f"{'row':<26}{'remoting msg/s':>16}{'gRPC proxy msg/s':>18}{'ratio':>8}  target")
+    for name, base, proxied in (
+        ("produce", produce_remoting, produce_grpc),
+        ("receive + ack", consume_remoting, consume_grpc),
+    ):
+        print(f"{name:<26}{base:>16,.0f}{proxied:>18,.0f}{proxied / base:>8.2f}  >= 0.50")
+
+
+if __name__ == "__main__":
+    main()

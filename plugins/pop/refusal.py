@@ -1,0 +1,18 @@
+"""What the POP modules share without importing each other in a circle."""
+
+from __future__ import annotations
+
+import time
+
+
+class PopRefused(Exception):
+    """A pop, ack or change the broker answers with ``code`` and ``remark``."""
+
+    def __init__(self, code: int, remark: str) -> None:
+        super().__init__(remark)
+        self.code = code
+        self.remark = remark
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
