@@ -92,7 +92,9 @@ async def grpc_produce(endpoint: str, topic: str, count: int, in_flight: int, bo
                     pb.Message(
                         topic=pb.Resource(name=topic),
                         body=body,
-                        system_properties=pb.SystemProperties(message_id=uuid.uuid4().hex, message_type=pb.NORMAL),
+                        system_properties=pb.SystemProperties(
+                            message_id=uuid.uuid4().hex, message_type=pb.NORMAL
+                        ),
                     )
                 ]
             )
@@ -143,8 +145,12 @@ async def grpc_consume(endpoint: str, topic: str, broker_name: str, count: int, 
                 async for answer in receive(request, metadata=meta):
                     if answer.HasField("message"):
                         system = answer.message.system_properties
-                        entry = spb.AckMessageEntry(message_id=system.message_id, receipt_handle=system.receipt_handle)
-                        await ack(spb.AckMessageRequest(group=group, topic=resource, entries=[entry]), metadata=meta)
+                        entry = spb.AckMessageEntry(
+                            message_id=system.message_id, receipt_handle=system.receipt_handle
+                        )
+                        await ack(
+                            spb.AckMessageRequest(group=group, topic=resource, entries=[entry]), metadata=meta
+                        )
                         done += 1
 
         await asyncio.gather(*(worker() for _ in range(max(1, in_flight // 8))))
@@ -169,17 +175,24 @@ def main() -> None:
     args = parser.parse_args()
     body = b"x" * args.size
     grpc_port = free_port()
-    with tempfile.TemporaryDirectory() as root, running_trocket(
-        Path(root),
-        f'roles = ["broker", "namesrv", "proxy"]\nplugins = {PLUGINS}',
-        f"[proxy]\ngrpc_port = {grpc_port}\n",
-    ) as namesrv:
+    with (
+        tempfile.TemporaryDirectory() as root,
+        running_trocket(
+            Path(root),
+            f'roles = ["broker", "namesrv", "proxy"]\nplugins = {PLUGINS}',
+            f"[proxy]\ngrpc_port = {grpc_port}\n",
+        ) as namesrv,
+    ):
         endpoint = f"127.0.0.1:{grpc_port}"
         broker_name = trio.run(create_topics, namesrv, ["BenchRemoting", "BenchGrpc"])
-        produce_remoting = trio.run(remoting_produce, namesrv, "BenchRemoting", args.messages, args.in_flight, body)
+        produce_remoting = trio.run(
+            remoting_produce, namesrv, "BenchRemoting", args.messages, args.in_flight, body
+        )
         produce_grpc = asyncio.run(grpc_produce(endpoint, "BenchGrpc", args.messages, args.in_flight, body))
         consume_remoting = trio.run(remoting_consume, namesrv, "BenchRemoting", args.messages, args.in_flight)
-        consume_grpc = asyncio.run(grpc_consume(endpoint, "BenchGrpc", broker_name, args.messages, args.in_flight))
+        consume_grpc = asyncio.run(
+            grpc_consume(endpoint, "BenchGrpc", broker_name, args.messages, args.in_flight)
+        )
     print(f"{args.messages} messages of {args.size} B, {args.in_flight} in flight (async flush, one process)")
     print(f"{'row':<26}{'remoting msg/s':>16}{'gRPC proxy msg/s':>18}{'ratio':>8}  target")
     for name, base, proxied in (

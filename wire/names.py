@@ -127,3 +127,35 @@ def broker_name_problem(name: object) -> str | None:
     if _VALID_BROKER_NAME.fullmatch(name) is None:
         return f"the broker name {shown_name(name)} contains characters outside [a-zA-Z0-9_.-]"
     return None
+
+
+SEND_FORBIDDEN_TOPICS = frozenset(
+    {
+        "TBW102",
+        SCHEDULE_TOPIC,
+        TIMER_TOPIC,
+        TRANSACTION_HALF_TOPIC,
+        "RMQ_SYS_TRANS_OP_HALF_TOPIC",
+        "TRANS_CHECK_MAX_TIME_TOPIC",
+        "SELF_TEST_TOPIC",
+        "OFFSET_MOVED_EVENT",
+        "CHECKPOINT_TOPIC",
+    }
+)
+"""Topics only the broker writes (RocketMQ's ``TopicValidator`` system and not-allowed-send sets):
+a client message there would be taken for a parked, half or bookkeeping record."""
+_SEND_FORBIDDEN_PREFIXES = ("rmq_sys_", "RMQ_SYS_", DLQ_PREFIX)
+_SEND_ALLOWED_SYSTEM_TOPICS = frozenset({"RMQ_SYS_TRACE_TOPIC"})
+"""Message traces are written by clients (RocketMQ's trace dispatcher), system name or not."""
+
+
+def send_forbidden_topic(topic: str) -> str | None:
+    """Why a client may not send to ``topic`` (a system topic), or ``None``.
+
+    Retry topics stay writable: a consumer whose send-back failed republishes there itself.
+    """
+    if topic in _SEND_ALLOWED_SYSTEM_TOPICS:
+        return None
+    if topic in SEND_FORBIDDEN_TOPICS or topic.startswith(_SEND_FORBIDDEN_PREFIXES):
+        return f"sending message to topic[{topic}] is forbidden: it is a system topic only the broker writes"
+    return None

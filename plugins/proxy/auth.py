@@ -39,6 +39,13 @@ def peer_ip(peer: str) -> str:
     return host.strip("[]")
 
 
+def peer_port(peer: str) -> int:
+    try:
+        return int(peer.rsplit(":", 1)[1])
+    except (IndexError, ValueError):
+        return 0
+
+
 def authorize(
     access: AccessControl | None,
     metadata: Mapping[str, str],

@@ -92,7 +92,7 @@ def _timestamp_now() -> Timestamp:
 
 
 async def receive_message(
-    core: ProxyCore, request: spb.ReceiveMessageRequest, metadata: Mapping[str, str]
+    core: ProxyCore, request: spb.ReceiveMessageRequest, metadata: Mapping[str, str], peer: str
 ) -> Any:
     client_id = core.client_id(metadata)
     config = core.config
@@ -214,7 +214,9 @@ async def _ack_one(core: ProxyCore, group: str, topic: str, entry: spb.AckMessag
     return ok()
 
 
-async def ack_message(core: ProxyCore, request: spb.AckMessageRequest, metadata: Mapping[str, str]) -> Any:
+async def ack_message(
+    core: ProxyCore, request: spb.AckMessageRequest, metadata: Mapping[str, str], peer: str
+) -> Any:
     core.client_id(metadata)
     group, topic = request.group.name, request.topic.name
     results = []
@@ -234,7 +236,7 @@ async def ack_message(core: ProxyCore, request: spb.AckMessageRequest, metadata:
 
 
 async def change_invisible_duration(
-    core: ProxyCore, request: spb.ChangeInvisibleDurationRequest, metadata: Mapping[str, str]
+    core: ProxyCore, request: spb.ChangeInvisibleDurationRequest, metadata: Mapping[str, str], peer: str
 ) -> Any:
     core.client_id(metadata)
     group, topic = request.group.name, request.topic.name
@@ -268,7 +270,10 @@ async def _change(
 
 
 async def forward_to_dead_letter_queue(
-    core: ProxyCore, request: spb.ForwardMessageToDeadLetterQueueRequest, metadata: Mapping[str, str]
+    core: ProxyCore,
+    request: spb.ForwardMessageToDeadLetterQueueRequest,
+    metadata: Mapping[str, str],
+    peer: str,
 ) -> Any:
     core.client_id(metadata)
     group, topic = request.group.name, request.topic.name

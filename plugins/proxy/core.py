@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 import attrs
 
 from kernel.access import AccessControl
+from kernel.context import BrokerRuntime
 from kernel.errors import RemotingError
 from plugins.proxy.config import ProxyConfig
 from plugins.proxy.status import Code, ProxyProblem, problem_of
@@ -32,6 +33,9 @@ PRODUCER_GROUP = "TROCKET_PROXY_PRODUCER"
 """The producer group of sends that are not transactional (a transactional one's is its topic,
 so the broker's check-back finds the proxy's connection for it)."""
 ATTRIBUTES_TTL = 10.0
+ROUTE_TTL = 5.0
+"""Seconds a topic's route is used before the NameServers are asked again (clients refresh
+theirs every 30 s; a broker that stops answering is dropped from it at once)."""
 
 
 @attrs.frozen
@@ -53,10 +57,13 @@ class ProxyCore:
     renewals: Renewals
     access_control: Callable[[], AccessControl | None] = lambda: None
     """The broker's ACL when a plugin enforces one (``kernel.access``)."""
+    local: BrokerRuntime | None = None
+    """The broker this proxy runs beside, if any: sends to it skip the loopback round trip."""
     clients: ClientRegistry = attrs.field(factory=ClientRegistry)
     producer_group: str = PRODUCER_GROUP
     client_id_of_proxy: str = "trocket-proxy"
     _attributes: dict[str, tuple[float, dict[str, str]]] = attrs.field(factory=dict)
+    _route_cache: dict[str, tuple[float, Route]] = attrs.field(factory=dict)
 
     def client_id(self, metadata: Mapping[str, str]) -> str:
         """:raises ProxyProblem: CLIENT_ID_REQUIRED when the header is missing."""
@@ -67,7 +74,21 @@ class ProxyCore:
         return client_id
 
     async def route(self, topic: str) -> Route:
-        """:raises ProxyProblem: TOPIC_NOT_FOUND, or INTERNAL_SERVER_ERROR without a NameServer."""
+        """The topic's route, from the NameServers at most every :data:`ROUTE_TTL` seconds.
+
+        :raises ProxyProblem: TOPIC_NOT_FOUND, or INTERNAL_SERVER_ERROR without a NameServer.
+        """
+        cached = self._route_cache.get(topic)
+        if cached is not None and time.monotonic() - cached[0] < ROUTE_TTL:
+            return cached[1]
+        route = await self._fetch_route(topic)
+        self._route_cache[topic] = (time.monotonic(), route)
+        return route
+
+    def forget_route(self, topic: str) -> None:
+        self._route_cache.pop(topic, None)
+
+    async def _fetch_route(self, topic: str) -> Route:
         try:
             data = await self.routes.route(topic)
         except ClientError as error:

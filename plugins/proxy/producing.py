@@ -23,6 +23,9 @@ from typing import Any
 
 import orjson
 
+from kernel.model import Message, MessageBatch
+from kernel.outcomes import PUT_STATUS_CODES
+from plugins.proxy.auth import peer_ip, peer_port
 from plugins.proxy.core import ProxyCore, Route
 from plugins.proxy.routing import accepted_types
 from plugins.proxy.status import Code, ProxyProblem, from_remoting, ok
@@ -30,6 +33,7 @@ from plugins.proxy.translate import Outgoing, incoming, outgoing
 from wire.grpc_v2 import definition_pb2 as pb
 from wire.grpc_v2 import service_pb2 as spb
 from wire.message import encode_properties
+from wire.names import send_forbidden_topic
 from wire.record import decode_record, parse_offset_msg_id
 from wire.remoting import Connection, RemotingCommand, RequestCode, ResponseCode
 
@@ -55,8 +59,11 @@ def pick_queue(queues: list[tuple[str, int]], message_group: str) -> tuple[str, 
     return queues[next(_turns) % len(queues)]
 
 
-async def send_message(core: ProxyCore, request: spb.SendMessageRequest, metadata: Mapping[str, str]) -> Any:
+async def send_message(
+    core: ProxyCore, request: spb.SendMessageRequest, metadata: Mapping[str, str], peer: str
+) -> Any:
     core.client_id(metadata)
+    born_host = (peer_ip(peer) or "127.0.0.1", peer_port(peer))
     if not request.messages:
         raise ProxyProblem(Code.BAD_REQUEST, "no message to send")
     topic = request.messages[0].topic.name
@@ -82,14 +89,22 @@ async def send_message(core: ProxyCore, request: spb.SendMessageRequest, metadat
                 )
             )
             continue
-        entries.append(await _send_one(core, route, queues, message))
+        entries.append(await _send_one(core, route, queues, message, born_host))
     codes = {entry.status.code for entry in entries}
     top = entries[0].status if len(entries) == 1 or len(codes) == 1 else pb.Status(code=Code.MULTIPLE_RESULTS)
     return spb.SendMessageResponse(status=top, entries=entries)
 
 
-async def _send_one(core: ProxyCore, route: Route, queues: list[tuple[str, int]], message: Outgoing) -> Any:
+async def _send_one(
+    core: ProxyCore,
+    route: Route,
+    queues: list[tuple[str, int]],
+    message: Outgoing,
+    born_host: tuple[str, int],
+) -> Any:
     broker_name, queue_id = pick_queue(queues, message.message_group)
+    if core.local is not None and broker_name == core.local.ctx.broker.broker_name:
+        return await _put_locally(core, broker_name, queue_id, message, born_host)
     header = {
         "a": message.topic if message.message_type == pb.TRANSACTION else core.producer_group,
         "b": message.topic,
@@ -108,8 +123,11 @@ async def _send_one(core: ProxyCore, route: Route, queues: list[tuple[str, int]]
     try:
         response = await core.invoke(route.masters[broker_name], request, "send")
     except ProxyProblem as problem:
+        core.forget_route(message.topic)  # the broker may be gone: ask the NameServers next time
         return spb.SendResultEntry(status=problem.status(), message_id=message.message_id)
     if response.code != ResponseCode.SUCCESS:
+        if response.code == ResponseCode.TOPIC_NOT_EXIST:
+            core.forget_route(message.topic)
         return spb.SendResultEntry(
             status=pb.Status(code=from_remoting(response.code), message=response.remark or "send refused"),
             message_id=message.message_id,
@@ -124,8 +142,50 @@ async def _send_one(core: ProxyCore, route: Route, queues: list[tuple[str, int]]
     )
 
 
+async def _put_locally(
+    core: ProxyCore, broker_name: str, queue_id: int, message: Outgoing, born_host: tuple[str, int]
+) -> Any:
+    """The proxy's own broker takes the message through its put pipeline directly (RocketMQ
+    proxy's local mode): no remoting round trip over loopback. The same checks apply: the put
+    pipeline's, and the proxy's own before it (the topic is in the route and writable)."""
+    runtime = core.local
+    assert runtime is not None
+    if problem := send_forbidden_topic(message.topic):
+        return spb.SendResultEntry(
+            status=pb.Status(code=Code.FORBIDDEN, message=problem), message_id=message.message_id
+        )
+    stored = Message(
+        message.topic,
+        message.body,
+        queue_id,
+        0,
+        dict(message.properties),
+        message.sys_flag,
+        message.born_timestamp or int(time.time() * 1000),
+        born_host,
+    )
+    group = message.topic if message.message_type == pb.TRANSACTION else core.producer_group
+    result = await runtime.put(MessageBatch([stored], group))
+    if not result.status.stored or result.append is None:
+        code = from_remoting(PUT_STATUS_CODES[result.status])
+        return spb.SendResultEntry(
+            status=pb.Status(code=code, message=result.remark or result.status.value),
+            message_id=message.message_id,
+        )
+    appended = result.append
+    transaction_id = ""
+    if message.message_type == pb.TRANSACTION:
+        transaction_id = f"{broker_name} {appended.msg_ids[0]} {appended.queue_offsets[0]}"
+    return spb.SendResultEntry(
+        status=ok(),
+        message_id=message.message_id,
+        transaction_id=transaction_id,
+        offset=appended.queue_offsets[0],
+    )
+
+
 async def end_transaction(
-    core: ProxyCore, request: spb.EndTransactionRequest, metadata: Mapping[str, str]
+    core: ProxyCore, request: spb.EndTransactionRequest, metadata: Mapping[str, str], peer: str
 ) -> Any:
     core.client_id(metadata)
     fields = request.transaction_id.split(" ")

@@ -75,7 +75,9 @@ def message_queues(
     return out
 
 
-async def query_route(core: ProxyCore, request: spb.QueryRouteRequest, metadata: Mapping[str, str]) -> Any:
+async def query_route(
+    core: ProxyCore, request: spb.QueryRouteRequest, metadata: Mapping[str, str], peer: str
+) -> Any:
     core.client_id(metadata)
     topic = request.topic.name
     route = await core.route(topic)
@@ -85,7 +87,7 @@ async def query_route(core: ProxyCore, request: spb.QueryRouteRequest, metadata:
 
 
 async def query_assignment(
-    core: ProxyCore, request: spb.QueryAssignmentRequest, metadata: Mapping[str, str]
+    core: ProxyCore, request: spb.QueryAssignmentRequest, metadata: Mapping[str, str], peer: str
 ) -> Any:
     """Each readable broker is assigned whole (queue id -1): POP spreads the queues."""
     core.client_id(metadata)
@@ -104,7 +106,9 @@ async def query_assignment(
     return spb.QueryAssignmentResponse(status=ok(), assignments=assignments)
 
 
-async def heartbeat(core: ProxyCore, request: spb.HeartbeatRequest, metadata: Mapping[str, str]) -> Any:
+async def heartbeat(
+    core: ProxyCore, request: spb.HeartbeatRequest, metadata: Mapping[str, str], peer: str
+) -> Any:
     session = core.clients.touch(core.client_id(metadata))
     if session.settings is None:
         raise ProxyProblem(
@@ -115,7 +119,7 @@ async def heartbeat(core: ProxyCore, request: spb.HeartbeatRequest, metadata: Ma
 
 
 async def notify_client_termination(
-    core: ProxyCore, request: spb.NotifyClientTerminationRequest, metadata: Mapping[str, str]
+    core: ProxyCore, request: spb.NotifyClientTerminationRequest, metadata: Mapping[str, str], peer: str
 ) -> Any:
     client_id = core.client_id(metadata)
     core.forget_client(client_id)

@@ -40,7 +40,7 @@ SERVICE_NAME = "apache.rocketmq.v2.MessagingService"
 HOUSEKEEPING_INTERVAL = 1.0
 PRODUCER_HEARTBEAT_INTERVAL = 10.0
 
-Handler = Callable[[ProxyCore, Any, Mapping[str, str]], Awaitable[Any]]
+Handler = Callable[[ProxyCore, Any, Mapping[str, str], str], Awaitable[Any]]
 
 
 @attrs.define
@@ -89,7 +89,7 @@ def _answered(
         stats.calls[name] = stats.calls.get(name, 0) + 1
         try:
             _checked(core, name, request, metadata, peer)
-            return await handler(core, request, metadata)
+            return await handler(core, request, metadata, peer)
         except ProxyProblem as problem:
             stats.refused += 1
             return response_type(status=problem.status())
@@ -102,7 +102,7 @@ def _streamed(core: ProxyCore, stats: ProxyStatistics, name: str, handler: Handl
         stats.calls[name] = stats.calls.get(name, 0) + 1
         try:
             _checked(core, name, request, metadata, peer)
-            return list(await handler(core, request, metadata))
+            return list(await handler(core, request, metadata, peer))
         except ProxyProblem as problem:
             stats.refused += 1
             return [spb.ReceiveMessageResponse(status=problem.status())]
@@ -215,6 +215,7 @@ class ProxyService:
                 advertised=(self.config.grpc_host, self.config.grpc_port),
                 renewals=Renewals(),
                 access_control=lambda: ctx.stash.get(ACCESS_CONTROL, None),
+                local=self.runtime if "broker" in ctx.broker.roles else None,
             )
             self.core = core
             host = GrpcHost(

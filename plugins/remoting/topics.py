@@ -10,7 +10,7 @@ import attrs
 import trio
 
 from kernel.model import SCHEDULE_TOPIC as SCHEDULE_TOPIC  # re-exported: one name everywhere
-from kernel.model import TIMER_TOPIC, TRANSACTION_HALF_TOPIC
+from kernel.model import TIMER_TOPIC
 from kernel.persist import JsonStateFile, read_json_with_backup
 from wire.names import DLQ_PREFIX as DLQ_PREFIX  # re-exported, as the names below
 from wire.names import RETRY_PREFIX as RETRY_PREFIX
@@ -18,36 +18,6 @@ from wire.names import topic_problem as topic_problem
 
 PERM_PRIORITY, PERM_READ, PERM_WRITE, PERM_INHERIT = 8, 4, 2, 1
 DEFAULT_TOPIC = "TBW102"
-SEND_FORBIDDEN_TOPICS = frozenset(
-    {
-        DEFAULT_TOPIC,
-        SCHEDULE_TOPIC,
-        TIMER_TOPIC,
-        TRANSACTION_HALF_TOPIC,
-        "RMQ_SYS_TRANS_OP_HALF_TOPIC",
-        "TRANS_CHECK_MAX_TIME_TOPIC",
-        "SELF_TEST_TOPIC",
-        "OFFSET_MOVED_EVENT",
-        "CHECKPOINT_TOPIC",
-    }
-)
-"""Topics only the broker writes (RocketMQ's ``TopicValidator`` system and not-allowed-send sets):
-a client message there would be taken for a parked, half or bookkeeping record."""
-_SEND_FORBIDDEN_PREFIXES = ("rmq_sys_", "RMQ_SYS_", DLQ_PREFIX)
-_SEND_ALLOWED_SYSTEM_TOPICS = frozenset({"RMQ_SYS_TRACE_TOPIC"})
-"""Message traces are written by clients (RocketMQ's trace dispatcher), system name or not."""
-
-
-def send_forbidden(topic: str) -> str | None:
-    """Why a client may not send to ``topic`` (a system topic), or ``None``.
-
-    Retry topics stay writable: a consumer whose send-back failed republishes there itself.
-    """
-    if topic in _SEND_ALLOWED_SYSTEM_TOPICS:
-        return None
-    if topic in SEND_FORBIDDEN_TOPICS or topic.startswith(_SEND_FORBIDDEN_PREFIXES):
-        return f"sending message to topic[{topic}] is forbidden: it is a system topic only the broker writes"
-    return None
 
 
 def perm_to_string(perm: int) -> str:

@@ -17,7 +17,8 @@ import trio
 
 from kernel.model import Message, MessageBatch, PutResult, decode_properties
 from plugins.remoting.handlers.common import PUT_STATUS_CODES, RequestProblem
-from plugins.remoting.topics import PERM_WRITE, TopicConfig, send_forbidden, topic_problem
+from plugins.remoting.topics import PERM_WRITE, TopicConfig, topic_problem
+from wire.names import send_forbidden_topic
 from wire.remoting import Connection, RemotingCommand, RequestCode, ResponseCode, parse_bool
 from wire.wire_batch import MalformedBatch, WireBatch
 
@@ -121,7 +122,7 @@ async def _prepare(
     problem = topic_problem(topic)
     if problem:
         return request.response(ResponseCode.MESSAGE_ILLEGAL, remark=problem)
-    forbidden = send_forbidden(topic)
+    forbidden = send_forbidden_topic(topic)
     if forbidden:
         return request.response(ResponseCode.NO_PERMISSION, remark=forbidden)
     config = await _topic_for_send(net, topic, header)
