@@ -7,16 +7,31 @@ from __future__ import annotations
 import ssl
 from pathlib import Path
 
+import attrs
+
 from kernel.config.broker import BrokerConfig, Config
 from kernel.errors import ConfigError
 from wire.remoting.signature import SessionCredentials
 from wire.remoting.tls import ClientAuth, ServerTls, TlsConfigError, TlsMode, client_context, server_context
 
 
-def server_tls(config: Config) -> ServerTls | None:
-    """The listeners' TLS, or ``None`` when ``tls_server_mode`` is ``disabled``.
+@attrs.frozen
+class ServerFiles:
+    """The listeners' certificate, key and trust files, resolved against the config file."""
 
-    :raises ConfigError: a mode that needs a certificate has none, or a file is unusable.
+    mode: TlsMode
+    cert: Path
+    key: Path
+    key_password: str | None
+    trust: Path | None
+    client_auth: ClientAuth
+
+
+def server_files(config: Config) -> ServerFiles | None:
+    """What ``server_tls`` builds its context from, for a server that is not ``ssl``'s (gRPC);
+    ``None`` when ``tls_server_mode`` is ``disabled``.
+
+    :raises ConfigError: a mode that needs a certificate has none.
     """
     broker = config.broker
     mode = TlsMode(broker.tls_server_mode)
@@ -27,18 +42,35 @@ def server_tls(config: Config) -> ServerTls | None:
             raise ConfigError(
                 config.source, f"[broker] {key}", f"required when tls_server_mode = {mode.value!r}"
             )
-    client_auth = ClientAuth(broker.tls_server_need_client_auth)
+    return ServerFiles(
+        mode,
+        _path(config, broker.tls_server_cert_path),
+        _path(config, broker.tls_server_key_path),
+        broker.tls_server_key_password,
+        _optional_path(config, broker.tls_server_trust_cert_path),
+        ClientAuth(broker.tls_server_need_client_auth),
+    )
+
+
+def server_tls(config: Config) -> ServerTls | None:
+    """The listeners' TLS, or ``None`` when ``tls_server_mode`` is ``disabled``.
+
+    :raises ConfigError: a mode that needs a certificate has none, or a file is unusable.
+    """
+    files = server_files(config)
+    if files is None:
+        return None
     try:
         context = server_context(
-            _path(config, broker.tls_server_cert_path),
-            _path(config, broker.tls_server_key_path),
-            key_password=broker.tls_server_key_password,
-            client_auth=client_auth,
-            trust_cert_path=_optional_path(config, broker.tls_server_trust_cert_path),
+            files.cert,
+            files.key,
+            key_password=files.key_password,
+            client_auth=files.client_auth,
+            trust_cert_path=files.trust,
         )
     except TlsConfigError as error:
         raise ConfigError(config.source, "[broker] tls_server_*", str(error)) from None
-    return ServerTls(mode, context)
+    return ServerTls(files.mode, context)
 
 
 def client_tls(config: Config) -> ssl.SSLContext | None:

@@ -20,8 +20,10 @@ import grpc
 import trio
 
 from kernel.access import ACCESS_CONTROL
+from kernel.config import Config
 from kernel.context import BrokerRuntime, StashKey
-from kernel.tls_config import client_tls, inner_credentials
+from kernel.errors import ConfigError
+from kernel.tls_config import client_tls, inner_credentials, server_files
 from plugins.proxy import consuming, producing, routing
 from plugins.proxy.auth import authorize
 from plugins.proxy.config import ProxyConfig
@@ -32,6 +34,7 @@ from plugins.proxy.status import ProxyProblem
 from trocket.client.routes import RouteCache
 from wire.grpc_v2 import service_pb2 as spb
 from wire.remoting import Connection, RemotingClient, RemotingCommand, RequestCode, Router
+from wire.remoting.tls import ClientAuth, TlsMode
 
 log = logging.getLogger(__name__)
 
@@ -226,6 +229,7 @@ class ProxyService:
                     ("grpc.max_receive_message_length", self.config.max_body_size * 4 + (1 << 20)),
                     ("grpc.max_send_message_length", -1),
                 ],
+                credentials=grpc_credentials(ctx.config),
             )
             async with trio.open_nursery() as nursery:
                 self.port = await nursery.start(host.serve)
@@ -265,6 +269,47 @@ class ProxyService:
         if self.port:
             figures["grpcUrl"] = self.address
         return figures
+
+
+def grpc_credentials(config: Config) -> grpc.ServerCredentials | None:
+    """TLS on the gRPC port when ``tls_server_mode`` is ``enforcing`` (the broker's certificate
+    and key; ``tls_server_need_client_auth = "require"`` asks clients for theirs). grpcio serves
+    one or the other on a port, so ``permissive`` stays plaintext, which is what the official
+    clients dial unless told to use TLS.
+
+    :raises ConfigError: a file cannot be read, or the key is encrypted (grpcio cannot open one).
+    """
+    files = server_files(config)
+    if files is None or files.mode is not TlsMode.ENFORCING:
+        return None
+    if files.key_password:
+        raise ConfigError(
+            config.source, "[broker] tls_server_key_password", "the gRPC proxy needs an unencrypted key file"
+        )
+    try:
+        key, cert = files.key.read_bytes(), files.cert.read_bytes()
+        trust = files.trust.read_bytes() if files.trust is not None else None
+    except OSError as error:
+        raise ConfigError(
+            config.source, "[broker] tls_server_*", f"cannot read {error.filename}: {error}"
+        ) from None
+    return grpc.ssl_server_credentials(
+        [(key, cert)], root_certificates=trust, require_client_auth=files.client_auth is ClientAuth.REQUIRE
+    )
+
+
+def _pem_blocks(data: bytes, kind: bytes) -> bytes:
+    """The PEM blocks of ``data`` whose type ends with ``kind`` (a file may hold a key and its
+    chain together, as the broker's ``tls_server_*`` files may; grpcio wants them apart)."""
+    out, inside = [], False
+    for line in data.splitlines(keepends=True):
+        if line.startswith(b"-----BEGIN ") and line.rstrip().endswith(kind + b"-----"):
+            inside = True
+        if inside:
+            out.append(line)
+        if inside and line.startswith(b"-----END "):
+            inside = False
+    return b"".join(out)
 
 
 def _advertised(config: ProxyConfig, port: int) -> tuple[str, int]:

@@ -9,6 +9,7 @@ import pytest
 import trio
 
 from tests.plugins.acl.conftest import ACL_FILE
+from trocket import tls_context
 from wire.grpc_v2 import definition_pb2 as pb
 from wire.grpc_v2 import service_pb2 as spb
 from wire.remoting import RequestCode
@@ -117,3 +118,26 @@ async def test_acl_refuses_unsigned_and_unauthorized_calls(proxy_cluster, tmp_pa
         assert forbidden.status.code == pb.FORBIDDEN and "needs PUB" in forbidden.status.message
         caller.credentials = ("writer-key", "writer-secret")
         assert (await caller.call("SendMessage", request)).status.code == pb.OK
+
+
+async def test_enforcing_tls_serves_grpc_over_tls_only(proxy_cluster, pki):
+    tls = {"tls_server_mode": "enforcing", "tls_server_cert_path": str(pki["server"]), "tls_enable": True}
+    tls["tls_server_key_path"] = str(pki["server"])
+    async with proxy_cluster(broker=tls, client_tls=tls_context(pki["ca"])) as (cluster, caller):
+        route = spb.QueryRouteRequest(topic=pb.Resource(name="TBW102"))
+
+        def over_tls() -> spb.QueryRouteResponse:
+            credentials = grpc.ssl_channel_credentials(root_certificates=pki["ca"].read_bytes())
+            with grpc.secure_channel(caller.address, credentials) as channel:
+                call = channel.unary_unary(
+                    "/apache.rocketmq.v2.MessagingService/QueryRoute",
+                    request_serializer=spb.QueryRouteRequest.SerializeToString,
+                    response_deserializer=spb.QueryRouteResponse.FromString,
+                )
+                return call(route, metadata=caller.metadata(), timeout=10)
+
+        answer = await trio.to_thread.run_sync(over_tls)
+        assert answer.status.code == pb.OK and answer.message_queues
+        with pytest.raises(grpc.RpcError) as plain:
+            await caller.call("QueryRoute", route)
+        assert plain.value.code() == grpc.StatusCode.UNAVAILABLE
