@@ -31,12 +31,18 @@ class ReplicaCluster:
         return [c.addr for c in self.controllers]
 
     def start_replica(
-        self, broker_id: int, role: str = "SYNC_MASTER", ha: str = "", catchup: str = "3s"
+        self,
+        broker_id: int,
+        role: str = "SYNC_MASTER",
+        ha: str = "",
+        catchup: str = "3s",
+        plugins: tuple[str, ...] = (),
     ) -> Process:
         process = self.ha.start_broker(
             f"replica{broker_id}",
             role,
             broker_id,
+            plugins=plugins,
             extra=f'broker_name = "{BROKER_NAME}"',
             ha=f"controller_mode = true\ncontroller_addr = {orjson.dumps(self.controller_addrs).decode()}\n"
             f'max_time_slave_not_catchup = "{catchup}"\n{ha}',
