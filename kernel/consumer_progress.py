@@ -7,7 +7,7 @@ persists ``consumerOffset.json``). It publishes a :class:`ConsumerProgress` view
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import Protocol
 
 import attrs
@@ -74,3 +74,19 @@ class ConsumerOffsets(Protocol):
 
 CONSUMER_OFFSETS = StashKey[ConsumerOffsets]("kernel.consumer_offsets")
 """Set by the plugin serving the broker's port once it runs; absent without one."""
+
+
+class PopProgress(Protocol):
+    """What RocketMQ 5's POP consumption is doing, for admin tools and metrics."""
+
+    def in_flight(self, group: str, topic: str, queue_id: int) -> int:
+        """Messages of the queue popped by ``group`` and neither acked nor delivered again yet."""
+        ...
+
+    def counts(self) -> Mapping[str, int]:
+        """Counters since start: ``popped``, ``acked``, ``revived``, ``dead_lettered``."""
+        ...
+
+
+POP_PROGRESS = StashKey[PopProgress]("kernel.pop_progress")
+"""Set by the plugin serving POP (``pop``); absent without one (no message is popped)."""

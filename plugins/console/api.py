@@ -283,6 +283,7 @@ class ConsoleApi:
             "group": group,
             "progress": progress,
             "diff": sum(row["diff"] for row in progress),
+            "popInFlight": sum(row.get("popInFlight", 0) for row in progress),
             "progressProblem": problem,
             "connections": connection["connectionSet"] if connection else [],
             "subscriptions": connection["subscriptionTable"] if connection else {},

@@ -14,7 +14,7 @@ import attrs
 import trio
 from prometheus_client import CollectorRegistry
 
-from kernel.consumer_progress import CONSUMER_PROGRESS, ConsumerProgress
+from kernel.consumer_progress import CONSUMER_PROGRESS, POP_PROGRESS, ConsumerProgress, PopProgress
 from kernel.context import BrokerRuntime
 from kernel.latency import latency_fields
 from kernel.outcomes import RecoveryReport
@@ -70,6 +70,7 @@ class MetricsExporter:
     def gauges(self) -> GaugeSnapshot:
         marks = self.runtime.store.watermarks()
         progress = self.runtime.ctx.stash.get(CONSUMER_PROGRESS, None)
+        popping = self.runtime.ctx.stash.get(POP_PROGRESS, None)
         statistics = self.runtime.statistics()
         dispatch = statistics.dispatch
         report = self.recovery
@@ -80,16 +81,19 @@ class MetricsExporter:
             recovery_scanned=report.records_scanned if report is not None else 0,
             recovery_truncated=report.truncated_bytes if report is not None else 0,
             recovery_clean=report.clean_shutdown if report is not None else None,
-            lag=consumer_lag(self.runtime.store, progress) if progress is not None else {},
+            lag=consumer_lag(self.runtime.store, progress, popping) if progress is not None else {},
+            pop_counts=dict(popping.counts()) if popping is not None else {},
             flush_latency=latency_fields(statistics.flush),
             replication_latency=latency_fields(statistics.replicator),
         )
 
 
-def consumer_lag(store: MessageStore, progress: ConsumerProgress) -> dict[tuple[str, str], ConsumerLag]:
+def consumer_lag(
+    store: MessageStore, progress: ConsumerProgress, popping: PopProgress | None = None
+) -> dict[tuple[str, str], ConsumerLag]:
     """(topic, group) → messages behind, age in ms of the oldest unconsumed message, and
-    messages in flight, summed over the queues as ``consumerProgress`` shows them (the age is
-    the oldest queue's)."""
+    messages in flight (pulled and not committed, or popped and not acked), summed over the
+    queues as ``consumerProgress`` shows them (the age is the oldest queue's)."""
     now = int(time.time() * 1000)
     stored_at = getattr(store, "store_time", None)  # a store without lookups shows no age
     out: dict[tuple[str, str], ConsumerLag] = {}
@@ -99,11 +103,14 @@ def consumer_lag(store: MessageStore, progress: ConsumerProgress) -> dict[tuple[
         if behind and stored_at is not None:
             stamp = stored_at(queue.topic, queue.queue_id, queue.committed)
             age = max(0, now - stamp) if stamp > 0 else 0
+        flying = queue.in_flight
+        if popping is not None:
+            flying += popping.in_flight(queue.group, queue.topic, queue.queue_id)
         before = out.get((queue.topic, queue.group))
         if before is None:
-            out[(queue.topic, queue.group)] = ConsumerLag(behind, age, queue.in_flight)
+            out[(queue.topic, queue.group)] = ConsumerLag(behind, age, flying)
         else:
             out[(queue.topic, queue.group)] = ConsumerLag(
-                before.messages + behind, max(before.age_ms, age), before.in_flight + queue.in_flight
+                before.messages + behind, max(before.age_ms, age), before.in_flight + flying
             )
     return out

@@ -45,6 +45,15 @@ NODE_LABELS = ("cluster", "node_type", "node_id")
 _IN_COUNT, _IN_BYTES, _FIRST_BUCKET = 0, 1, 2
 
 
+POP_COUNTERS = (
+    ("popped", "Messages delivered by POP since start."),
+    ("acked", "POP messages acknowledged since start."),
+    ("revived", "POP messages delivered again after their invisible time since start."),
+    ("dead_lettered", "POP messages moved to the dead-letter queue since start."),
+)
+"""``trocket_pop_*_total`` counters (Trocket's own: RocketMQ 5 counts POP in its own metrics)."""
+
+
 @attrs.frozen
 class GaugeSnapshot:
     """What the scrape-time gauges show, read on the broker's loop."""
@@ -61,6 +70,8 @@ class GaugeSnapshot:
     """The flush policy's histograms (``flush_latency``), by field name."""
     replication_latency: dict[str, LatencySnapshot] = attrs.field(factory=dict)
     """The replicator's histograms (``replication_latency``), by field name."""
+    pop_counts: dict[str, int] = attrs.field(factory=dict)
+    """POP counters since start (``kernel.consumer_progress.PopProgress``); empty without POP."""
 
 
 @attrs.frozen
@@ -336,7 +347,8 @@ class _Rendered(Collector):
         )
         in_flight = GaugeMetricFamily(
             "rocketmq_consumer_inflight_messages",
-            "Messages pulled and not yet committed (pull offset minus committed offset).",
+            "Messages pulled and not yet committed (pull offset minus committed offset), or popped and "
+            "not yet acked.",
             labels=group_labels,
         )
         for (topic, group), behind in taken.lag.items():
@@ -346,6 +358,11 @@ class _Rendered(Collector):
         yield lag
         yield latency
         yield in_flight
+        for name, documentation in POP_COUNTERS:
+            if name in taken.pop_counts:
+                counter = CounterMetricFamily(f"trocket_pop_{name}", documentation, labels=NODE_LABELS)
+                counter.add_metric(self.node, taken.pop_counts[name])
+                yield counter
         if taken.recovery_clean is not None:
             family = GaugeMetricFamily(
                 "trocket_recovery_clean_shutdown",

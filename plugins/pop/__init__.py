@@ -22,6 +22,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from kernel import ConfigSection, DispatchRecord, Phase, RequestHandlerSpec, ServiceSpec, hookimpl
+from kernel.consumer_progress import POP_PROGRESS
 from kernel.context import BrokerContext, BrokerRuntime
 from kernel.model import BrokerRole
 from plugins.pop.config import PROPERTIES, PopConfig
@@ -53,6 +54,7 @@ def trocket_register_services(ctx: BrokerContext) -> list[ServiceSpec]:
     def make(runtime: BrokerRuntime) -> PopService:
         service = PopService(runtime, runtime.ctx.plugin_config(PopConfig))
         runtime.ctx.stash[POP_SERVICE] = service
+        runtime.ctx.stash[POP_PROGRESS] = service
         return service
 
     return [ServiceSpec("pop", Phase.INGRESS, make)]

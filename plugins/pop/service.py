@@ -661,6 +661,24 @@ class PopService:
 
     # --- figures ----------------------------------------------------------------------------
 
+    def in_flight(self, group: str, topic: str, queue_id: int) -> int:
+        """:class:`kernel.consumer_progress.PopProgress`."""
+        count = self.table.in_flight(group, topic, queue_id)
+        batch = self.orderly.batches.get((group, topic, queue_id))
+        if batch is not None:
+            count += len(batch.offsets) - len(batch.acked)
+        return count
+
+    def counts(self) -> dict[str, int]:
+        """:class:`kernel.consumer_progress.PopProgress`: counters since start."""
+        stats = self.stats
+        return {
+            "popped": stats.popped,
+            "acked": stats.acks,
+            "revived": stats.revived,
+            "dead_lettered": stats.dead_lettered,
+        }
+
     def in_flight_by_group(self) -> dict[str, int]:
         counts = self.table.in_flight_by_group()
         for group, count in self.orderly.in_flight().items():

@@ -178,3 +178,17 @@ def test_standalone_proxy_in_front_of_a_broker(tmp_path):
         proxy.terminate()
         proxy.wait(timeout=30)
         broker.stop()
+
+
+def test_push_consumer_failing_every_time_ends_in_the_dead_letter_queue(proxy_broker):
+    broker, endpoint = proxy_broker
+    broker.admin("updateTopic", "-b", broker.broker, "-t", "Poison")
+    broker.admin("updateSubGroup", "-b", broker.broker, "-g", "CG_poison", "-r", "1")
+    drive(endpoint, kind="produce", topic="Poison", count=1, prefix="poison")
+    results = drive(
+        endpoint, kind="push", topic="Poison", consumer_group="CG_poison", failures=99, seconds=14
+    )
+    assert [r["attempt"] for r in events(results, "received")] == [1, 2]  # retryMaxTimes 1: one redelivery
+    dead = broker.admin_json("queryDlqMsg", "-g", "CG_poison")
+    assert [row["body"] for row in dead] == ["poison-0"]
+    assert broker.figures()["popDeadLettered"] == "1"

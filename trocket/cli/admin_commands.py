@@ -569,6 +569,7 @@ async def consumer_progress(client: AdminClient, args: argparse.Namespace) -> li
             "#Broker Offset": r["brokerOffset"],
             "#Consumer Offset": r["consumerOffset"],
             "#Diff": r["diff"],
+            "#Pop In Flight": r.get("popInFlight", 0),
             "#LastTime": _time(r["lastTimestamp"]),
         }
         for r in await client.consumer_progress(args.groupName)

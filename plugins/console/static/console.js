@@ -380,6 +380,7 @@ async function groupPage(main, name) {
   fill(main, 
     el("h1", {}, `Consumer group ${group.group}`),
     el("p", { id: "group-lag" }, `Lag: ${group.diff} messages`),
+    group.popInFlight ? el("p", { id: "group-pop-in-flight" }, `In flight (popped, not acked): ${group.popInFlight} messages`) : null,
     group.progressProblem ? el("p", { class: "muted" }, group.progressProblem) : null,
     el("h2", {}, "Progress per queue"),
     table(
@@ -390,6 +391,7 @@ async function groupPage(main, name) {
         ["Broker offset", (r) => r.brokerOffset, true],
         ["Consumer offset", (r) => r.consumerOffset, true],
         ["Lag", (r) => r.diff, true],
+        ["In flight", (r) => r.popInFlight || 0, true],
         ["Last consumed", (r) => time(r.lastTimestamp)],
       ],
       group.progress,

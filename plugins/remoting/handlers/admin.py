@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 import trio
 
+from kernel.consumer_progress import POP_PROGRESS
 from plugins.remoting.handlers.common import int_field, parse_json_body, queryable, required, valid_group
 from plugins.remoting.subscriptions import SubscriptionGroupConfig
 from plugins.remoting.topics import TopicConfig, apply_attributes, topic_problem
@@ -248,6 +249,7 @@ async def consume_stats(
         )
     store = queryable(net)
     broker_name = net.runtime.ctx.broker.broker_name
+    popped = net.runtime.ctx.stash.get(POP_PROGRESS, None)
     entries = []
     for topic in topics:
         config = net.topics.get(topic)
@@ -265,6 +267,8 @@ async def consume_stats(
                         "brokerOffset": broker_offset,
                         "consumerOffset": consumer_offset,
                         "lastTimestamp": max(last_ts, 0),
+                        # Trocket's own: popped and not acked yet (RocketMQ 5 POP); 0 without POP.
+                        "popInFlight": popped.in_flight(group, topic, queue_id) if popped else 0,
                     },
                 )
             )

@@ -16,6 +16,7 @@ from plugins.metrics import EXPORTER
 from plugins.metrics.meters import BrokerMeters
 from tests.network.conftest import free_port
 from tests.network.wire import pull_request
+from tests.plugins.pop.wire import ack_request, pop_request, popped
 from trocket import Message, Producer
 from trocket.admin import AdminClient
 from wire import record
@@ -253,3 +254,29 @@ async def test_a_nameserver_alone_serves_its_request_figures(tmp_path):
     asked = value(samples, "rocketmq_rpc_latency_count", node_type="nameserver", request_code="106")
     assert asked == 1  # GET_BROKER_CLUSTER_INFO
     assert not any(name.startswith("rocketmq_storage") for name, _ in samples)
+
+
+async def test_pop_in_flight_and_counters_are_scraped(cluster_factory):
+    """A POP group's in-flight messages (popped, not acked) join ``rocketmq_consumer_inflight_messages``;
+    pops, acks, revives and dead letters are counted."""
+    async with cluster_factory(
+        plugins=["metrics", "pop", "retry_dlq"],
+        metrics={"prom_exporter_port": 0},
+        pop={"revive_interval": "50ms"},
+    ) as cluster:
+        exporter = cluster.broker.ctx.stash[EXPORTER]
+        async with Producer("PG", cluster.namesrv_addr) as producer:
+            queue = (await producer.fetch_publish_message_queues("Popped"))[0]
+            for i in range(5):
+                await producer.send(Message("Popped", b"p%d" % i), queue=queue)
+        await cluster.broker.wait_dispatched()
+        answer = await cluster.call_raw(pop_request(GROUP, "Popped", queue_id=queue.queue_id))
+        items = popped(answer)
+        assert len(items) == 5
+        for item in items[:2]:
+            assert (await cluster.call_raw(ack_request(GROUP, item))).code == 0
+        samples = await trio.to_thread.run_sync(scrape, exporter.url)
+        inflight = value(samples, "rocketmq_consumer_inflight_messages", topic="Popped", consumer_group=GROUP)
+        assert inflight == 3
+        assert value(samples, "trocket_pop_popped_total") == 5
+        assert value(samples, "trocket_pop_acked_total") == 2

@@ -14,6 +14,7 @@ from tests.plugins.pop.wire import Popped, ack_request, change_request, pop_requ
 from tests.support import until
 from wire.pop_receipt import ORDER_REVIVE_QUEUE, PROPERTY_POP_CK, retry_topic
 from wire.remoting import RemotingCommand, RequestCode, ResponseCode
+from wire.remoting.admin_json import loads as loads_admin_json
 
 GROUP = "CG_pop"
 
@@ -55,6 +56,9 @@ async def test_pop_then_ack_delivers_each_message_once(cluster_factory):
         assert sorted(item.body for item in first) == [b"a", b"b", b"c"]
         assert all(item.handle.revive_qid != ORDER_REVIVE_QUEUE for item in first)
         assert await pop(cluster) == []  # all in flight: invisible to other pops
+        stats = await cluster.call(RequestCode.GET_CONSUME_STATS, {"consumerGroup": GROUP, "topic": "T"})
+        rows = loads_admin_json(stats.body)["offsetTable"].values()
+        assert sum(row["popInFlight"] for row in rows) == 3  # what consumerProgress shows per queue
         for item in first:
             response = await cluster.call_raw(ack_request(GROUP, item))
             assert response.code == ResponseCode.SUCCESS, response.remark
