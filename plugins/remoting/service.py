@@ -29,6 +29,7 @@ from plugins.remoting.long_polling import PullWaiters
 from plugins.remoting.offsets import ConsumerOffsetManager
 from plugins.remoting.outgoing import OutgoingConnections
 from plugins.remoting.registration import NameServerRegistration
+from plugins.remoting.request_modes import RequestModes
 from plugins.remoting.slave_sync import SlaveSynchronizer
 from plugins.remoting.subscriptions import SubscriptionGroupManager
 from plugins.remoting.topics import PERM_READ, PERM_WRITE, TopicConfig, TopicConfigManager
@@ -47,6 +48,8 @@ class BrokerNetwork:
     clients: ClientManager = attrs.field(factory=ClientManager)
     waiters: PullWaiters = attrs.field(factory=PullWaiters)
     locks: QueueLocks = attrs.field(factory=QueueLocks)
+    request_modes: RequestModes | None = None
+    """PULL or POP per (topic, group), for QUERY_ASSIGNMENT."""
     outgoing: OutgoingConnections = attrs.field(factory=OutgoingConnections)
     """How the broker's own requests travel (TLS, ACL signature)."""
     server: RemotingServer | None = None
@@ -75,6 +78,7 @@ class BrokerNetwork:
             ConsumerOffsetManager.load(config_dir / "consumerOffset.json"),
             SubscriptionGroupManager.load(config_dir / "subscriptionGroup.json"),
             locks=QueueLocks(config.lock_expiry),
+            request_modes=RequestModes.load(config_dir / "messageRequestMode.json"),
             outgoing=OutgoingConnections(client_tls(ctx.config), inner_credentials(ctx.config)),
         )
 

@@ -84,7 +84,8 @@ class RequestCode(enum.IntEnum):
     GET_TOPIC_CONFIG = 351
     """RocketMQ 5: one topic's configuration with its attributes."""
     QUERY_ASSIGNMENT = 400
-    """RocketMQ 5: the queues a POP consumer of a group should pop from (body in and out)."""
+    """RocketMQ 5: the queues a consumer of a group takes, computed by the broker (PULL or POP)."""
+    SET_MESSAGE_REQUEST_MODE = 401
     POP_MESSAGE = 200050
     ACK_MESSAGE = 200051
     BATCH_ACK_MESSAGE = 200151

@@ -6,7 +6,7 @@ import functools
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
-from plugins.remoting.handlers import admin, consumer, pull, query, send, send_back
+from plugins.remoting.handlers import admin, assignment, consumer, pull, query, send, send_back
 from plugins.remoting.handlers.common import RequestProblem, check_names
 from wire.remoting import Connection, RemotingCommand, RequestCode, Router
 
@@ -49,6 +49,8 @@ HANDLERS: dict[int, NetHandler] = {
     RequestCode.GET_CONSUME_STATS: admin.consume_stats,
     RequestCode.GET_TOPIC_STATS_INFO: admin.topic_stats,
     RequestCode.GET_CONSUMER_CONNECTION_LIST: admin.consumer_connections,
+    RequestCode.QUERY_ASSIGNMENT: assignment.query_assignment,
+    RequestCode.SET_MESSAGE_REQUEST_MODE: assignment.set_message_request_mode,
 }
 
 

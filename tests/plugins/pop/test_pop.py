@@ -21,9 +21,8 @@ GROUP = "CG_pop"
 
 @asynccontextmanager
 async def pop_cluster(cluster_factory, **tables):
-    async with cluster_factory(
-        plugins=["pop", "retry_dlq"], pop={"revive_interval": "50ms"}, **tables
-    ) as cluster:
+    plugins = ["pop", "retry_dlq", "allocate"]
+    async with cluster_factory(plugins=plugins, pop={"revive_interval": "50ms"}, **tables) as cluster:
         yield cluster
 
 
@@ -230,3 +229,34 @@ async def test_bad_requests_get_their_codes_and_the_broker_keeps_serving(cluster
         batch = await cluster.call(RequestCode.BATCH_ACK_MESSAGE, body=b"{not json")
         assert batch.code == ResponseCode.NO_MESSAGE
         assert [item.body for item in await pop_until(cluster, 1)] == [b"x"]
+
+
+async def test_query_assignment_splits_pull_queues_and_gives_pop_consumers_every_broker(cluster_factory):
+    async with pop_cluster(cluster_factory) as cluster:
+        await send(cluster, "T", b"x")
+        heartbeat = {
+            "clientID": "client-a",
+            "consumerDataSet": [
+                {"groupName": "CG_assign", "consumeType": "CONSUME_PASSIVELY", "messageModel": "CLUSTERING",
+                 "consumeFromWhere": "CONSUME_FROM_LAST_OFFSET", "subscriptionDataSet": [], "unitMode": False}
+            ],
+            "producerDataSet": [],
+        }  # fmt: skip
+        assert (await cluster.call(RequestCode.HEART_BEAT, body=json.dumps(heartbeat).encode())).code == 0
+        query = {"topic": "T", "consumerGroup": "CG_assign", "clientId": "client-a", "strategyName": "AVG"}
+        pulled = await cluster.call(RequestCode.QUERY_ASSIGNMENT, body=json.dumps(query).encode())
+        assert pulled.code == 0, pulled.remark
+        assignments = json.loads(pulled.body)["messageQueueAssignments"]
+        assert sorted(a["messageQueue"]["queueId"] for a in assignments) == [0, 1, 2, 3]  # alone: all
+        assert {a["mode"] for a in assignments} == {"PULL"}
+
+        mode = {"topic": "T", "consumerGroup": "CG_assign", "mode": "POP", "popShareQueueNum": 0}
+        assert (
+            await cluster.call(RequestCode.SET_MESSAGE_REQUEST_MODE, body=json.dumps(mode).encode())
+        ).code == 0
+        popped_mode = await cluster.call(RequestCode.QUERY_ASSIGNMENT, body=json.dumps(query).encode())
+        (only,) = json.loads(popped_mode.body)["messageQueueAssignments"]
+        assert only["mode"] == "POP" and only["messageQueue"]["queueId"] == -1
+        assert (cluster.broker.config.broker.data_dir / "config" / "messageRequestMode.json").exists()
+        bad = await cluster.call(RequestCode.QUERY_ASSIGNMENT, body=b"[1]")
+        assert bad.code == ResponseCode.SYSTEM_ERROR
