@@ -9,6 +9,8 @@ import base64
 import json
 from typing import Any
 
+import attrs
+
 from kernel.context import BrokerRuntime
 from plugins.pop.service import INIT_MAX, POP_SERVICE, PopRefused, PopRequest, PopService
 from wire.pop_receipt import (
@@ -145,13 +147,29 @@ async def handle_ack(
     return await _answer(request, _ack(runtime, request))
 
 
-async def _ack(runtime: BrokerRuntime, request: RemotingCommand) -> RemotingCommand:
-    service = _service(runtime)
+@attrs.frozen
+class _Handled:
+    """The message an ACK or CHANGE_INVISIBLETIME header names."""
+
+    group: str
+    topic: str
+    queue_id: int
+    offset: int
+    handle: ReceiptHandle
+
+
+def _handled(service: PopService, request: RemotingCommand) -> _Handled:
     group, topic = _checked_names(request)
     queue_id, offset = int_field(request, "queueId"), int_field(request, "offset")
     handle = _handle(request)
     _topic_queue(service, real_topic(topic, group, handle.topic_type), queue_id, pop=False)
-    await service.ack(group, topic, queue_id, handle, offset)
+    return _Handled(group, topic, queue_id, offset, handle)
+
+
+async def _ack(runtime: BrokerRuntime, request: RemotingCommand) -> RemotingCommand:
+    service = _service(runtime)
+    named = _handled(service, request)
+    await service.ack(named.group, named.topic, named.queue_id, named.handle, named.offset)
     return request.response()
 
 
@@ -227,16 +245,15 @@ async def handle_change_invisible(
 
 async def _change(runtime: BrokerRuntime, request: RemotingCommand) -> RemotingCommand:
     service = _service(runtime)
-    group, topic = _checked_names(request)
-    queue_id, offset = int_field(request, "queueId"), int_field(request, "offset")
     invisible_ms = int_field(request, "invisibleTime")
     if invisible_ms < 0:
         raise RequestProblem(
             ResponseCode.INVALID_PARAMETER, f"invisibleTime {invisible_ms} must not be negative"
         )
-    handle = _handle(request)
-    _topic_queue(service, real_topic(topic, group, handle.topic_type), queue_id, pop=False)
-    renewed = await service.change_invisible(group, topic, queue_id, handle, offset, invisible_ms)
+    named = _handled(service, request)
+    renewed = await service.change_invisible(
+        named.group, named.topic, named.queue_id, named.handle, named.offset, invisible_ms
+    )
     return request.response(
         ResponseCode.SUCCESS,
         {

@@ -124,7 +124,7 @@ async def revive(service: PopService, checkpoint: Checkpoint, now: int) -> None:
             checkpoint.pop_time,
             tuple(pending),
         )
-        put = await service.write(
+        put, _ = await service.writes.write(
             [revive_log.ack_message(service.revive_topic, checkpoint.revive_qid, ack, service.broker_name)]
         )
         if not put.status.stored:

@@ -41,6 +41,7 @@ from kernel.outcomes import PUT_STATUS_CODES
 from kernel.topics import TOPIC_DIRECTORY, TopicDirectory
 from plugins.pop import revive_log
 from plugins.pop.config import PopConfig
+from plugins.pop.grouped_writes import GroupedWrites
 from plugins.pop.inflight import AckOutcome, Checkpoint, InFlightTable
 from plugins.pop.orderly import OrderBatch, OrderlyQueues
 from plugins.pop.refusal import PopRefused as PopRefused  # re-exported for the handlers
@@ -114,10 +115,12 @@ class PopStatistics:
 
 @attrs.define(eq=False)
 class _Read:
-    """What one queue read added to a pop."""
+    """What one queue read added to a pop; its checkpoint is written with the pop's others."""
 
     read: QueueRead
     records: list[bytes]
+    next_offset: int
+    checkpoint: Checkpoint | None = None
 
 
 @attrs.define(eq=False)
@@ -132,6 +135,11 @@ class PopService:
     _arrivals: dict[str, trio.Event] = attrs.field(factory=dict)
     _rebuilding: trio.Lock = attrs.field(factory=trio.Lock)
     _random: random.Random = attrs.field(factory=random.Random)
+    writes: GroupedWrites = attrs.field(init=False)
+    """Checkpoints and acks that arrive together share one put."""
+
+    def __attrs_post_init__(self) -> None:
+        self.writes = GroupedWrites(lambda messages: self.runtime.put(MessageBatch(messages)))
 
     @property
     def ctx(self) -> Any:
@@ -312,6 +320,9 @@ class PopService:
         return answer
 
     async def _pop_once(self, request: PopRequest, retry: str) -> PopAnswer:
+        """Read the queues, then write every checkpoint of the pop in one grouped put, then move
+        the group's offsets: the queues read stay locked until then, so no other pop of the
+        group reads the same offsets."""
         pop_time = now_ms()
         revive_qid = (
             ORDER_REVIVE_QUEUE
@@ -319,45 +330,71 @@ class PopService:
             else revive_log.revive_queue_of(request.group, self.config.revive_queue_num)
         )
         reads: list[_Read] = []
-        failures: list[PutResult] = []
         wanted = request.max_count
         directory = self.directory()
         retry_first = (
             not request.orderly and self._random.randrange(100) < self.config.pop_from_retry_probability
         )
         retry_queues = directory.topic_queues(retry) if not request.orderly else None
+        held: list[trio.Lock] = []
 
         async def read_topic(topic: str, queue_ids: Sequence[int]) -> None:
             nonlocal wanted
             for queue_id in queue_ids:
                 if wanted <= 0:
                     return
-                got = await self._pop_queue(request, topic, queue_id, wanted, pop_time, revive_qid, failures)
+                got = await self._read_queue(request, topic, queue_id, wanted, pop_time, revive_qid, held)
                 if got is not None:
                     reads.append(got)
                     wanted -= len(got.records)
 
-        retry_ids = range(retry_queues.read_queue_nums) if retry_queues is not None else ()
-        if retry_first:
-            await read_topic(retry, retry_ids)
-        await read_topic(request.topic, self._queue_order(request))
-        if not retry_first:
-            await read_topic(retry, retry_ids)
-        records = [data for item in reads for data in item.records]
-        if not records and failures:
-            failed = failures[0]
-            raise PopRefused(
-                PUT_STATUS_CODES[failed.status],
-                f"the pop's checkpoint could not be written: {failed.status.value} {failed.remark}".strip(),
-            )
+        try:
+            retry_ids = range(retry_queues.read_queue_nums) if retry_queues is not None else ()
+            if retry_first:
+                await read_topic(retry, retry_ids)
+            await read_topic(request.topic, self._queue_order(request))
+            if not retry_first:
+                await read_topic(retry, retry_ids)
+            reads = await self._checkpoint(request, reads)
+        finally:
+            for lock in held:
+                lock.release()
         return PopAnswer(
-            records,
+            [data for item in reads for data in item.records],
             [item.read for item in reads],
             pop_time,
             request.invisible_ms,
             revive_qid,
             self._rest(request),
         )
+
+    async def _checkpoint(self, request: PopRequest, reads: list[_Read]) -> list[_Read]:
+        """Write the reads' checkpoints (one grouped put), then track them and move the offsets.
+
+        :raises PopRefused: the checkpoints could not be written (nothing is answered, nothing
+            moves: the messages are popped again by the next pop).
+        """
+        pending = [item for item in reads if item.checkpoint is not None]
+        if pending:
+            messages = [
+                revive_log.checkpoint_message(self.revive_topic, item.checkpoint, self.broker_name)
+                for item in pending
+                if item.checkpoint is not None
+            ]
+            put, start = await self.writes.write(messages)
+            if not put.status.stored or put.append is None:
+                raise PopRefused(
+                    PUT_STATUS_CODES[put.status],
+                    f"the pop's checkpoints could not be written: {put.status.value} {put.remark}".strip(),
+                )
+            for index, item in enumerate(pending):
+                assert item.checkpoint is not None
+                item.checkpoint.revive_offset = put.append.queue_offsets[start + index]
+                self.table.add(item.checkpoint)
+        offsets = self.consumer_offsets()
+        for item in pending:
+            offsets.commit_offset(request.group, item.read.topic, item.read.queue_id, item.next_offset)
+        return reads
 
     def _queue_order(self, request: PopRequest) -> list[int]:
         if request.queue_id >= 0:
@@ -384,7 +421,7 @@ class PopService:
             lock = self._locks[key] = trio.Lock()
         return lock
 
-    async def _pop_queue(
+    async def _read_queue(
         self,
         request: PopRequest,
         topic: str,
@@ -392,13 +429,17 @@ class PopService:
         wanted: int,
         pop_time: int,
         revive_qid: int,
-        failures: list[PutResult],
+        held: list[trio.Lock],
     ) -> _Read | None:
+        """Read one queue for a pop; its lock joins ``held`` when something was read (the
+        caller releases it once the checkpoint is written)."""
         key = (request.group, topic, queue_id)
         lock = self._lock(key)
         if lock.locked():
             return None  # another pop of this group reads the queue now: take the next one
-        async with lock:
+        await lock.acquire()
+        keep = False
+        try:
             if request.orderly and self.orderly.blocked(key, pop_time):
                 return None
             if self.table.in_flight(*key) >= self.config.max_in_flight_per_queue:
@@ -411,6 +452,7 @@ class PopService:
                     offsets.commit_offset(request.group, topic, queue_id, result.next_begin_offset)
                 return None
             queue_offsets = tuple(result.queue_offsets)
+            checkpoint = None
             if request.orderly:
                 before = self.orderly.deliveries_before(key, queue_offsets)
                 self.orderly.delivered(
@@ -430,20 +472,17 @@ class PopService:
                 )
                 if self.table.get(checkpoint.key) is not None:
                     return None  # popped from this offset in this millisecond already
-                put = await self.write(
-                    [revive_log.checkpoint_message(self.revive_topic, checkpoint, self.broker_name)]
-                )
-                if not put.status.stored or put.append is None:
-                    failures.append(put)
-                    return None
-                checkpoint.revive_offset = put.append.queue_offsets[0]
-                self.table.add(checkpoint)
-                offsets.commit_offset(request.group, topic, queue_id, result.next_begin_offset)
                 read = QueueRead(topic, queue_id, offset, queue_offsets)
             records = result.records
             if topic.startswith(RETRY_PREFIX):
                 records = [self._as_original(data, read, pop_time, request, revive_qid) for data in records]
-            return _Read(read, records)
+            keep = not request.orderly
+            return _Read(read, records, result.next_begin_offset, checkpoint)
+        finally:
+            if keep:
+                held.append(lock)
+            else:
+                lock.release()
 
     async def _read(
         self,
@@ -571,7 +610,7 @@ class PopService:
             ack = revive_log.AckRecord(
                 group, real, queue_id, handle.ck_queue_offset, handle.pop_time, (offset,)
             )
-            put = await self.write(
+            put, _ = await self.writes.write(
                 [revive_log.ack_message(self.revive_topic, checkpoint.revive_qid, ack, self.broker_name)]
             )
         finally:
@@ -596,7 +635,9 @@ class PopService:
         if current is None or current < committed:
             order_ack = revive_log.OrderAckRecord(group, topic, queue_id, committed)
             qid = revive_log.revive_queue_of(group, self.config.revive_queue_num)
-            put = await self.write([revive_log.order_ack_message(self.revive_topic, qid, order_ack)])
+            put, _ = await self.writes.write(
+                [revive_log.order_ack_message(self.revive_topic, qid, order_ack)]
+            )
             if not put.status.stored:
                 raise PopRefused(
                     PUT_STATUS_CODES[put.status], f"the ack could not be written: {put.status.value}"
@@ -631,7 +672,7 @@ class PopService:
         ack = revive_log.AckRecord(group, real, queue_id, handle.ck_queue_offset, handle.pop_time, (offset,))
         old.acking.add(offset)
         try:
-            put = await self.write(
+            put, start = await self.writes.write(
                 [
                     revive_log.checkpoint_message(self.revive_topic, new, self.broker_name),
                     revive_log.ack_message(self.revive_topic, old.revive_qid, ack, self.broker_name),
@@ -644,7 +685,7 @@ class PopService:
                 PUT_STATUS_CODES[put.status],
                 f"the change could not be written: {put.status.value} {put.remark}",
             )
-        new.revive_offset = put.append.queue_offsets[0]
+        new.revive_offset = put.append.queue_offsets[start]
         self.table.add(new)
         self.table.ack(key, (offset,))
         self.stats.changes += 1

@@ -41,6 +41,9 @@ from wire.remoting.signature import SessionCredentials
 DEFAULT_AWAIT_DURATION = 20.0
 """Seconds a receive waits on a broker for messages to arrive (RocketMQ 5's long polling)."""
 MAX_RECEIVE = 32
+ROUTE_TTL = 30.0
+"""Seconds a topic's brokers are used before the NameServers are asked again (RocketMQ 5
+clients refresh routes every 30 s)."""
 INIT_MAX = 1
 
 
@@ -91,6 +94,7 @@ class SimpleConsumer:
     _routes: RouteCache | None = attrs.field(default=None, init=False)
     _stack: AsyncExitStack | None = attrs.field(default=None, init=False)
     _turn: itertools.count[int] = attrs.field(factory=itertools.count, init=False)
+    _brokers_of: dict[str, tuple[float, list[tuple[str, str]]]] = attrs.field(factory=dict, init=False)
 
     async def start(self) -> None:
         """:raises ClientError: started already, no address, or a subscribed topic has no route."""
@@ -127,10 +131,17 @@ class SimpleConsumer:
     def subscribe(self, topic: str, expression: str = "*") -> None:
         self.subscriptions = {**self.subscriptions, topic: expression}
 
-    async def _brokers(self, topic: str) -> list[tuple[str, str]]:
+    async def _brokers(self, topic: str, *, refresh: bool = False) -> list[tuple[str, str]]:
+        """(broker name, address) of the topic's readable brokers, asked of the NameServers at
+        most every :data:`ROUTE_TTL` seconds (and again after a broker failed a call)."""
         assert self._routes is not None
+        cached = self._brokers_of.get(topic)
+        if cached is not None and not refresh and time.monotonic() - cached[0] < ROUTE_TTL:
+            return cached[1]
         _, addresses = await self._routes.subscribe_info(topic)
-        return sorted(addresses.items())
+        brokers = sorted(addresses.items())
+        self._brokers_of[topic] = (time.monotonic(), brokers)
+        return brokers
 
     async def receive(self, max_messages: int = 16, invisible_duration: float = 30.0) -> list[PoppedMessage]:
         """Messages of one subscribed topic from one broker (both taken in turn), waiting up to
@@ -238,6 +249,7 @@ class SimpleConsumer:
         try:
             return await self._remoting.invoke(address, request, timeout)
         except RemotingError as error:
+            self._brokers_of.clear()  # the broker may be gone: ask the NameServers next time
             raise ClientError(f"{address}: {error}") from None
 
 
