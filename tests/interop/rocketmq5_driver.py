@@ -110,9 +110,11 @@ def received(message, **extra):
 
 
 def simple(endpoint, scenario):
-    """Receive until ``count`` messages (or ``seconds`` pass); ``nack_first``: the first
-    delivery of each message is not acked (it comes back after ``invisible`` seconds);
-    ``change_to``: the first delivery's invisible duration is changed to that many seconds."""
+    """Receive until ``count`` messages are acked (or ``seconds`` pass); ``nack_first``: the
+    first delivery of each message is not acked (it comes back after ``invisible`` seconds);
+    ``change_to``: the first delivery's invisible duration is changed to that many seconds;
+    ``ack_only``: only these bodies are acked, and the run ends once ``count`` messages were
+    received (a consumer that dies holding the others)."""
     topic = scenario["topic"]
     consumer = SimpleConsumer(
         configuration(endpoint, scenario),
@@ -122,11 +124,20 @@ def simple(endpoint, scenario):
     )
     consumer.startup()
     deadline = time.time() + scenario.get("seconds", 30)
-    acked = 0
+    acked = seen = 0
+    only = scenario.get("ack_only")
     try:
-        while acked < scenario.get("count", 1) and time.time() < deadline:
+        while time.time() < deadline:
+            if (seen if only is not None else acked) >= scenario.get("count", 1):
+                break
             for message in consumer.receive(scenario.get("batch", 16), scenario.get("invisible", 15)):
                 received(message)
+                seen += 1
+                if only is not None:
+                    if message.body.decode() in only:
+                        consumer.ack(message)
+                        emit(event="acked", body=message.body.decode())
+                    continue
                 if message.delivery_attempt == 1 and scenario.get("change_to") is not None:
                     consumer.change_invisible_duration(message, scenario["change_to"])
                     emit(event="changed", body=message.body.decode())

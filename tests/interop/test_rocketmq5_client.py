@@ -192,3 +192,28 @@ def test_push_consumer_failing_every_time_ends_in_the_dead_letter_queue(proxy_br
     dead = broker.admin_json("queryDlqMsg", "-g", "CG_poison")
     assert [row["body"] for row in dead] == ["poison-0"]
     assert broker.figures()["popDeadLettered"] == "1"
+
+
+def test_sigkill_between_receive_and_ack_redelivers_and_keeps_acks(tmp_path):
+    client_python()
+    broker, endpoint = start_proxy_broker(tmp_path)
+    try:
+        broker.admin("updateTopic", "-b", broker.broker, "-t", "Killed")
+        drive(endpoint, kind="produce", topic="Killed", count=4)
+        first = drive(
+            endpoint, kind="simple", topic="Killed", consumer_group="CG_killed", count=4,
+            ack_only=["m-0", "m-1"], invisible=3,
+        )  # fmt: skip
+        assert sorted(r["body"] for r in events(first, "acked")) == ["m-0", "m-1"]
+        broker.process.kill()
+        broker.process.wait(timeout=30)
+        broker, endpoint = start_proxy_broker(tmp_path)
+        again = drive(
+            endpoint, kind="simple", topic="Killed", consumer_group="CG_killed", count=2, seconds=30
+        )
+        got = events(again, "received")
+        assert sorted((r["body"], r["attempt"]) for r in got) == [("m-2", 2), ("m-3", 2)]
+        after = drive(endpoint, kind="simple", topic="Killed", consumer_group="CG_killed", count=1, seconds=6)
+        assert events(after, "received") == []  # the acked ones never come back
+    finally:
+        broker.stop()
