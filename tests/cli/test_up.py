@@ -9,10 +9,13 @@ import time
 import urllib.request
 from pathlib import Path
 
+import grpc
 import pytest
 
 from tests.network.conftest import free_port
 from tests.support import start_logged
+from wire.grpc_v2 import definition_pb2 as pb
+from wire.grpc_v2 import service_pb2 as spb
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -63,6 +66,18 @@ def test_up_serves_a_namesrv_and_a_broker_on_the_default_loopback_ports(tmp_path
         scraped = response.read().decode()
     asked = [line for line in scraped.splitlines() if line.startswith("rocketmq_rpc_latency_count")]
     assert any('node_type="nameserver"' in line and 'request_code="106"' in line for line in asked), asked
+    assert "grpc: 127.0.0.1:8081\n" in output, "up serves RocketMQ 5's gRPC on the proxy's port"
+    with grpc.insecure_channel("127.0.0.1:8081") as channel:
+        route = channel.unary_unary(
+            "/apache.rocketmq.v2.MessagingService/QueryRoute",
+            request_serializer=spb.QueryRouteRequest.SerializeToString,
+            response_deserializer=spb.QueryRouteResponse.FromString,
+        )(
+            spb.QueryRouteRequest(topic=pb.Resource(name="TBW102")),
+            metadata=[("x-mq-client-id", "t@1")],
+            timeout=10,
+        )
+    assert route.status.code == pb.OK and route.message_queues[0].broker.endpoints.addresses[0].port == 8081
     assert (tmp_path / "data" / "abort").exists() and (tmp_path / "data" / "commitlog").is_dir()
     process.send_signal(signal.SIGINT)
     rest, _ = process.communicate(timeout=60)
