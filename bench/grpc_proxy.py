@@ -5,7 +5,10 @@ and SimpleConsumer (POP, then one ACK per message). gRPC: a grpcio (asyncio) loa
 calling SendMessage, ReceiveMessage (batches of 32) and AckMessage (one entry per message), as
 the official clients do. Both keep ``--in-flight`` calls going.
 
-    ./run bench grpc_proxy [--messages 20000] [--in-flight 32] [--size 128]
+    ./run bench grpc_proxy [--messages 20000] [--in-flight 32] [--size 128] [--standalone]
+
+``--standalone`` runs the proxy as its own process (``trocket proxy -n``: a second core for
+gRPC, every call a remoting round trip to the broker) instead of beside the broker.
 
 Issue 35's targets: proxy produce >= 0.5x remoting, receive + ack >= 0.5x.
 """
@@ -14,10 +17,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
+import subprocess
 import sys
 import tempfile
 import time
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import grpc
@@ -167,21 +174,46 @@ async def create_topics(namesrv: str, topics: list[str]) -> str:
         return sorted(brokers)[0]
 
 
+@contextmanager
+def standalone_proxy(root: Path, namesrv: str, port: int, wanted: bool) -> Iterator[None]:
+    """``trocket proxy -n NAMESRV`` as its own process when ``wanted``."""
+    if not wanted:
+        yield
+        return
+    log = root / "proxy.log"
+    with log.open("w") as out:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "trocket", "proxy", "-n", namesrv, "--grpc-port", str(port)],
+            stdout=out, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONPATH": str(REPO)},
+        )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 60
+        while "ready" not in log.read_text():
+            if process.poll() is not None or time.monotonic() > deadline:
+                raise SystemExit("trocket proxy did not start:\n" + log.read_text())
+            time.sleep(0.05)
+        yield
+    finally:
+        process.terminate()
+        process.wait(timeout=60)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--messages", type=int, default=20_000)
     parser.add_argument("--in-flight", type=int, default=32)
     parser.add_argument("--size", type=int, default=128)
+    parser.add_argument("--standalone", action="store_true", help="the proxy in its own process")
     args = parser.parse_args()
     body = b"x" * args.size
     grpc_port = free_port()
+    roles = '["broker", "namesrv"]' if args.standalone else '["broker", "namesrv", "proxy"]'
     with (
         tempfile.TemporaryDirectory() as root,
         running_trocket(
-            Path(root),
-            f'roles = ["broker", "namesrv", "proxy"]\nplugins = {PLUGINS}',
-            f"[proxy]\ngrpc_port = {grpc_port}\n",
+            Path(root), f"roles = {roles}\nplugins = {PLUGINS}", f"[proxy]\ngrpc_port = {grpc_port}\n"
         ) as namesrv,
+        standalone_proxy(Path(root), namesrv, grpc_port, args.standalone),
     ):
         endpoint = f"127.0.0.1:{grpc_port}"
         broker_name = trio.run(create_topics, namesrv, ["BenchRemoting", "BenchGrpc"])
@@ -193,7 +225,8 @@ def main() -> None:
         consume_grpc = asyncio.run(
             grpc_consume(endpoint, "BenchGrpc", broker_name, args.messages, args.in_flight)
         )
-    print(f"{args.messages} messages of {args.size} B, {args.in_flight} in flight (async flush, one process)")
+    where = "the proxy in its own process" if args.standalone else "one process"
+    print(f"{args.messages} messages of {args.size} B, {args.in_flight} in flight (async flush, {where})")
     print(f"{'row':<26}{'remoting msg/s':>16}{'gRPC proxy msg/s':>18}{'ratio':>8}  target")
     for name, base, proxied in (
         ("produce", produce_remoting, produce_grpc),
