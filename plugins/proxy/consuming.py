@@ -25,7 +25,7 @@ from plugins.proxy.status import Code, ProxyProblem, from_remoting, ok
 from plugins.proxy.translate import incoming
 from wire.grpc_v2 import definition_pb2 as pb
 from wire.grpc_v2 import service_pb2 as spb
-from wire.pop_receipt import BadReceipt, ReceiptHandle, receipt_handles
+from wire.pop_receipt import BadReceipt, ReceiptHandle, parse_offset_info, receipt_handles
 from wire.record import decode_records
 from wire.remoting import RemotingCommand, RequestCode, ResponseCode
 
@@ -122,6 +122,7 @@ async def receive_message(
         int(config.max_long_polling * 1000),
     )
     broker_name = request.message_queue.broker.name
+    orderly = await core.fifo(group, topic)
     route = await core.route(topic)
     if broker_name not in route.masters:
         broker_name = sorted(route.masters)[0] if route.masters else ""
@@ -140,7 +141,7 @@ async def receive_message(
             "initMode": 1,
             "expType": "TAG",
             "exp": expression,
-            "order": "false",
+            "order": "true" if orderly else "false",
         },
     )
     response = await core.invoke(
@@ -164,7 +165,11 @@ async def receive_message(
         raise ProxyProblem(Code.INTERNAL_SERVER_ERROR, f"receive: {error}") from None
     out = [spb.ReceiveMessageResponse(status=ok())]
     started = now_ms()
+    # An orderly pop counts deliveries per queue (orderCountInfo): a message delivered again
+    # keeps its reconsume times, so its attempt is that count + 1.
+    counts = parse_offset_info(response.ext.get("orderCountInfo", "")) if orderly else {}
     for message, handle in zip(stored, handles, strict=True):
+        earlier = counts.get((handle.topic_type, handle.queue_id), [0])[0]
         grpc_handle = GrpcHandle(handle, message.physical_offset)
         converted = incoming(
             message,
@@ -172,7 +177,7 @@ async def receive_message(
             namespace=request.message_queue.topic.resource_namespace,
             receipt_handle=grpc_handle.format(),
             invisible_ms=invisible_ms,
-            delivery_attempt=message.reconsume_times + 1,
+            delivery_attempt=max(message.reconsume_times, earlier) + 1,
         )
         if request.auto_renew:
             message_id = converted.system_properties.message_id

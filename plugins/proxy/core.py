@@ -64,6 +64,7 @@ class ProxyCore:
     client_id_of_proxy: str = "trocket-proxy"
     _attributes: dict[str, tuple[float, dict[str, str]]] = attrs.field(factory=dict)
     _route_cache: dict[str, tuple[float, Route]] = attrs.field(factory=dict)
+    _groups: dict[str, tuple[float, dict[str, Any]]] = attrs.field(factory=dict)
 
     def client_id(self, metadata: Mapping[str, str]) -> str:
         """:raises ProxyProblem: CLIENT_ID_REQUIRED when the header is missing."""
@@ -156,10 +157,42 @@ class ProxyCore:
         self._attributes[topic] = (time.monotonic(), attributes)
         return attributes
 
-    async def retry_max_times(self, group: str) -> int:
-        """The group's ``retryMaxTimes`` for the consumer settings (RocketMQ's default: the
-        broker dead-letters a POP message after that many redeliveries whatever this says)."""
-        return DEFAULT_RETRY_MAX_TIMES
+    async def group_config(self, group: str, topic: str) -> dict[str, Any]:
+        """The subscription group's configuration as the topic's first answering master has it
+        (``GET_SUBSCRIPTIONGROUP_CONFIG``), kept :data:`ATTRIBUTES_TTL` seconds; empty when the
+        group does not exist yet (brokers create it with defaults on first use)."""
+        cached = self._groups.get(group)
+        if cached is not None and time.monotonic() - cached[0] < ATTRIBUTES_TTL:
+            return cached[1]
+        config: dict[str, Any] = {}
+        try:
+            masters = (await self.route(topic)).masters
+        except ProxyProblem:
+            masters = {}
+        for address in sorted(masters.values()):
+            request = RemotingCommand.request(RequestCode.GET_SUBSCRIPTIONGROUP_CONFIG, {"group": group})
+            try:
+                response = await self.remoting.invoke(address, request, self.config.request_timeout)
+            except RemotingError:
+                continue
+            if response.code == ResponseCode.SUCCESS:
+                try:
+                    config = dict(json.loads(response.body))
+                except (ValueError, TypeError):
+                    config = {}
+                break
+            if response.code == ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST:
+                break
+        self._groups[group] = (time.monotonic(), config)
+        return config
+
+    async def retry_max_times(self, group: str, topic: str) -> int:
+        """The group's ``retryMaxTimes`` (RocketMQ's default 16 for a group not created yet)."""
+        return int((await self.group_config(group, topic)).get("retryMaxTimes", DEFAULT_RETRY_MAX_TIMES))
+
+    async def fifo(self, group: str, topic: str) -> bool:
+        """Whether the group consumes FIFO (``consumeMessageOrderly``): its receives pop orderly."""
+        return bool((await self.group_config(group, topic)).get("consumeMessageOrderly", False))
 
     def forget_client(self, client_id: str) -> None:
         self.clients.forget(client_id)

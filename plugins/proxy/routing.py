@@ -19,7 +19,7 @@ from plugins.proxy.auth import authorize
 from plugins.proxy.core import ProxyCore, Route
 from plugins.proxy.grpc_host import RpcAbort
 from plugins.proxy.status import Code, ProxyProblem, ok
-from plugins.proxy.telemetry import ClientSession, settings_reply
+from plugins.proxy.telemetry import DEFAULT_RETRY_MAX_TIMES, ClientSession, settings_reply
 from wire.grpc_v2 import definition_pb2 as pb
 from wire.grpc_v2 import service_pb2 as spb
 
@@ -160,12 +160,22 @@ async def telemetry_receive(core: ProxyCore, call: TelemetryCall, command: spb.T
                 grpc.StatusCode.INVALID_ARGUMENT, "settings name neither publishing nor subscription"
             )
         call.session.settings = settings
+        group, topics = (
+            call.session.consumer_group,
+            [e.topic.name for e in settings.subscription.subscriptions],
+        )
+        retry_max_times, fifo = DEFAULT_RETRY_MAX_TIMES, False
+        if group and topics:
+            retry_max_times = await core.retry_max_times(group, topics[0])
+            fifo = await core.fifo(group, topics[0])
         reply = settings_reply(
             settings,
             max_body_size=core.config.max_body_size,
             long_polling_ms=int(core.config.max_long_polling * 1000),
-            retry_max_times=await core.retry_max_times(call.session.consumer_group),
+            retry_max_times=retry_max_times,
         )
+        if reply.HasField("subscription"):
+            reply.subscription.fifo = fifo
         call.push(spb.TelemetryCommand(status=ok(), settings=reply))
         if settings.HasField("publishing"):
             await core.producers_changed()

@@ -22,6 +22,9 @@ class SubscriptionGroupConfig:
     broker_id: int = 0
     which_broker_when_consume_slowly: int = 1
     notify_consumer_ids_changed_enable: bool = True
+    consume_message_orderly: bool = False
+    """RocketMQ 5: the group consumes FIFO (its POP receives are orderly: a message group's next
+    message waits until the previous one is acked or its invisible time passes)."""
 
     _FIELDS = {
         "groupName": "group_name",
@@ -33,6 +36,7 @@ class SubscriptionGroupConfig:
         "brokerId": "broker_id",
         "whichBrokerWhenConsumeSlowly": "which_broker_when_consume_slowly",
         "notifyConsumerIdsChangedEnable": "notify_consumer_ids_changed_enable",
+        "consumeMessageOrderly": "consume_message_orderly",
     }
 
     def to_json(self) -> dict[str, Any]:

@@ -217,3 +217,17 @@ def test_sigkill_between_receive_and_ack_redelivers_and_keeps_acks(tmp_path):
         assert events(after, "received") == []  # the acked ones never come back
     finally:
         broker.stop()
+
+
+def test_a_fifo_group_gets_a_message_groups_next_message_only_after_the_previous_is_acked(proxy_broker):
+    broker, endpoint = proxy_broker
+    broker.admin("updateTopic", "-b", broker.broker, "-t", "Strict", "-a", "+message.type=FIFO")
+    broker.admin("updateSubGroup", "-b", broker.broker, "-g", "CG_strict", "-o", "true")
+    drive(endpoint, kind="produce", topic="Strict", count=3, group="order-9")
+    results = drive(
+        endpoint, kind="simple", topic="Strict", consumer_group="CG_strict", count=3,
+        nack_first=True, invisible=2, batch=1, seconds=40,
+    )  # fmt: skip
+    seen = [(r["body"], r["attempt"]) for r in events(results, "received")]
+    # every first delivery is left unacked: the next message waits for its redelivery and ack
+    assert seen == [("m-0", 1), ("m-0", 2), ("m-1", 1), ("m-1", 2), ("m-2", 1), ("m-2", 2)]

@@ -176,6 +176,9 @@ def add_parsers(sub: Any) -> None:
     p.add_argument("-q", "--retryQueueNums", type=int, default=1)
     p.add_argument("-r", "--retryMaxTimes", type=int, default=16)
     p.add_argument("-a", "--notifyConsumerIdsChanged", type=_bool, default=True)
+    p.add_argument(
+        "-o", "--consumeMessageOrderly", type=_bool, default=False, help="RocketMQ 5 FIFO consumption (POP)"
+    )
 
     p = command(
         "resetOffsetByTime",
@@ -616,6 +619,7 @@ async def update_sub_group(client: AdminClient, args: argparse.Namespace) -> lis
         "retryQueueNums": args.retryQueueNums,
         "retryMaxTimes": args.retryMaxTimes,
         "notifyConsumerIdsChangedEnable": args.notifyConsumerIdsChanged,
+        "consumeMessageOrderly": args.consumeMessageOrderly,
     }
     targets = await _target_brokers(client, args)
     for address in targets:

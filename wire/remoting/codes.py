@@ -82,6 +82,8 @@ class RequestCode(enum.IntEnum):
     """RocketMQ 5: forget a broker set, or some of its replicas, at the controller (mqadmin
     ``cleanBrokerMetadata``)."""
     GET_TOPIC_CONFIG = 351
+    GET_SUBSCRIPTIONGROUP_CONFIG = 352
+    """RocketMQ 5: one subscription group's configuration."""
     """RocketMQ 5: one topic's configuration with its attributes."""
     QUERY_ASSIGNMENT = 400
     """RocketMQ 5: the queues a consumer of a group takes, computed by the broker (PULL or POP)."""

@@ -41,6 +41,7 @@ HANDLERS: dict[int, NetHandler] = {
     RequestCode.GET_TOPIC_CONFIG: admin.topic_config,
     RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP: admin.update_group,
     RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG: admin.all_groups,
+    RequestCode.GET_SUBSCRIPTIONGROUP_CONFIG: admin.group_config,
     RequestCode.DELETE_SUBSCRIPTIONGROUP: admin.delete_group,
     RequestCode.GET_ALL_CONSUMER_OFFSET: admin.all_consumer_offsets,
     RequestCode.GET_ALL_DELAY_OFFSET: admin.all_delay_offsets,

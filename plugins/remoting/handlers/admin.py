@@ -145,6 +145,20 @@ async def update_group(
     return request.response()
 
 
+async def group_config(
+    net: BrokerNetwork, connection: Connection, request: RemotingCommand
+) -> RemotingCommand:
+    """RocketMQ 5's ``GET_SUBSCRIPTIONGROUP_CONFIG``: one group's configuration (the gRPC proxy
+    reads ``retryMaxTimes`` and ``consumeMessageOrderly`` from it)."""
+    (group,) = required(request, "group")
+    config = net.groups.get(group)
+    if config is None:
+        return request.response(
+            ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST, remark=f"subscription group [{group}] does not exist"
+        )
+    return request.response(body=orjson.dumps(config.to_json()))
+
+
 async def all_groups(net: BrokerNetwork, connection: Connection, request: RemotingCommand) -> RemotingCommand:
     return request.response(body=_json(net.groups.snapshot()))
 
