@@ -41,7 +41,12 @@ log = logging.getLogger(__name__)
 
 PERM_WRITE = 2
 COMMIT, ROLLBACK = 0x8, 0xC
-_TYPE_NAMES = {pb.NORMAL: "NORMAL", pb.FIFO: "FIFO", pb.DELAY: "DELAY", pb.TRANSACTION: "TRANSACTION"}
+_TYPE_NAMES: dict[pb.MessageType, str] = {
+    pb.NORMAL: "NORMAL",
+    pb.FIFO: "FIFO",
+    pb.DELAY: "DELAY",
+    pb.TRANSACTION: "TRANSACTION",
+}
 _turns = itertools.count()
 
 

@@ -27,7 +27,7 @@ log = logging.getLogger(__name__)
 
 PERM_READ, PERM_WRITE = 4, 2
 MESSAGE_TYPE_ATTRIBUTE = "message.type"
-_ACCEPTED = {
+_ACCEPTED: dict[str, list[pb.MessageType]] = {
     "NORMAL": [pb.NORMAL],
     "FIFO": [pb.FIFO],
     "DELAY": [pb.DELAY],
@@ -36,13 +36,13 @@ _ACCEPTED = {
 }
 
 
-def accepted_types(attributes: Mapping[str, str]) -> list[int]:
+def accepted_types(attributes: Mapping[str, str]) -> list[pb.MessageType]:
     """The message types a topic takes (its ``message.type`` attribute; NORMAL without one)."""
     return list(_ACCEPTED.get(attributes.get(MESSAGE_TYPE_ATTRIBUTE, "NORMAL").upper(), [pb.NORMAL]))
 
 
 def message_queues(
-    core: ProxyCore, route: Route, namespace: str, accepted: list[int]
+    core: ProxyCore, route: Route, namespace: str, accepted: list[pb.MessageType]
 ) -> list[pb.MessageQueue]:
     """One queue per queue id of every broker with a live master, as RocketMQ's proxy numbers
     them: read-only ids first, then write-only, then read-write."""
@@ -92,7 +92,7 @@ async def query_assignment(
     """Each readable broker is assigned whole (queue id -1): POP spreads the queues."""
     core.client_id(metadata)
     route = await core.route(request.topic.name)
-    assignments = []
+    assignments: list[pb.Assignment] = []
     for queue in message_queues(core, route, request.topic.resource_namespace, [pb.NORMAL]):
         if queue.permission in (pb.READ, pb.READ_WRITE) and queue.broker.name not in {
             a.message_queue.broker.name for a in assignments

@@ -16,7 +16,7 @@ Code = pb.Code
 class ProxyProblem(Exception):
     """A request answered with RocketMQ status ``code`` and ``message``."""
 
-    def __init__(self, code: int, message: str) -> None:
+    def __init__(self, code: pb.Code, message: str) -> None:
         super().__init__(message)
         self.code = code
         self.message = message
@@ -29,7 +29,7 @@ def ok(message: str = "OK") -> pb.Status:
     return pb.Status(code=Code.OK, message=message)
 
 
-_REMOTING: dict[int, int] = {
+_REMOTING: dict[int, pb.Code] = {
     ResponseCode.SUCCESS: Code.OK,
     ResponseCode.FLUSH_DISK_TIMEOUT: Code.MASTER_PERSISTENCE_TIMEOUT,
     ResponseCode.FLUSH_SLAVE_TIMEOUT: Code.SLAVE_PERSISTENCE_TIMEOUT,
@@ -47,7 +47,7 @@ _REMOTING: dict[int, int] = {
 }
 
 
-def from_remoting(code: int) -> int:
+def from_remoting(code: int) -> pb.Code:
     """The RocketMQ 5 code for a remoting response code (unknown ones are internal errors)."""
     return _REMOTING.get(code, Code.INTERNAL_SERVER_ERROR)
 

@@ -65,7 +65,7 @@ class Outgoing:
     properties: dict[str, str]
     sys_flag: int
     born_timestamp: int
-    message_type: int
+    message_type: pb.MessageType
     message_id: str
     message_group: str
 
@@ -156,7 +156,7 @@ def _born(system: pb.SystemProperties) -> int:
         return 0  # the broker stamps it
 
 
-def _check_type(message_type: int, group: str, delayed: bool) -> None:
+def _check_type(message_type: pb.MessageType, group: str, delayed: bool) -> None:
     """RocketMQ's rule: a message group makes a FIFO message, a delivery timestamp a DELAY one,
     and each type carries exactly its own."""
     why = None
@@ -170,7 +170,7 @@ def _check_type(message_type: int, group: str, delayed: bool) -> None:
         raise ProxyProblem(Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE, why)
 
 
-def message_type_of(properties: Mapping[str, str]) -> int:
+def message_type_of(properties: Mapping[str, str]) -> pb.MessageType:
     if PROPERTY_SHARDING_KEY in properties:
         return pb.FIFO
     if PROPERTY_TIMER_DELIVER_MS in properties:
