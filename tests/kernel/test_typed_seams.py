@@ -29,6 +29,14 @@ CONTRACTS = [
     "plugins/ha/__init__.py",
     "plugins/retry_dlq/__init__.py",
     "plugins/allocate/__init__.py",
+    "kernel/topics.py",
+    "kernel/consumer_progress.py",
+    "kernel/access.py",
+    "plugins/pop/__init__.py",
+    "plugins/pop/service.py",
+    "plugins/proxy/__init__.py",
+    "plugins/proxy/service.py",
+    "wire/pop_receipt.py",
     "tests/example_plugin/trocket_topic_guard/__init__.py",
 ]
 MYPY = ["--follow-imports=silent", "--ignore-missing-imports", "--no-error-summary", "--cache-dir"]
