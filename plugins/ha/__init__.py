@@ -25,7 +25,7 @@ from kernel import ConfigSection, Phase, ServiceSpec, hookimpl
 from kernel.config import BrokerConfig
 from kernel.context import BrokerContext, StashKey
 from kernel.errors import ConfigError
-from kernel.model import BrokerRole, ReplicatorProvider
+from kernel.model import BrokerRole, MessageBatch, PutStatus, Rejection, ReplicatorProvider
 from kernel.providers import RequestHandlerSpec
 from plugins.ha.auto_switch import AutoSwitchReplicator
 from plugins.ha.config import PROPERTIES, HaConfig
@@ -43,6 +43,27 @@ AGENT = StashKey[ControllerAgent]("ha.controller_agent")
 @hookimpl
 def trocket_config_sections() -> list[ConfigSection]:
     return [ConfigSection("ha", HaConfig, PROPERTIES)]
+
+
+@hookimpl
+def trocket_before_append(batch: MessageBatch, ctx: BrokerContext) -> Rejection | None:
+    """``minInSyncReplicas`` (controller mode, SYNC_MASTER): refuse a put that waits for the store
+    while the SyncStateSet is smaller, before anything is written (RocketMQ's CommitLog does the
+    same); puts with ``WAIT=false`` and ASYNC_MASTER puts go on."""
+    replicator = ctx.stash.get(REPLICATOR, None)
+    if not isinstance(replicator, AutoSwitchReplicator) or not replicator.is_master:
+        return None
+    minimum = ctx.plugin_config(HaConfig).min_in_sync_replicas
+    if minimum <= 1 or ctx.broker.broker_role is not BrokerRole.SYNC_MASTER:
+        return None
+    members = replicator.sync_state_set | {replicator.broker_id}
+    if len(members) >= minimum or not batch.wait_store_ok:
+        return None
+    return Rejection(
+        PutStatus.IN_SYNC_REPLICAS_NOT_ENOUGH,
+        f"in-sync replicas not enough: the SyncStateSet {sorted(members)} has {len(members)} of the "
+        f"{minimum} minInSyncReplicas requires",
+    )
 
 
 @hookimpl

@@ -67,6 +67,11 @@ class HaConfig:
     async_learner: bool = fields.boolean(False)
     """``asyncLearner``: this replica copies the log but never joins the SyncStateSet, so puts
     never wait for it and it is never elected (a read replica, a far-away copy)."""
+    min_in_sync_replicas: int = fields.integer(1, minimum=1)
+    """``minInSyncReplicas`` (controller mode): a SYNC_MASTER refuses a put that waits for the
+    store (``IN_SYNC_REPLICAS_NOT_ENOUGH``, answered SYSTEM_ERROR "in-sync replicas not enough")
+    while its SyncStateSet has fewer members, itself included: with 2, a master left alone in its
+    set stops acknowledging what only its own disk holds."""
     election_priority: int = fields.integer(0, minimum=0)
     """``electionPriority``: among equally up-to-date candidates, lower is elected first."""
 
@@ -80,6 +85,7 @@ PROPERTIES = {
     "haSendHeartbeatInterval": rocketmq.milliseconds_alias("heartbeat_interval"),
     "haHousekeepingInterval": rocketmq.milliseconds_alias("housekeeping_interval"),
     "haMaxGapNotInSync": rocketmq.integer_alias("max_gap_not_in_sync", "bytes"),
+    "minInSyncReplicas": rocketmq.integer_alias("min_in_sync_replicas", "a whole number"),
     "haSlaveFallbehindMax": rocketmq.integer_alias("max_gap_not_in_sync", "bytes"),
     "syncFlushTimeout": rocketmq.milliseconds_alias("sync_timeout"),
     "enableControllerMode": rocketmq.boolean_alias("controller_mode"),

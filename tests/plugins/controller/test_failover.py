@@ -7,8 +7,10 @@ from pathlib import Path
 
 import trio
 
+from tests.network.wire import send_request
 from tests.plugins.controller.replicas import replica_cluster
 from trocket import Message, Producer
+from wire.remoting import RemotingClient, ResponseCode
 
 
 async def test_master_killed_new_master_serves(tmp_path: Path):
@@ -69,3 +71,41 @@ async def test_a_stalled_slave_leaves_the_sync_state_set_and_rejoins_and_a_learn
         log = cluster.replicas[master].text()
         assert f"replicas [{slave}] left the SyncStateSet" in log
         assert f"replicas [{slave}] joined the SyncStateSet" in log
+
+
+async def test_min_in_sync_replicas_refuses_puts_while_the_master_is_alone_in_its_set(tmp_path: Path):
+    """``minInSyncReplicas = 2``: with its only slave frozen out of the SyncStateSet, the
+    SYNC_MASTER refuses sends ("in-sync replicas not enough", nothing stored) instead of
+    acknowledging what only its own disk holds; with the slave back, sends are acknowledged."""
+    with replica_cluster(tmp_path) as cluster:
+        for broker_id in (1, 2):
+            cluster.start_replica(broker_id, ha="min_in_sync_replicas = 2")
+        master = await cluster.wait_master(in_set=2)
+        slave = 2 if master == 1 else 1
+        address = cluster.replicas[master].addr
+        async with RemotingClient.open() as client:
+            first = await client.invoke(address, send_request("MinSync", b"with both"), 10)
+            assert first.code == ResponseCode.SUCCESS, first.remark
+            cluster.replicas[slave].process.send_signal(signal.SIGSTOP)
+            try:
+                with trio.fail_after(30):
+                    while await cluster.sync_state_set() != [master]:  # noqa: ASYNC110 - polls the controller
+                        await trio.sleep(0.3)
+                with trio.fail_after(10):
+                    while True:  # the master learns the smaller set from the controller
+                        refused = await client.invoke(address, send_request("MinSync", b"alone"), 10)
+                        if refused.code != ResponseCode.SUCCESS:
+                            break
+                        await trio.sleep(0.2)
+                assert refused.code == ResponseCode.SYSTEM_ERROR
+                assert (
+                    "in-sync replicas not enough" in refused.remark
+                    and "2 minInSyncReplicas" in refused.remark
+                )
+            finally:
+                cluster.replicas[slave].process.send_signal(signal.SIGCONT)
+            with trio.fail_after(30):
+                while await cluster.sync_state_set() != sorted({master, slave}):  # noqa: ASYNC110 - polls
+                    await trio.sleep(0.3)
+            again = await client.invoke(address, send_request("MinSync", b"both again"), 10)
+            assert again.code == ResponseCode.SUCCESS, again.remark
