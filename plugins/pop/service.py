@@ -35,7 +35,7 @@ import trio
 
 from kernel import pull
 from kernel.consumer_progress import CONSUMER_OFFSETS, ConsumerOffsets
-from kernel.context import BrokerRuntime, StashKey
+from kernel.context import BrokerContext, BrokerRuntime, StashKey
 from kernel.model import BrokerRole, GetStatus, Message, MessageBatch, PutResult
 from kernel.outcomes import PUT_STATUS_CODES
 from kernel.topics import TOPIC_DIRECTORY, TopicDirectory
@@ -142,7 +142,7 @@ class PopService:
         self.writes = GroupedWrites(lambda messages: self.runtime.put(MessageBatch(messages)))
 
     @property
-    def ctx(self) -> Any:
+    def ctx(self) -> BrokerContext:
         return self.runtime.ctx
 
     @property

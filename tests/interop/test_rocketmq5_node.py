@@ -19,9 +19,12 @@ NODE_DIR = Path(__file__).with_name("node5")
 def test_node_producer_and_simple_consumer_round_trip(tmp_path):
     node = shutil.which("node")
     if node is None or not (NODE_DIR / "node_modules" / "rocketmq-client-nodejs").is_dir():
-        if os.environ.get("CI") and node is not None:
-            pytest.fail("tests/interop/node5/node_modules is missing: ./run tests installs it with npm")
-        pytest.skip("node or the official Node.js client is not installed (./run tests installs it with npm)")
+        # Skipped, not failed, even in CI: the machine promises PyPI and Debian packages, not the
+        # npm registry; ./run tests says when npm could not install the client.
+        pytest.skip(
+            "node or the official Node.js client is not installed (./run tests installs it with npm "
+            "when node and the npm registry are there)"
+        )
     broker, endpoint = start_proxy_broker(tmp_path)
     try:
         broker.admin("updateTopic", "-b", broker.broker, "-t", "NodeTopic")
