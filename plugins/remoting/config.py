@@ -19,6 +19,9 @@ class RemotingConfig:
     """``shortPollingTimeMills``: how long a pull waits when long polling is off."""
     max_suspend_time: float = fields.duration("15s")
     """Upper bound for a client's ``suspendTimeoutMillis`` (RocketMQ's default client value)."""
+    compressed_register: bool = fields.boolean(False)
+    """``compressedRegister``: send the topic table to the NameServers deflated (RocketMQ's
+    length-prefixed pieces): at 12,500 topics 1.8 MiB of JSON becomes about a tenth of it."""
     register_period: float = fields.duration("30s")
     """``registerNameServerPeriod``: how often the broker registers with every NameServer."""
     channel_expiry: float = fields.duration("120s")
@@ -71,6 +74,7 @@ PROPERTIES = {
     "longPollingEnable": rocketmq.boolean_alias("long_polling_enable"),
     "shortPollingTimeMills": rocketmq.milliseconds_alias("short_polling_time"),
     "registerNameServerPeriod": rocketmq.milliseconds_alias("register_period"),
+    "compressedRegister": rocketmq.boolean_alias("compressed_register"),
     "flushConsumerOffsetInterval": rocketmq.milliseconds_alias("offset_persist_interval"),
     "autoCreateSubscriptionGroup": rocketmq.boolean_alias("auto_create_subscription_group"),
 }

@@ -41,6 +41,8 @@ class NameServerRegistration:
     master_addr: str = ""
     """The master's broker address, as the NameServer last named it (slaves)."""
     outgoing: OutgoingConnections = attrs.field(factory=OutgoingConnections)
+    compressed: bool = False
+    """``compressedRegister``: deflate the body (see ``wire.remoting.register_body``)."""
     registrations: int = 0
     failures: int = 0
     last_error: str = ""
@@ -81,7 +83,9 @@ class NameServerRegistration:
     async def _register(self, namesrv: str) -> None:
         assert self._client is not None
         body = encode_register_body(
-            self.topics.version.to_json(), {n: c.to_json() for n, c in self.topics.topics.items()}
+            self.topics.version.to_json(),
+            {n: c.to_json() for n, c in self.topics.topics.items()},
+            compressed=self.compressed,
         )
         request = RemotingCommand.request(
             RequestCode.REGISTER_BROKER,
@@ -91,7 +95,7 @@ class NameServerRegistration:
                 "brokerName": self.broker_name,
                 "clusterName": self.cluster,
                 "haServerAddr": self.ha_address(),
-                "compressed": False,
+                "compressed": self.compressed,
                 "bodyCrc32": zlib.crc32(body) & 0x7FFFFFFF,
             },
             body,

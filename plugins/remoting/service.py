@@ -167,6 +167,7 @@ class BrokerNetwork:
                 ha_address=self._ha_address,
                 on_master=self._master_learned,
                 outgoing=self.outgoing,
+                compressed=self.config.compressed_register,
             )
             if broker.namesrv_addr:
                 await nursery.start(self.registration.run)

@@ -1,7 +1,9 @@
 """RegisterBrokerBody: the topic configuration a broker sends with REGISTER_BROKER.
 
-Two encodings exist: plain JSON, and (header ``compressed=true``) a deflate stream of
-length-prefixed JSON pieces. Both are decoded; our broker sends plain JSON.
+Two encodings exist: plain JSON, and (header ``compressed=true``, RocketMQ's
+``compressedRegister``) a deflate stream of length-prefixed JSON pieces: the data version, the
+number of topics, each topic's config, the filter-server list and the number of static-topic
+mappings (0 here). Both are encoded and decoded; a Java NameServer reads either.
 """
 
 from __future__ import annotations
@@ -18,8 +20,13 @@ class RegisterBodyError(ValueError):
 
 
 def encode_register_body(
-    data_version: Mapping[str, Any], topic_configs: Mapping[str, Mapping[str, Any]]
+    data_version: Mapping[str, Any],
+    topic_configs: Mapping[str, Mapping[str, Any]],
+    *,
+    compressed: bool = False,
 ) -> bytes:
+    if compressed:
+        return _encode_compressed(data_version, topic_configs)
     return json.dumps(
         {
             "filterServerList": [],
@@ -30,6 +37,20 @@ def encode_register_body(
         },
         separators=(",", ":"),
     ).encode()
+
+
+def _encode_compressed(
+    data_version: Mapping[str, Any], topic_configs: Mapping[str, Mapping[str, Any]]
+) -> bytes:
+    pieces = [_piece(dict(data_version)), struct.pack(">i", len(topic_configs))]
+    pieces += [_piece({**config, "topicName": name}) for name, config in topic_configs.items()]
+    pieces += [_piece([]), struct.pack(">i", 0)]  # filter servers, static-topic mappings
+    return zlib.compress(b"".join(pieces), 9)
+
+
+def _piece(value: Any) -> bytes:
+    encoded = json.dumps(value, separators=(",", ":")).encode()
+    return struct.pack(">i", len(encoded)) + encoded
 
 
 def decode_register_body(
