@@ -23,11 +23,12 @@ just before it); a message acked with SUCCESS is never delivered again.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import random
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 import attrs
@@ -132,7 +133,8 @@ class PopService:
     stats: PopStatistics = attrs.field(factory=PopStatistics)
     loaded: bool = False
     _locks: dict[tuple[str, str, int], trio.Lock] = attrs.field(factory=dict)
-    _arrivals: dict[str, trio.Event] = attrs.field(factory=dict)
+    _arrivals: dict[str, set[trio.Event]] = attrs.field(factory=dict)
+    """Per topic, the events of the pops waiting for it (one event per waiting pop)."""
     _rebuilding: trio.Lock = attrs.field(factory=trio.Lock)
     _random: random.Random = attrs.field(factory=random.Random)
     writes: GroupedWrites = attrs.field(init=False)
@@ -271,22 +273,27 @@ class PopService:
 
     # --- arrivals ---------------------------------------------------------------------------
 
-    def _arrival(self, topics: Iterable[str]) -> trio.Event:
+    @contextlib.contextmanager
+    def _arrival(self, topics: Sequence[str]) -> Iterator[trio.Event]:
+        """An event set when a message of one of ``topics`` is dispatched. It is registered
+        under each topic for the block and removed after it, so a pop that timed out leaves
+        nothing behind, and pops of other groups sharing a topic each get their own."""
         event = trio.Event()
         for topic in topics:
-            current = self._arrivals.get(topic)
-            if current is not None and not current.is_set():
-                # Another pop waits on this topic: wake both with one event per topic.
-                event = current
-                break
-        for topic in topics:
-            self._arrivals[topic] = event
-        return event
+            self._arrivals.setdefault(topic, set()).add(event)
+        try:
+            yield event
+        finally:
+            for topic in topics:
+                waiting = self._arrivals.get(topic)
+                if waiting is not None:
+                    waiting.discard(event)
+                    if not waiting:
+                        del self._arrivals[topic]
 
     def notify(self, topics: Iterable[str]) -> None:
         for topic in topics:
-            event = self._arrivals.pop(topic, None)
-            if event is not None:
+            for event in self._arrivals.pop(topic, ()):
                 event.set()
 
     @property
@@ -305,13 +312,15 @@ class PopService:
         retry = retry_topic(request.group, request.topic)
         deadline = trio.current_time() + min(request.poll_ms / 1000, self.config.max_poll_time)
         while True:
-            arrival = self._arrival((request.topic, retry))
-            answer = await self._pop_once(request, retry)
-            remaining = deadline - trio.current_time()
-            if answer.found or remaining <= 0:
-                break
-            with trio.move_on_after(remaining):
-                await arrival.wait()
+            # Registered before reading, so a message dispatched while the queues are read
+            # still wakes this pop.
+            with self._arrival((request.topic, retry)) as arrival:
+                answer = await self._pop_once(request, retry)
+                remaining = deadline - trio.current_time()
+                if answer.found or remaining <= 0:
+                    break
+                with trio.move_on_after(remaining):
+                    await arrival.wait()
         self.stats.pops += 1
         if answer.found:
             self.stats.popped += len(answer.records)

@@ -92,15 +92,14 @@ async def query_assignment(
     """Each readable broker is assigned whole (queue id -1): POP spreads the queues."""
     core.client_id(metadata)
     route = await core.route(request.topic.name)
-    assignments: list[pb.Assignment] = []
+    readable: dict[str, pb.MessageQueue] = {}
     for queue in message_queues(core, route, request.topic.resource_namespace, [pb.NORMAL]):
-        if queue.permission in (pb.READ, pb.READ_WRITE) and queue.broker.name not in {
-            a.message_queue.broker.name for a in assignments
-        }:
+        if queue.permission in (pb.READ, pb.READ_WRITE) and queue.broker.name not in readable:
             whole = pb.MessageQueue()
             whole.CopyFrom(queue)
             whole.id = -1
-            assignments.append(pb.Assignment(message_queue=whole))
+            readable[queue.broker.name] = whole
+    assignments = [pb.Assignment(message_queue=queue) for queue in readable.values()]
     if not assignments:
         raise ProxyProblem(Code.FORBIDDEN, f"topic {request.topic.name!r} has no readable queue")
     return spb.QueryAssignmentResponse(status=ok(), assignments=assignments)

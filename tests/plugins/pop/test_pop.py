@@ -132,6 +132,8 @@ async def test_long_polling_pop_is_woken_by_a_send(cluster_factory):
             assert service.waiting_topics >= 1
             await send(cluster, "T", b"arrived", queue_id=2)
         assert [item.body for item in got] == [b"arrived"]
+        assert await pop(cluster, poll_ms=200) == []  # a pop that timed out leaves no waiter behind
+        assert service.waiting_topics == 0
 
 
 async def test_tag_filter_and_queue_choice(cluster_factory):

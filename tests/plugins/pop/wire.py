@@ -63,32 +63,23 @@ def popped(response: RemotingCommand, broker_name: str = BROKER_NAME) -> list[Po
     return [Popped(m, h) for m, h in zip(messages, handles, strict=True)]
 
 
-def ack_request(group: str, item: Popped, *, handle: ReceiptHandle | None = None) -> RemotingCommand:
+def _handle_header(group: str, item: Popped, handle: ReceiptHandle | None) -> dict[str, object]:
     handle = handle or item.handle
-    return RemotingCommand.request(
-        RequestCode.ACK_MESSAGE,
-        {
-            "consumerGroup": group,
-            "topic": item.message.topic,
-            "queueId": handle.queue_id,
-            "extraInfo": handle.format(),
-            "offset": handle.queue_offset,
-        },
-    )
+    return {
+        "consumerGroup": group,
+        "topic": item.message.topic,
+        "queueId": handle.queue_id,
+        "extraInfo": handle.format(),
+        "offset": handle.queue_offset,
+    }
+
+
+def ack_request(group: str, item: Popped, *, handle: ReceiptHandle | None = None) -> RemotingCommand:
+    return RemotingCommand.request(RequestCode.ACK_MESSAGE, _handle_header(group, item, handle))
 
 
 def change_request(
     group: str, item: Popped, invisible_ms: int, *, handle: ReceiptHandle | None = None
 ) -> RemotingCommand:
-    handle = handle or item.handle
-    return RemotingCommand.request(
-        RequestCode.CHANGE_MESSAGE_INVISIBLETIME,
-        {
-            "consumerGroup": group,
-            "topic": item.message.topic,
-            "queueId": handle.queue_id,
-            "extraInfo": handle.format(),
-            "offset": handle.queue_offset,
-            "invisibleTime": invisible_ms,
-        },
-    )
+    header = {**_handle_header(group, item, handle), "invisibleTime": invisible_ms}
+    return RemotingCommand.request(RequestCode.CHANGE_MESSAGE_INVISIBLETIME, header)
