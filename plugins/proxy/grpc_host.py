@@ -97,8 +97,6 @@ class TrioBridge:
                     loop.call_soon_threadsafe(settle, False, error)
                 else:
                     loop.call_soon_threadsafe(settle, True, result)
-            if scope.cancelled_caught:
-                loop.call_soon_threadsafe(settle, False, HostStopped("the call was cancelled"))
 
         try:
             self.token.run_sync_soon(self.nursery.start_soon, run)
