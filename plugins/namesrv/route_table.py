@@ -67,6 +67,13 @@ class Registration:
     channel: object | None = None
 
 
+def _state_version(version: Mapping[str, Any]) -> int:
+    try:
+        return int(version.get("stateVersion", 0) or 0)
+    except (TypeError, ValueError):
+        return 0
+
+
 @attrs.define
 class RouteTable:
     clusters: dict[str, set[str]] = attrs.field(factory=dict)
@@ -74,8 +81,30 @@ class RouteTable:
     topics: dict[str, dict[str, QueueData]] = attrs.field(factory=dict)
     live: dict[str, LiveBroker] = attrs.field(factory=dict)
 
+    def stale_master(self, reg: Registration) -> str:
+        """The live master address that outranks ``reg`` as brokerId 0 ("" when none does): a
+        different address whose ``stateVersion`` (its controller master epoch) is higher. A
+        deposed master still reaching this NameServer would otherwise take the route back at
+        every registration, and clients would flap between two masters (RocketMQ refuses it
+        the same way)."""
+        if reg.broker_id != MASTER_ID:
+            return ""
+        data = self.brokers.get(reg.broker_name)
+        current = data.addrs.get(MASTER_ID, "") if data is not None else ""
+        live = self.live.get(current) if current and current != reg.broker_addr else None
+        if live is None:
+            return ""
+        if _state_version(live.data_version) > _state_version(reg.data_version):
+            return current
+        return ""
+
     def register(self, reg: Registration, now: float) -> tuple[str, str]:
-        """Record a registration; returns (master address, master HA address) for slaves."""
+        """Record a registration; returns (master address, master HA address) for slaves.
+        A master registration that :meth:`stale_master` outranks changes nothing and drops the
+        address from the live table."""
+        if self.stale_master(reg):
+            self.live.pop(reg.broker_addr, None)
+            return "", ""
         self.clusters.setdefault(reg.cluster, set()).add(reg.broker_name)
         data = self.brokers.setdefault(reg.broker_name, BrokerData(reg.cluster, reg.broker_name))
         # One address per id: a broker that moved its id removes the old mapping.

@@ -131,19 +131,23 @@ class NameServer:
             version, topics = decode_register_body(request.body, compressed=parse_bool(ext.get("compressed")))
         except RegisterBodyError as error:
             return request.response(ResponseCode.SYSTEM_ERROR, remark=str(error))
-        master, master_ha = self.routes.register(
-            Registration(
-                ext["clusterName"],
-                ext["brokerAddr"],
-                ext["brokerName"],
-                int(ext["brokerId"]),
-                ext.get("haServerAddr", ""),
-                version,
-                topics,
-                connection,
-            ),
-            trio.current_time(),
+        registration = Registration(
+            ext["clusterName"],
+            ext["brokerAddr"],
+            ext["brokerName"],
+            int(ext["brokerId"]),
+            ext.get("haServerAddr", ""),
+            version,
+            topics,
+            connection,
         )
+        outranked_by = self.routes.stale_master(registration)
+        if outranked_by:
+            log.warning(
+                "master registration of %s/%s at %s ignored: %s registered a newer master epoch",
+                ext["clusterName"], ext["brokerName"], ext["brokerAddr"], outranked_by,
+            )  # fmt: skip
+        master, master_ha = self.routes.register(registration, trio.current_time())
         body = _json({"table": self.kv.namespace(ORDER_TOPIC_CONFIG)})
         return request.response(
             ext={"masterAddr": master or None, "haServerAddr": master_ha or None}, body=body

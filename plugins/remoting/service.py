@@ -208,6 +208,12 @@ class BrokerNetwork:
         return getattr(self.runtime.replicator, "confirmed", None) is not None
 
     def role_changed(self, role: BrokerRole) -> None:
+        replicator = self.runtime.replicator
+        if role is not BrokerRole.SLAVE and replicator is not None and self._controller_mode():
+            # The master epoch goes out as the registration's stateVersion (RocketMQ does the
+            # same): NameServers then refuse the older master's registrations as brokerId 0.
+            epoch = int(replicator.runtime_info().get("masterEpoch", 0) or 0)
+            self.topics.version.next_state(epoch)
         if self.registration is not None:
             broker_id = 0 if role is not BrokerRole.SLAVE else self.runtime.ctx.broker.broker_id
             self.registration.register_now(broker_id)

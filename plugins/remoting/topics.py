@@ -96,17 +96,27 @@ def apply_attributes(current: dict[str, str], text: str) -> dict[str, str]:
 
 @attrs.define
 class DataVersion:
-    """Bumped on every change; the NameServer re-reads topics only when it moves."""
+    """Bumped on every change; the NameServer re-reads topics only when it moves.
+
+    ``state_version`` is the controller's master epoch of a controller-mode master (RocketMQ's
+    ``stateVersion``): a NameServer keeps the master registration of the highest one, so a
+    deposed master that still reaches it cannot take the route back."""
 
     counter: int = 0
     timestamp: int = attrs.field(factory=lambda: int(time.time() * 1000))
+    state_version: int = 0
 
     def bump(self) -> None:
         self.counter += 1
         self.timestamp = int(time.time() * 1000)
 
+    def next_state(self, state_version: int) -> None:
+        """A new master epoch: bumped, so the NameServer re-reads this broker's topics too."""
+        self.state_version = state_version
+        self.bump()
+
     def to_json(self) -> dict[str, int]:
-        return {"counter": self.counter, "timestamp": self.timestamp}
+        return {"counter": self.counter, "stateVersion": self.state_version, "timestamp": self.timestamp}
 
 
 @attrs.define(eq=False)
@@ -128,7 +138,11 @@ class TopicConfigManager:
         for name, item in (data.get("topicConfigTable") or {}).items():
             manager.topics[name] = TopicConfig.from_json({"topicName": name, **item})
         version = data.get("dataVersion") or {}
-        manager.version = DataVersion(int(version.get("counter", 0)), int(version.get("timestamp", 0)))
+        manager.version = DataVersion(
+            int(version.get("counter", 0)),
+            int(version.get("timestamp", 0)),
+            int(version.get("stateVersion", 0)),
+        )
         system = [
             TopicConfig(SCHEDULE_TOPIC, 18, 18, PERM_READ | PERM_WRITE),
             TopicConfig(TIMER_TOPIC, 1, 1, PERM_READ | PERM_WRITE),

@@ -18,9 +18,10 @@ TOPIC = {"topicName": "T", "readQueueNums": 4, "writeQueueNums": 4, "perm": 6}
 
 
 def registration(
-    addr: str, *, name: str = "b", broker_id: int = 0, version: int = 1, topics=None
+    addr: str, *, name: str = "b", broker_id: int = 0, version: int = 1, topics=None, state: int = 0
 ) -> Registration:
-    return Registration("C", addr, name, broker_id, "", {"counter": version}, topics or {"T": TOPIC})
+    data_version = {"counter": version, "stateVersion": state}
+    return Registration("C", addr, name, broker_id, "", data_version, topics or {"T": TOPIC})
 
 
 def test_route_comes_from_the_master_and_lists_every_address():
@@ -50,6 +51,25 @@ def test_wiped_write_permission_holds_until_the_topics_really_change():
     assert table.route("T")["queueDatas"][0]["perm"] == 4
     table.register(registration("m:1", version=2), now=2)
     assert table.route("T")["queueDatas"][0]["perm"] == 6
+
+
+def test_a_deposed_master_cannot_take_the_route_back_from_a_newer_epoch():
+    """Controller mode: the master of epoch 3 registered; the master of epoch 2, cut from its
+    controllers but not from this NameServer, keeps registering as brokerId 0."""
+    table = RouteTable()
+    table.register(registration("old:1", state=2), now=0)
+    table.register(registration("new:1", state=3, version=5), now=1)
+    assert table.stale_master(registration("old:1", state=2, version=2)) == "new:1"
+    table.register(registration("old:1", state=2, version=2), now=2)
+    assert table.route("T")["brokerDatas"][0]["brokerAddrs"] == {"0": "new:1"}
+    assert "old:1" not in table.live
+    # Once it steps down it registers as a slave and learns the new master.
+    assert table.register(registration("old:1", broker_id=1, state=2), now=3) == ("new:1", "")
+    # Without controller epochs (stateVersion 0 on both), a new master replaces the old one.
+    plain = RouteTable()
+    plain.register(registration("m:1"), now=0)
+    plain.register(registration("m:2", version=2), now=1)
+    assert plain.route("T")["brokerDatas"][0]["brokerAddrs"] == {"0": "m:2"}
 
 
 def test_expired_brokers_leave_every_route():
