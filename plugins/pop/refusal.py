@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import time
+from kernel.clock import steady_ms
 
 
 class PopRefused(Exception):
@@ -15,4 +15,5 @@ class PopRefused(Exception):
 
 
 def now_ms() -> int:
-    return int(time.time() * 1000)
+    """Pop times and invisibility deadlines run on the broker's steady clock (kernel.clock)."""
+    return steady_ms()

@@ -15,9 +15,8 @@ Settings: ``[broker] message_delay_level`` (``messageDelayLevel``) and ``[retry_
 
 from __future__ import annotations
 
-import time
-
 from kernel import ConfigSection, Phase, Redelivery, ServiceSpec, hookimpl
+from kernel.clock import steady_ms
 from kernel.context import BrokerContext, BrokerRuntime, StashKey
 from kernel.model import SCHEDULE_TOPIC, TIMER_TOPIC, DispatchRecord, MessageBatch, PutStatus, Rejection
 from plugins.retry_dlq.config import PROPERTIES, RetryDlqConfig
@@ -51,7 +50,7 @@ def trocket_before_append(batch: MessageBatch, ctx: BrokerContext) -> Rejection 
         return None  # no message asks for a delay (an encoded batch stays columns)
     levels = ctx.broker.message_delay_level
     max_delay = ctx.plugin_config(RetryDlqConfig).timer_max_delay
-    now_ms = int(time.time() * 1000)
+    now_ms = steady_ms()
     for message in batch.messages:
         if message.is_prepared:
             continue  # a transactional half message is delayed when it commits, not before

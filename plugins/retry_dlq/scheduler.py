@@ -13,13 +13,13 @@ messages again after restart: duplicates, never losses.
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 from typing import Any
 
 import attrs
 import trio
 
+from kernel.clock import steady_ms
 from kernel.context import BrokerRuntime
 from kernel.model import SCHEDULE_TOPIC
 from kernel.persist import JsonStateFile, lenient_json_keys, read_json_with_backup
@@ -99,7 +99,7 @@ class DelayScheduler:
             entries = store.lookup(SCHEDULE_TOPIC, queue_id, offset, self.config.delivery_batch)
             if entries and entries[0].queue_offset > offset:
                 offset = self.offsets[level] = entries[0].queue_offset  # retention moved the head
-            now = int(time.time() * 1000)
+            now = steady_ms()
             due = []
             for entry in entries:
                 if entry.tags_code > now:

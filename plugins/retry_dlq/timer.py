@@ -27,13 +27,13 @@ from __future__ import annotations
 
 import heapq
 import logging
-import time
 from pathlib import Path
 from typing import Any
 
 import attrs
 import trio
 
+from kernel.clock import steady_ms
 from kernel.context import BrokerRuntime
 from kernel.model import TIMER_TOPIC, QueueEntry
 from kernel.persist import JsonStateFile, read_json_with_backup
@@ -148,7 +148,7 @@ class TimerScheduler:
     def _idle_wait(self) -> float:
         wait = self.config.poll_interval
         if self._heap:
-            due_in = (_split(self._heap[0])[0] - time.time() * 1000) / 1000
+            due_in = (_split(self._heap[0])[0] - steady_ms()) / 1000
             wait = min(wait, max(0.0, due_in))
         return wait
 
@@ -161,7 +161,7 @@ class TimerScheduler:
             heapq.heappush(self._heap, _key(entry.tags_code, entry.queue_offset))
         if entries:
             self.enqueue_offset = entries[-1].queue_offset + 1
-        now = int(time.time() * 1000)
+        now = steady_ms()
         due: list[int] = []
         while self._heap and len(due) < self.config.delivery_batch and _split(self._heap[0])[0] <= now:
             due.append(heapq.heappop(self._heap))
