@@ -29,7 +29,7 @@ from trocket.chaos.checker import Report, check
 from trocket.chaos.cluster import CONTROLLER_PORT, FAST_TIMINGS, LabCluster, LabProcess, freezer_available
 from trocket.chaos.history import Event, HistoryWriter, read_history
 from trocket.chaos.netlab import NetLab
-from trocket.chaos.workload import Workload, create_topic, drain, produce, send_request
+from trocket.chaos.workload import Workload, consume, create_topic, drain, produce, send_request
 from wire import record
 from wire.remoting import RemotingClient, RemotingCommand, RequestCode, ResponseCode
 
@@ -259,6 +259,7 @@ async def _drive(
         async with trio.open_nursery() as nursery:
             for number in range(producers):
                 nursery.start_soon(produce, f"p{number}", workload, history, stop)
+            nursery.start_soon(consume, workload, history, stop)
             await trio.sleep(warmup)
             try:
                 await scenario(run)

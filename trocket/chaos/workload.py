@@ -135,6 +135,49 @@ async def drain(address: str, workload: Workload, history: HistoryWriter, *, tim
     return read
 
 
+async def consume(workload: Workload, history: HistoryWriter, stop: trio.Event) -> int:
+    """Read every queue from whichever replica the NameServer names as master, as a consumer
+    with its offsets in hand would, until ``stop``; every message logged as a non-final read
+    (``source`` consumer). A message read here and then gone from the set (served before it
+    was safe, then cut by a failover) shows as two bodies at one offset, or a lost read.
+    Returns how many were read."""
+    offsets = dict.fromkeys(range(workload.queues), 0)
+    read = 0
+    async with RemotingClient.open() as client:
+        routes = RouteCache(client, [workload.namesrv], timeout=1.0)
+        while not stop.is_set():
+            address = await master_address(routes, workload)
+            if address is None:
+                await trio.sleep(workload.pause)
+                continue
+            progressed = False
+            for queue, offset in offsets.items():
+                pull = RemotingCommand.request(
+                    RequestCode.PULL_MESSAGE,
+                    {"consumerGroup": "CG_chaos_live", "topic": workload.topic, "queueId": queue,
+                     "queueOffset": offset, "maxMsgNums": 32, "sysFlag": 4, "subscription": "*",
+                     "subVersion": 0},
+                )  # fmt: skip
+                try:
+                    with trio.fail_after(workload.timeout):
+                        answer = await client.invoke(address, pull, workload.timeout)
+                except Exception:  # noqa: BLE001 - a dead or cut master: ask the routes again
+                    break
+                if answer.code != ResponseCode.SUCCESS:
+                    continue
+                for message in record.decode_records(answer.body):
+                    history.event(
+                        "read", process="consumer", broker=workload.broker, queue=queue,
+                        offset=message.queue_offset, body=message.body.decode(), final=False, source=address,
+                    )  # fmt: skip
+                    read += 1
+                    progressed = True
+                offsets[queue] = int(answer.ext["nextBeginOffset"])
+            if not progressed:
+                await trio.sleep(workload.pause)
+    return read
+
+
 async def create_topic(addresses: Sequence[str], workload: Workload) -> None:
     """The workload's topic on every replica given (a slave refuses; the master's copy reaches
     the slaves with its metadata)."""
