@@ -67,6 +67,7 @@ class AutoSwitchReplicator:
     _end_at_last_ack: dict[int, int] = attrs.field(factory=dict, init=False)
     _mode_changed: trio.Event = attrs.field(factory=trio.Event, init=False)
     _client_scope: trio.CancelScope | None = attrs.field(default=None, init=False)
+    _client_done: trio.Event | None = attrs.field(default=None, init=False)
     _nursery: trio.Nursery | None = attrs.field(default=None, init=False)
     _master_since: float = attrs.field(default=0.0, init=False)
     _latency: LatencyHistogram = attrs.field(factory=LatencyHistogram, init=False)
@@ -149,6 +150,15 @@ class AutoSwitchReplicator:
             self._nursery.start_soon(self._run_client)
         self._changed()
 
+    async def stop_following(self) -> None:
+        """Stop replicating from a master (a slave about to take over) and wait until the
+        client has ended: nothing it received is appended after this returns, not even a
+        large write a worker thread was copying."""
+        self._stop_client()
+        if self._client_done is not None:
+            await self._client_done.wait()
+        self._changed()
+
     def set_sync_state_set(self, members: frozenset[int], set_epoch: int) -> None:
         if set_epoch > self.sync_state_set_epoch:
             self.sync_state_set, self.sync_state_set_epoch = members, set_epoch
@@ -165,9 +175,13 @@ class AutoSwitchReplicator:
             self._client_scope = None
 
     async def _run_client(self) -> None:
-        with trio.CancelScope() as scope:
-            self._client_scope = scope
-            await self.client.run()
+        done = self._client_done = trio.Event()
+        try:
+            with trio.CancelScope() as scope:
+                self._client_scope = scope
+                await self.client.run()
+        finally:
+            done.set()
 
     def _changed(self) -> None:
         self._mode_changed.set()

@@ -10,8 +10,9 @@ role the controller gives (RocketMQ 5's ReplicasManager).
 - **Fence**: a master's lease deadline is the send time of the last answered heartbeat plus
   the lease TTL minus ``fence_margin``. etcd renews the lease after the controller received
   that heartbeat, so it expires later than this deadline: the master stops acknowledging
-  before any other replica can be elected. A controller that answers that etcd itself is down
-  extends the deadline too: nothing can be elected without etcd.
+  before any other replica can be elected. Only a renewal moves the deadline: a controller
+  that answers that it cannot reach etcd renews nothing (another controller may reach etcd and
+  elect), so the next heartbeat goes to the next controller.
 - **Become master**: drop a half-received record, let dispatch reach the log end, append the
   new epoch to the epoch file, serve slaves, register with the NameServers as brokerId 0.
 - **Become slave**: ask the master for its epoch history (``GET_BROKER_EPOCH_CACHE``),
@@ -221,11 +222,18 @@ class ControllerAgent:
             await self._register()
             return
         if response.code == ResponseCode.SYSTEM_ERROR and "etcd" in (response.remark or ""):
-            # The controller cannot reach etcd: no controller can elect, leases do not expire.
+            # This controller cannot reach etcd. That does not mean no controller can: another
+            # one may reach etcd, see this lease expire and elect (fault scenario S5b). So the
+            # deadline is not extended, and the next heartbeat asks the next controller.
             if not self.etcd_down:
-                log.error("controller reports etcd down (%s): keeping the current master", response.remark)
+                log.error(
+                    "controller %s reports etcd down (%s): asking the others; without a renewal "
+                    "this replica fences itself at its lease deadline",
+                    self.controllers[self._preferred],
+                    response.remark,
+                )
             self.etcd_down = True
-            self.replicator.lease_deadline = self._deadline(sent)
+            self._preferred = (self._preferred + 1) % len(self.controllers)
             return
         if response.code != ResponseCode.SUCCESS:
             self._note(f"heartbeat: code {response.code}: {response.remark}")
@@ -302,6 +310,10 @@ class ControllerAgent:
         store = self.replicator.store
         if runtime.role is not BrokerRole.SLAVE:
             runtime.change_role(BrokerRole.SLAVE)
+        # Stop following the old master before anything else: a record it still sends after
+        # the queue offsets are taken over would share a queue offset with this master's own
+        # puts (fault scenario S5b answered two sends with each other's offsets).
+        await self.replicator.stop_following()
         wrote = store.positions.wrote.value
         if store.received_end() > wrote:
             await runtime.truncate_log(wrote)  # half a record from the old master
