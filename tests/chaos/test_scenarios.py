@@ -54,6 +54,11 @@ def test_s5_one_controller_cut_from_etcd(tmp_path):
     run("S5", tmp_path)
 
 
+def test_s5b_the_master_hears_only_a_controller_cut_from_etcd_while_the_other_elects(tmp_path):
+    result = run("S5b", tmp_path)
+    assert result.report.rto_after_fault, result.line()  # the other controller elected a slave
+
+
 def test_s6_master_then_controller_leader_killed(tmp_path):
     result = run("S6", tmp_path)
     assert result.figures["rounds"] == 3

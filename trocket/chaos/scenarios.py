@@ -357,6 +357,21 @@ async def controller_cut_from_etcd(run: FaultRun, seconds: float = 10) -> None:
         run.lab.heal()
 
 
+async def coordination_split(run: FaultRun, seconds: float = 12) -> None:
+    """S5b: the controller the master talks to (the first) cut from etcd, the master cut from
+    the other controller, the slaves cut from the first: the master hears only "etcd down"
+    while the other controller, reaching etcd and the slaves, may elect one of them."""
+    first, second = run.controller_hosts[0], run.controller_hosts[1]
+    master = run.replica_host(run.master)
+    slaves = [run.replica_host(i) for i in run.slaves()]
+    with run.fault(f"{first} | etcd, r{run.master} (master) | {second}, slaves | {first}"):
+        run.lab.partition([first], run.etcd_hosts)
+        run.lab.partition([master], [second])
+        run.lab.partition(slaves, [first])
+        await trio.sleep(seconds)
+        run.lab.heal()
+
+
 async def master_then_controller_killed(run: FaultRun, delays_ms: tuple[int, ...] = (0, 150, 300)) -> None:
     """S6: the master SIGKILLed, then the leading controller SIGKILLed ``delay`` ms later (a
     sweep); both restarted before the next round."""
@@ -629,6 +644,7 @@ SCENARIOS: dict[str, tuple[Scenario, Deployment]] = {
     "S3": (master_and_slave_cut, Deployment()),
     "S4": (one_way_master_controllers, Deployment()),
     "S5": (controller_cut_from_etcd, Deployment()),
+    "S5b": (coordination_split, Deployment()),
     "S6": (master_then_controller_killed, Deployment()),
     "S7": (etcd_faults_during_election, Deployment()),
     "S8-sync": (set_shrunk_then_power_cut, Deployment(flush="flush_sync", disk_image=True)),
@@ -651,6 +667,7 @@ SCENARIOS: dict[str, tuple[Scenario, Deployment]] = {
 docs/durability.md calls safe: each run must end with every safety count at zero."""
 
 UNSAFE: dict[str, tuple[Scenario, Deployment]] = {
+    "S5b-async": (coordination_split, Deployment(role="ASYNC_MASTER")),
     "S8-async": (set_shrunk_then_power_cut, Deployment(disk_image=True)),
 }
 """Deployments documented as unsafe for a fault: runs report their measured loss, not a failure
