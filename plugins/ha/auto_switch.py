@@ -72,6 +72,11 @@ class AutoSwitchReplicator:
     _master_since: float = attrs.field(default=0.0, init=False)
     _latency: LatencyHistogram = attrs.field(factory=LatencyHistogram, init=False)
     fenced_puts: int = 0
+    alone_shows_flushed: bool = False
+    """A master alone in its SyncStateSet lets consumers see only what it has flushed when it
+    acknowledges after fsync (sync flush, or ``visible_after_flush``): what it wrote but did not
+    flush is on no disk and no replica, and a consumer that read it would have read a message a
+    power cut then takes (fault scenario S8, two bodies at one offset)."""
 
     @classmethod
     def make(cls, ctx: BrokerContext, store: ReplicableStore) -> AutoSwitchReplicator:
@@ -88,6 +93,7 @@ class AutoSwitchReplicator:
             learner=config.async_learner,
         )
         replicator = cls(ctx.broker.broker_role, ctx.broker.broker_id, config, store, server, client)
+        replicator.alone_shows_flushed = ctx.broker.flush == "sync" or ctx.broker.visible_after_flush
         server.on_ack = replicator._acked
         return replicator
 
@@ -197,16 +203,24 @@ class AutoSwitchReplicator:
         return not self.is_master or not self._watched()
 
     async def _follow_wrote(self) -> None:
-        """On a slave, or a master alone in its set, the confirm offset is the log end."""
-        wrote = self.store.positions.wrote
+        """On a slave, or a master alone in its set, the confirm offset is the log end; for a
+        master alone that acknowledges only after fsync, the flushed position (see
+        :attr:`alone_shows_flushed`)."""
         while True:
             if self._following():
+                position = self._alone_position()
                 with trio.move_on_after(1):
-                    await wrote.wait_reached(self.confirmed.value + 1)
+                    await position.wait_reached(self.confirmed.value + 1)
                 if self._following():
-                    self.confirmed.advance(wrote.value)
+                    self.confirmed.advance(self._alone_position().value)
             else:
                 await self._mode_changed.wait()
+
+    def _alone_position(self) -> Watermark:
+        positions = self.store.positions  # type: ignore[attr-defined]
+        flushed: Watermark = positions.flushed
+        wrote: Watermark = positions.wrote
+        return flushed if self.is_master and self.alone_shows_flushed else wrote
 
     def _acks(self) -> dict[int, int]:
         """What each connected replica acknowledged (async learners left out)."""
