@@ -99,11 +99,3 @@ def test_s8_async_flush_without_min_in_sync_replicas_loses_what_the_cut_took(tmp
     assert result.figures["set_before_cut"] == [1], result.line()
     assert result.report.lost and result.report.lost_below, result.line()
 
-
-@pytest.mark.skipif(POWER_CUT is not None, reason=f"disk faults need loop devices: {POWER_CUT}")
-def test_s11_slow_fsync_a_full_disk_and_a_corrupt_tail(tmp_path):
-    result = run("S11", tmp_path)
-    assert result.figures["filled_bytes"] > 0 and result.figures["corrupted_log_end"] > 0, result.line()
-    corrupt_logs = [p.read_text() for p in tmp_path.glob("r*.log")]
-    assert any("log truncated there" in text for text in corrupt_logs)  # recovery cut the bad tail
-    assert any("disk full" in text and "accepting writes again" in text for text in corrupt_logs)
