@@ -9,15 +9,23 @@ import argparse
 import datetime
 import json
 import sys
-import time
-import zlib
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import trio
 
 from trocket.admin import retries
 from trocket.admin.client import AdminClient, AdminError
+from trocket.cli import admin_toolbox_commands
+from trocket.cli.admin_args import boolean_arg, timestamp_arg
+from trocket.cli.admin_render import (
+    format_time,
+    jsonable,
+    print_json,
+    print_lines,
+    print_messages,
+    print_table,
+)
 from trocket.cli.connection_options import add_connection_options, credentials_of, tls_of
 from trocket.cli.usage import list_subcommands
 from wire.record import StoredMessage
@@ -46,13 +54,13 @@ def add_parsers(sub: Any) -> None:
         parser.set_defaults(handler=_runner(handler, render))
         return parser
 
-    p = command("updateTopic", "create or update a topic", update_topic, _print_lines)
+    p = command("updateTopic", "create or update a topic", update_topic, print_lines)
     _broker_or_masters(p)
     p.add_argument("-t", "--topic", required=True)
     p.add_argument("-r", "--readQueueNums", type=int, default=8)
     p.add_argument("-w", "--writeQueueNums", type=int, default=8)
     p.add_argument("-p", "--perm", type=int, default=6, help="2 write, 4 read, 6 both")
-    p.add_argument("-o", "--order", type=_bool, default=False)
+    p.add_argument("-o", "--order", type=boolean_arg, default=False)
     p.add_argument(
         "-a",
         "--attributes",
@@ -64,33 +72,31 @@ def add_parsers(sub: Any) -> None:
         "updateTopicList",
         "create or update the topics of a JSON file in one request",
         update_topic_list,
-        _print_lines,
+        print_lines,
     )
     _broker_or_masters(p)
     p.add_argument(
         "-f", "--filename", required=True, help='a JSON list of topic configs, or {"topicConfigList": [...]}'
     )
 
-    p = command(
-        "deleteTopic", "delete a topic from a cluster and the NameServers", delete_topic, _print_lines
-    )
+    p = command("deleteTopic", "delete a topic from a cluster and the NameServers", delete_topic, print_lines)
     p.add_argument("-c", "--clusterName", required=True)
     p.add_argument("-t", "--topic", required=True)
 
-    command("topicList", "every topic the NameServer knows", topic_list, _print_lines)
+    command("topicList", "every topic the NameServer knows", topic_list, print_lines)
 
-    p = command("topicRoute", "a topic's route (brokers and queues)", topic_route, _print_json)
+    p = command("topicRoute", "a topic's route (brokers and queues)", topic_route, print_json)
     p.add_argument("-t", "--topic", required=True)
 
-    p = command("topicStatus", "min/max offsets of each queue of a topic", topic_status, _print_table)
+    p = command("topicStatus", "min/max offsets of each queue of a topic", topic_status, print_table)
     p.add_argument("-t", "--topic", required=True)
 
-    command("clusterList", "clusters, brokers and their state", cluster_list, _print_table)
+    command("clusterList", "clusters, brokers and their state", cluster_list, print_table)
 
-    p = command("brokerStatus", "a broker's runtime figures", broker_status, _print_table)
+    p = command("brokerStatus", "a broker's runtime figures", broker_status, print_table)
     p.add_argument("-b", "--brokerAddr", required=True)
 
-    p = command("haStatus", "replication state of a master (its slaves) or a slave", ha_status, _print_table)
+    p = command("haStatus", "replication state of a master (its slaves) or a slave", ha_status, print_table)
     target = p.add_mutually_exclusive_group(required=True)
     target.add_argument("-b", "--brokerAddr", help="one broker ip:port")
     target.add_argument("-c", "--clusterName", help="every broker of a cluster")
@@ -99,22 +105,22 @@ def add_parsers(sub: Any) -> None:
         "getControllerMetaData",
         "the controllers: leader, peers (controller mode)",
         controller_metadata,
-        _print_table,
+        print_table,
     )
     p.add_argument("-a", "--controllerAddress", required=True)
 
-    p = command("getSyncStateSet", "broker sets' masters and SyncStateSets", sync_state_set, _print_table)
+    p = command("getSyncStateSet", "broker sets' masters and SyncStateSets", sync_state_set, print_table)
     p.add_argument("-a", "--controllerAddress", required=True)
     p.add_argument(
         "-b", "--brokerName", action="append", default=[], help="a broker set (repeat; default all)"
     )
 
     p = command(
-        "getBrokerEpoch", "the epoch history of each replica of a broker set", broker_epoch, _print_table
+        "getBrokerEpoch", "the epoch history of each replica of a broker set", broker_epoch, print_table
     )
     p.add_argument("-b", "--brokerName", required=True)
 
-    p = command("electMaster", "elect a broker set's master (controller mode)", elect_master, _print_table)
+    p = command("electMaster", "elect a broker set's master (controller mode)", elect_master, print_table)
     p.add_argument("-a", "--controllerAddress", required=True)
     p.add_argument("-c", "--clusterName", default="DefaultCluster")
     p.add_argument("-b", "--brokerName", required=True)
@@ -124,7 +130,7 @@ def add_parsers(sub: Any) -> None:
         "cleanBrokerMetadata",
         "forget a broker set, or some of its replicas, at the controller (controller mode)",
         clean_broker_metadata,
-        _print_table,
+        print_table,
     )
     p.add_argument("-a", "--controllerAddress", required=True)
     p.add_argument("-c", "--clusterName", default="DefaultCluster")
@@ -136,48 +142,52 @@ def add_parsers(sub: Any) -> None:
         "-l", "--cleanLivingBroker", action="store_true", help="also replicas whose lease still holds"
     )
 
-    p = command("queryMsgById", "a message by its offset message id", query_by_id, _print_messages)
+    p = command("queryMsgById", "a message by its offset message id", query_by_id, print_messages)
     p.add_argument("-i", "--msgId", required=True)
 
-    p = command("queryMsgByKey", "messages of a topic by key", query_by_key, _print_messages)
+    p = command("queryMsgByKey", "messages of a topic by key", query_by_key, print_messages)
     p.add_argument("-t", "--topic", required=True)
     p.add_argument("-k", "--msgKey", required=True)
 
     p = command(
-        "queryMsgByUniqueKey", "a message by its client id (UNIQ_KEY)", query_by_unique_key, _print_messages
+        "queryMsgByUniqueKey", "a message by its client id (UNIQ_KEY)", query_by_unique_key, print_messages
     )
     p.add_argument("-t", "--topic", required=True)
     p.add_argument("-i", "--msgId", required=True)
 
-    p = command("queryMsgByOffset", "a message by queue and offset", query_by_offset, _print_messages)
+    p = command("queryMsgByOffset", "a message by queue and offset", query_by_offset, print_messages)
     p.add_argument("-t", "--topic", required=True)
     p.add_argument("-b", "--brokerName", required=True)
     p.add_argument("-i", "--queueId", type=int, required=True)
     p.add_argument("-o", "--offset", type=int, required=True)
 
     p = command(
-        "consumerProgress", "a group's committed offsets and lag per queue", consumer_progress, _print_table
+        "consumerProgress", "a group's committed offsets and lag per queue", consumer_progress, print_table
     )
     p.add_argument("-g", "--groupName", required=True)
 
     p = command(
-        "consumerConnection", "a group's online clients and subscriptions", consumer_connection, _print_table
+        "consumerConnection", "a group's online clients and subscriptions", consumer_connection, print_table
     )
     p.add_argument("-g", "--consumerGroup", required=True)
 
-    p = command("updateSubGroup", "create or update a subscription group", update_sub_group, _print_lines)
+    p = command("updateSubGroup", "create or update a subscription group", update_sub_group, print_lines)
     target = p.add_mutually_exclusive_group(required=True)
     target.add_argument("-b", "--brokerAddr")
     target.add_argument("-c", "--clusterName")
     p.add_argument("-g", "--groupName", required=True)
-    p.add_argument("-s", "--consumeEnable", type=_bool, default=True)
-    p.add_argument("-m", "--consumeFromMinEnable", type=_bool, default=True)
-    p.add_argument("-d", "--consumeBroadcastEnable", type=_bool, default=True)
+    p.add_argument("-s", "--consumeEnable", type=boolean_arg, default=True)
+    p.add_argument("-m", "--consumeFromMinEnable", type=boolean_arg, default=True)
+    p.add_argument("-d", "--consumeBroadcastEnable", type=boolean_arg, default=True)
     p.add_argument("-q", "--retryQueueNums", type=int, default=1)
     p.add_argument("-r", "--retryMaxTimes", type=int, default=16)
-    p.add_argument("-a", "--notifyConsumerIdsChanged", type=_bool, default=True)
+    p.add_argument("-a", "--notifyConsumerIdsChanged", type=boolean_arg, default=True)
     p.add_argument(
-        "-o", "--consumeMessageOrderly", type=_bool, default=False, help="RocketMQ 5 FIFO consumption (POP)"
+        "-o",
+        "--consumeMessageOrderly",
+        type=boolean_arg,
+        default=False,
+        help="RocketMQ 5 FIFO consumption (POP)",
     )
 
     p = command(
@@ -185,7 +195,7 @@ def add_parsers(sub: Any) -> None:
         "commit, for every queue of a topic, the offset of the first message stored at or after a time "
         "(stop the group's consumers first: running ones commit what they hold)",
         reset_offset_by_time,
-        _print_table,
+        print_table,
     )
     p.add_argument("-g", "--group", required=True)
     p.add_argument("-t", "--topic", required=True)
@@ -193,7 +203,7 @@ def add_parsers(sub: Any) -> None:
         "-s",
         "--timestamp",
         required=True,
-        type=_timestamp,
+        type=timestamp_arg,
         help="milliseconds, 'now', or yyyy-MM-dd#HH:mm:ss:SSS",
     )
 
@@ -201,7 +211,7 @@ def add_parsers(sub: Any) -> None:
         "deleteSubGroup",
         "delete a subscription group's config on every master",
         delete_sub_group,
-        _print_lines,
+        print_lines,
     )
     p.add_argument("-g", "--groupName", required=True)
     p.add_argument("-c", "--clusterName", default=None)
@@ -210,19 +220,19 @@ def add_parsers(sub: Any) -> None:
         "queryDlqMsg",
         "dead-lettered messages of a consumer group (%%DLQ%%<group>)",
         query_dlq,
-        _print_messages,
+        print_messages,
     )
     p.add_argument("-g", "--consumerGroup", required=True)
     p.add_argument("-m", "--maxNum", type=int, default=64, help="at most this many messages")
 
     p = command(
-        "resendDlqMsg", "send a dead-lettered message back to its original topic", resend_dlq, _print_table
+        "resendDlqMsg", "send a dead-lettered message back to its original topic", resend_dlq, print_table
     )
     p.add_argument("-g", "--consumerGroup", required=True)
     p.add_argument("-i", "--msgId", required=True, help="the dead letter's offset message id")
 
     p = command(
-        "scheduleProgress", "delayed-delivery progress per delay level and timer", schedule, _print_table
+        "scheduleProgress", "delayed-delivery progress per delay level and timer", schedule, print_table
     )
     p.add_argument("-b", "--brokerAddr", help="one broker ip:port (default: every master)")
 
@@ -230,27 +240,25 @@ def add_parsers(sub: Any) -> None:
         "pendingTransactions",
         "open transactional half messages (not committed or rolled back yet), oldest first",
         pending_transactions,
-        _print_table,
+        print_table,
     )
     p.add_argument("-b", "--brokerAddr", help="one broker ip:port (default: every master)")
     p.add_argument("-g", "--producerGroup", help="only this producer group's")
 
     p = command(
-        "updateAclConfig", "create or change an ACL account in plain_acl.yml", update_acl_config, _print_lines
+        "updateAclConfig", "create or change an ACL account in plain_acl.yml", update_acl_config, print_lines
     )
     _acl_target(p)
     p.add_argument("-a", "--accessKey", required=True, help="the account edited")
     p.add_argument("-s", "--secretKey", help="its secret (required for a new account)")
     p.add_argument("-w", "--whiteRemoteAddress", help="peers of this account that need no signature")
-    p.add_argument("-m", "--admin", type=_bool, help="true: may send admin requests")
+    p.add_argument("-m", "--admin", type=boolean_arg, help="true: may send admin requests")
     p.add_argument("-i", "--defaultTopicPerm", help="DENY, PUB, SUB or PUB|SUB")
     p.add_argument("-u", "--defaultGroupPerm", help="DENY, PUB, SUB or PUB|SUB")
     p.add_argument("-t", "--topicPerms", help="comma-separated topic=PERM (replaces the list)")
     p.add_argument("-g", "--groupPerms", help="comma-separated group=PERM (replaces the list)")
 
-    p = command(
-        "deleteAclConfig", "delete an ACL account from plain_acl.yml", delete_acl_config, _print_lines
-    )
+    p = command("deleteAclConfig", "delete an ACL account from plain_acl.yml", delete_acl_config, print_lines)
     _acl_target(p)
     p.add_argument("-a", "--accessKey", required=True)
 
@@ -258,35 +266,29 @@ def add_parsers(sub: Any) -> None:
         "updateGlobalWhiteAddr",
         "replace plain_acl.yml's globalWhiteRemoteAddresses",
         update_global_white_addr,
-        _print_lines,
+        print_lines,
     )
     _acl_target(p)
     p.add_argument("-g", "--globalWhiteRemoteAddresses", required=True, help="comma-separated patterns")
 
     p = command(
-        "clusterAclConfigVersion", "the version of each broker's plain_acl.yml", acl_versions, _print_table
+        "clusterAclConfigVersion", "the version of each broker's plain_acl.yml", acl_versions, print_table
     )
     _acl_target(p)
 
-    p = command("wipeWritePerm", "stop producers from writing to a broker", wipe_write_perm, _print_lines)
+    p = command("wipeWritePerm", "stop producers from writing to a broker", wipe_write_perm, print_lines)
     p.add_argument("-b", "--brokerName", required=True)
 
-    p = command("addWritePerm", "let producers write to a broker again", add_write_perm, _print_lines)
+    p = command("addWritePerm", "let producers write to a broker again", add_write_perm, print_lines)
     p.add_argument("-b", "--brokerName", required=True)
+
+    admin_toolbox_commands.register(command)
 
 
 def _acl_target(parser: argparse.ArgumentParser) -> None:
     target = parser.add_mutually_exclusive_group(required=True)
     target.add_argument("-b", "--brokerAddr", help="one broker ip:port")
     target.add_argument("-c", "--clusterName", help="every broker of a cluster, slaves included")
-
-
-def _bool(text: str) -> bool:
-    if text.lower() in ("true", "1", "yes"):
-        return True
-    if text.lower() in ("false", "0", "no"):
-        return False
-    raise argparse.ArgumentTypeError(f"expected true or false, got {text!r}")
 
 
 def _runner(handler: Command, render: Callable[[Any], None]) -> Callable[[argparse.Namespace], int]:
@@ -305,7 +307,7 @@ def _runner(handler: Command, render: Callable[[Any], None]) -> Callable[[argpar
             print(f"trocket admin: error: {error}", file=sys.stderr)
             return 1
         if args.json:
-            json.dump(_jsonable(result), sys.stdout, indent=2, sort_keys=True)
+            json.dump(jsonable(result), sys.stdout, indent=2, sort_keys=True)
             print()
         else:
             render(result)
@@ -380,7 +382,7 @@ async def topic_status(client: AdminClient, args: argparse.Namespace) -> list[di
             "#QID": r["queueId"],
             "#Min Offset": r["minOffset"],
             "#Max Offset": r["maxOffset"],
-            "#Last Updated": _time(r["lastUpdateTimestamp"]),
+            "#Last Updated": format_time(r["lastUpdateTimestamp"]),
         }
         for r in await client.topic_status(args.topic)
     ]
@@ -573,7 +575,7 @@ async def consumer_progress(client: AdminClient, args: argparse.Namespace) -> li
             "#Consumer Offset": r["consumerOffset"],
             "#Diff": r["diff"],
             "#Pop In Flight": r.get("popInFlight", 0),
-            "#LastTime": _time(r["lastTimestamp"]),
+            "#LastTime": format_time(r["lastTimestamp"]),
         }
         for r in await client.consumer_progress(args.groupName)
     ]
@@ -643,22 +645,6 @@ async def reset_offset_by_time(client: AdminClient, args: argparse.Namespace) ->
 async def delete_sub_group(client: AdminClient, args: argparse.Namespace) -> list[str]:
     brokers = await client.delete_sub_group(args.groupName, args.clusterName)
     return [f"delete subscription group [{args.groupName}] from broker [{name}] success." for name in brokers]
-
-
-def _timestamp(text: str) -> int:
-    """mqadmin's ``-s``: milliseconds since the epoch, ``now``, or ``yyyy-MM-dd#HH:mm:ss:SSS``
-    (local time)."""
-    if text == "now":
-        return int(time.time() * 1000)
-    if text.isdigit():
-        return int(text)
-    try:
-        moment = datetime.datetime.strptime(text, "%Y-%m-%d#%H:%M:%S:%f")
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"{text!r} is not milliseconds, 'now' or yyyy-MM-dd#HH:mm:ss:SSS"
-        ) from None
-    return int(moment.timestamp() * 1000)
 
 
 async def query_dlq(client: AdminClient, args: argparse.Namespace) -> list[StoredMessage]:
@@ -748,7 +734,7 @@ async def acl_versions(client: AdminClient, args: argparse.Namespace) -> list[di
                 "#Broker Name": info["brokerName"],
                 "#Broker Addr": info["brokerAddr"],
                 "#AclConfigVersionNum": info["version"].get("counter", 0),
-                "#AclLastUpdateTime": _time(info["version"].get("timestamp", 0)),
+                "#AclLastUpdateTime": format_time(info["version"].get("timestamp", 0)),
             }
         )
     return rows
@@ -766,77 +752,3 @@ async def add_write_perm(client: AdminClient, args: argparse.Namespace) -> list[
     return [
         f"add write perm of broker[{args.brokerName}] in name server[{a}] OK, {n}" for a, n in counts.items()
     ]
-
-
-# --- rendering ---------------------------------------------------------------------------------
-
-
-def _time(ms: int) -> str:
-    if not ms:
-        return "-"
-    return datetime.datetime.fromtimestamp(ms / 1000).strftime("%Y-%m-%d %H:%M:%S,%f")[:-3]
-
-
-def _jsonable(value: Any) -> Any:
-    if isinstance(value, StoredMessage):
-        return _message_json(value)
-    if isinstance(value, list):
-        return [_jsonable(v) for v in value]
-    return value
-
-
-def _message_json(m: StoredMessage) -> dict[str, Any]:
-    try:
-        body = m.payload
-    except zlib.error:
-        body = m.body  # flagged compressed but is not: show what is stored
-    return {
-        "offsetMsgId": m.offset_msg_id,
-        "topic": m.topic,
-        "tags": m.tags,
-        "keys": m.keys,
-        "uniqKey": m.unique_key,
-        "queueId": m.queue_id,
-        "queueOffset": m.queue_offset,
-        "commitLogOffset": m.physical_offset,
-        "reconsumeTimes": m.reconsume_times,
-        "bornTimestamp": m.born_timestamp,
-        "storeTimestamp": m.store_timestamp,
-        "bornHost": f"{m.born_host[0]}:{m.born_host[1]}",
-        "storeHost": f"{m.store_host[0]}:{m.store_host[1]}",
-        "sysFlag": m.sys_flag,
-        "properties": m.properties,
-        "bodySize": len(body),
-        "body": body.decode("utf-8", "replace"),
-    }
-
-
-def _print_lines(lines: Sequence[str]) -> None:
-    for line in lines:
-        print(line)
-
-
-def _print_json(value: Any) -> None:
-    print(json.dumps(value, indent=2, sort_keys=True))
-
-
-def _print_table(rows: Sequence[dict[str, Any]]) -> None:
-    if not rows:
-        print("(nothing)")
-        return
-    columns = list(rows[0])
-    widths = {c: max(len(c), *(len(str(r.get(c, ""))) for r in rows)) for c in columns}
-    print("  ".join(c.ljust(widths[c]) for c in columns).rstrip())
-    for row in rows:
-        print("  ".join(str(row.get(c, "")).ljust(widths[c]) for c in columns).rstrip())
-
-
-def _print_messages(messages: Sequence[StoredMessage]) -> None:
-    for index, message in enumerate(messages):
-        if index:
-            print()
-        data = _message_json(message)
-        body = data.pop("body")
-        for key, value in data.items():
-            print(f"{key + ':':18} {value}")
-        print(f"{'body:':18} {body[:200]}{'...' if len(body) > 200 else ''}")

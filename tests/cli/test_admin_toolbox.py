@@ -1,0 +1,146 @@
+"""mqadmin's operator commands (issue 37) as a user runs them, against a real `trocket up`:
+updateTopicPerm, topicClusterList, printMsg, printMsgByQueue, allocateMQ, cloneGroupOffset,
+skipAccumulatedMessage, updateKvConfig, deleteKvConfig."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+
+import pytest
+import trio
+
+from tests.interop.conftest import RunningBroker, start_broker, subprocess_env
+from wire.remoting import RemotingClient, RemotingCommand, RequestCode
+
+TOPIC = "ToolboxOrders"
+
+
+def trocket(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "trocket", *args], capture_output=True, text=True, timeout=60,
+        env=subprocess_env(), input=stdin,
+    )  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningBroker]:
+    running = start_broker(tmp_path_factory.mktemp("toolbox"))
+    try:
+        running.admin("updateTopic", "-b", running.broker, "-t", TOPIC, "-r", "4", "-w", "4")
+        for tag, count in (("paid", 6), ("refund", 2)):
+            body = f"{tag} order {{i}}"
+            sent = trocket(
+                "produce", "-n", running.namesrv, "-t", TOPIC, "--tag", tag, "-b", body, "-c", str(count)
+            )
+            assert sent.returncode == 0, sent.stderr
+        yield running
+    finally:
+        running.stop()
+
+
+def bodies(queues: list[dict]) -> list[str]:
+    return sorted(m["body"] for q in queues for m in q["messages"])
+
+
+def broker_name(broker: RunningBroker) -> str:
+    return broker.admin_json("topicRoute", "-t", TOPIC)["brokerDatas"][0]["brokerName"]
+
+
+def test_print_msg_reads_every_queue_filtered_by_tag_and_time(broker):
+    everything = broker.admin_json("printMsg", "-t", TOPIC)
+    assert len(everything) == 4
+    assert bodies(everything) == sorted(
+        [f"paid order {i}" for i in range(6)] + ["refund order 0", "refund order 1"]
+    )
+    refunds = broker.admin_json("printMsg", "-t", TOPIC, "-s", "refund")
+    assert bodies(refunds) == ["refund order 0", "refund order 1"]
+    future = str(int(time.time() * 1000) + 3_600_000)
+    assert bodies(broker.admin_json("printMsg", "-t", TOPIC, "-b", future)) == []
+    text = broker.admin("printMsg", "-t", TOPIC, "-d", "false").stdout
+    assert text.count("MSGID: ") == 8 and "BODY: NOT PRINT BODY" in text and "minOffset=0" in text
+
+
+def test_print_msg_by_queue_reads_one_queue_and_counts_tags(broker):
+    name = broker_name(broker)
+    queues = broker.admin_json("printMsgByQueue", "-t", TOPIC, "-a", name, "-i", "1", "-p")
+    assert [q["queueId"] for q in queues] == [1]
+    assert {m["queueId"] for m in queues[0]["messages"]} == {1}
+    assert sum(row["#Count"] for row in queues[0]["tags"]) == len(queues[0]["messages"]) > 0
+    missing = broker.admin("printMsgByQueue", "-t", TOPIC, "-a", "no-such-broker", "-i", "0", check=False)
+    assert missing.returncode == 1 and "no queue 0 on broker 'no-such-broker'" in missing.stderr
+
+
+def test_update_topic_perm_makes_a_topic_read_only_and_back(broker):
+    lines = broker.admin("updateTopicPerm", "-b", broker.broker, "-t", TOPIC, "-p", "4").stdout
+    assert "update topic perm from 6 to 4" in lines
+    refused = trocket("produce", "-n", broker.namesrv, "-t", TOPIC, "-b", "late")
+    assert refused.returncode != 0
+    assert (
+        "equals to the old one"
+        in broker.admin("updateTopicPerm", "-b", broker.broker, "-t", TOPIC, "-p", "4").stdout
+    )
+    assert (
+        "from 4 to 6"
+        in broker.admin("updateTopicPerm", "-c", "DefaultCluster", "-t", TOPIC, "-p", "6").stdout
+    )
+    bad = broker.admin("updateTopicPerm", "-b", broker.broker, "-t", TOPIC, "-p", "3", check=False)
+    assert bad.returncode == 1 and "perm must be 2" in bad.stderr
+
+
+def test_topic_cluster_list_names_the_cluster(broker):
+    assert broker.admin("topicClusterList", "-t", TOPIC).stdout.split() == ["DefaultCluster"]
+
+
+def test_allocate_mq_splits_the_queues_as_consumers_will(broker):
+    result = broker.admin_json("allocateMQ", "-t", TOPIC, "-i", "10.0.0.2@1,10.0.0.1@1")["result"]
+    first, second = result["10.0.0.1@1"], result["10.0.0.2@1"]
+    assert [q["queueId"] for q in first] == [0, 1] and [q["queueId"] for q in second] == [2, 3]
+    unknown = broker.admin("allocateMQ", "-t", TOPIC, "-i", "a", "--strategy", "nope", check=False)
+    assert unknown.returncode == 1 and "nope" in unknown.stderr
+
+
+def progress(broker: RunningBroker, group: str) -> dict[int, int]:
+    rows = broker.admin_json("consumerProgress", "-g", group)
+    return {r["#QID"]: r["#Consumer Offset"] for r in rows if r["#Topic"] == TOPIC}
+
+
+def test_clone_group_offset_and_skip_accumulated_message(broker):
+    consumed = trocket(
+        "consume", "-n", broker.namesrv, "-g", "CG_tbx_src", "-t", TOPIC, "--from", "first", "-c", "5"
+    )
+    assert consumed.returncode == 0, consumed.stderr
+    source = progress(broker, "CG_tbx_src")
+    assert sum(source.values()) >= 5  # what it printed, at least
+    rows = broker.admin_json("cloneGroupOffset", "-s", "CG_tbx_src", "-d", "CG_tbx_copy", "-t", TOPIC)
+    assert {r["#queueId"]: r["#offset"] for r in rows} == source
+    assert progress(broker, "CG_tbx_copy") == source
+    skipped = broker.admin_json("skipAccumulatedMessage", "-g", "CG_tbx_skip", "-t", TOPIC)
+    ends = {r["#queueId"]: r["#offset"] for r in skipped}
+    assert sum(ends.values()) == 8 and progress(broker, "CG_tbx_skip") == ends
+    none = broker.admin("cloneGroupOffset", "-s", "CG_never", "-d", "X", "-t", TOPIC, check=False)
+    assert none.returncode == 1 and "CG_never" in none.stderr
+
+
+async def kv_value(namesrv: str, namespace: str, key: str) -> str | None:
+    async with RemotingClient.open() as client:
+        answer = await client.invoke(
+            namesrv,
+            RemotingCommand.request(RequestCode.GET_KV_CONFIG, {"namespace": namespace, "key": key}),
+            5,
+        )
+    return answer.ext.get("value") if answer.code == 0 else None
+
+
+def test_kv_config_is_set_and_deleted_on_the_namesrv(broker):
+    out = broker.admin("updateKvConfig", "-s", "ORDER_TOPIC_CONFIG", "-k", TOPIC, "-v", "broker-a:4").stdout
+    assert "update kv config in namespace success." in out
+    assert trio.run(kv_value, broker.namesrv, "ORDER_TOPIC_CONFIG", TOPIC) == "broker-a:4"
+    assert "success" in broker.admin("deleteKvConfig", "-s", "ORDER_TOPIC_CONFIG", "-k", TOPIC).stdout
+    assert trio.run(kv_value, broker.namesrv, "ORDER_TOPIC_CONFIG", TOPIC) is None
+    assert json.loads(broker.admin("updateKvConfig", "-s", "N", "-k", "K", "-v", "V", "--json").stdout) == [
+        "update kv config in namespace success."
+    ]
