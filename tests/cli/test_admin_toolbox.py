@@ -144,3 +144,36 @@ def test_kv_config_is_set_and_deleted_on_the_namesrv(broker):
     assert json.loads(broker.admin("updateKvConfig", "-s", "N", "-k", "K", "-v", "V", "--json").stdout) == [
         "update kv config in namespace success."
     ]
+
+
+def test_broker_consume_stats_lists_each_groups_lag(broker):
+    consumed = trocket(
+        "consume", "-n", broker.namesrv, "-g", "CG_tbx_stats", "-t", TOPIC, "--from", "first", "-c", "3"
+    )
+    assert consumed.returncode == 0, consumed.stderr
+    stats = broker.admin_json("brokerConsumeStats", "-b", broker.broker)
+    mine = [r for r in stats["rows"] if r["#Group"] == "CG_tbx_stats" and r["#Topic"] == TOPIC]
+    assert len(mine) == 4  # and the group's retry topic, also in the rows
+    assert sum(r["#Broker Offset"] for r in mine) == 8
+    assert sum(r["#Diff"] for r in mine) == 8 - sum(r["#Consumer Offset"] for r in mine)
+    assert stats["totalDiff"] >= sum(r["#Diff"] for r in mine)
+    lagging = broker.admin_json("brokerConsumeStats", "-b", broker.broker, "-l", "1000")
+    assert lagging["rows"] == []
+    text = broker.admin("brokerConsumeStats", "-b", broker.broker).stdout
+    assert "#Consumer Offset" in text and "Diff Total:" in text
+
+
+async def test_producer_connection_lists_a_running_producer(broker):
+    from trocket import Message, Producer
+
+    async with Producer("PG_tbx_online", broker.namesrv) as producer:
+        await producer.send(Message(TOPIC, b"hello"))
+        await trio.sleep(1.5)  # a new broker hears the producer's heartbeat within a second
+        rows = await trio.to_thread.run_sync(
+            broker.admin_json, "producerConnection", "-g", "PG_tbx_online", "-t", TOPIC
+        )
+    assert len(rows) == 1 and rows[0]["#Language"] == "PYTHON" and "@" in rows[0]["#ClientId"]
+    gone = await trio.to_thread.run_sync(
+        lambda: broker.admin("producerConnection", "-g", "PG_nobody", "-t", TOPIC, check=False)
+    )
+    assert gone.returncode == 1 and "not online" in gone.stderr

@@ -21,6 +21,8 @@ from trocket.client.consumer.allocation import resolve_strategy
 from trocket.client.errors import ClientError
 from wire.record import StoredMessage
 from wire.remoting import RequestCode, ResponseCode
+from wire.remoting.admin_json import loads as loads_admin_json
+from wire.remoting.admin_json import split_queue_key
 
 PERMS = {2: "write", 4: "read", 6: "read and write"}
 
@@ -249,3 +251,76 @@ async def kv_list(client: AdminClient, namespace: str) -> dict[str, str]:
     if response.code != 0:
         return {}
     return dict(json.loads(response.body).get("table", {}))
+
+
+async def producer_connections(client: AdminClient, group: str, topic: str) -> list[dict[str, Any]]:
+    """The producers of ``group`` online at the masters serving ``topic`` (mqadmin
+    ``producerConnection``), one row per connection."""
+    route = await client.route(topic)
+    rows: list[dict[str, Any]] = []
+    errors = []
+    for data in route["brokerDatas"]:
+        address = data["brokerAddrs"].get("0")
+        if address is None:
+            continue
+        response = await client.call(
+            address,
+            RequestCode.GET_PRODUCER_CONNECTION_LIST,
+            {"producerGroup": group},
+            ok=(0, ResponseCode.SYSTEM_ERROR),
+        )
+        if response.code != 0:
+            errors.append(response.remark or "")
+            continue
+        for connection in json.loads(response.body)["connectionSet"]:
+            rows.append(
+                {
+                    "#Index": len(rows) + 1,
+                    "#ClientId": connection["clientId"],
+                    "#ClientAddr": connection["clientAddr"],
+                    "#Language": connection["language"],
+                    "#Version": connection["version"],
+                    "#Broker": data["brokerName"],
+                }
+            )
+    if not rows:
+        raise AdminError(f"producer group {group!r} is not online" + (f" ({errors[0]})" if errors else ""))
+    return rows
+
+
+async def broker_consume_stats(
+    client: AdminClient, broker_addr: str, *, orderly_only: bool = False, diff_level: int = 0
+) -> dict[str, Any]:
+    """Every group's lag on one broker (mqadmin ``brokerConsumeStats``): rows of queues whose
+    lag is at least ``diff_level``, and the broker's total lag."""
+    response = await client.call(
+        broker_addr, RequestCode.GET_BROKER_CONSUME_STATS, {"isOrder": orderly_only, "timeoutMillis": 10_000}
+    )
+    data = loads_admin_json(response.body)
+    rows = []
+    for groups in data["consumeStatsList"]:
+        for group, stats_list in groups.items():
+            for stats in stats_list:
+                for key, value in stats["offsetTable"].items():
+                    topic, broker_name, queue_id = split_queue_key(key)
+                    diff = value["brokerOffset"] - value["consumerOffset"]
+                    if diff < diff_level:
+                        continue
+                    rows.append(
+                        {
+                            "#Topic": topic,
+                            "#Group": group,
+                            "#Broker Name": broker_name,
+                            "#QID": queue_id,
+                            "#Broker Offset": value["brokerOffset"],
+                            "#Consumer Offset": value["consumerOffset"],
+                            "#Diff": diff,
+                            "#LastTime": value.get("lastTimestamp", 0),
+                        }
+                    )
+    rows.sort(key=lambda r: (r["#Topic"], r["#Group"], r["#Broker Name"], r["#QID"]))
+    return {
+        "rows": rows,
+        "totalDiff": int(data.get("totalDiff", 0)),
+        "brokerAddr": data.get("brokerAddr", broker_addr),
+    }

@@ -1,6 +1,7 @@
 """``trocket admin`` commands for operators' daily work (issue 37): updateTopicPerm,
 topicClusterList, printMsg, printMsgByQueue, allocateMQ, cloneGroupOffset,
-skipAccumulatedMessage, updateKvConfig, deleteKvConfig; flags as mqadmin's."""
+skipAccumulatedMessage, producerConnection, brokerConsumeStats, updateKvConfig, deleteKvConfig;
+flags as mqadmin's."""
 
 from __future__ import annotations
 
@@ -10,8 +11,8 @@ from typing import Any
 
 from trocket.admin import toolbox
 from trocket.admin.client import AdminClient, AdminError
-from trocket.cli.admin_args import timestamp_arg
-from trocket.cli.admin_render import message_json, print_json, print_lines, print_table
+from trocket.cli.admin_args import boolean_arg, timestamp_arg
+from trocket.cli.admin_render import format_time, message_json, print_json, print_lines, print_table
 
 Register = Callable[..., argparse.ArgumentParser]
 """``admin_commands``' ``command(name, help, handler, render)``."""
@@ -79,6 +80,20 @@ def register(command: Register) -> None:
     p.add_argument("-t", "--topic", required=True)
     p.add_argument("-c", "--cluster", default=None)
     p.add_argument("-f", "--force", default="", help="accepted for mqadmin compatibility")
+
+    p = command("producerConnection", "a producer group's online clients", producer_connection, print_table)
+    p.add_argument("-g", "--producerGroup", required=True)
+    p.add_argument("-t", "--topic", required=True, help="a topic the group sends to (its brokers are asked)")
+
+    p = command(
+        "brokerConsumeStats", "every group's lag on one broker", broker_consume_stats, print_consume_stats
+    )
+    p.add_argument("-b", "--brokerAddr", required=True)
+    p.add_argument(
+        "-t", "--timeoutMillis", type=int, default=50_000, help="accepted for mqadmin compatibility"
+    )
+    p.add_argument("-l", "--level", type=int, default=0, help="only queues with at least this lag")
+    p.add_argument("-o", "--order", type=boolean_arg, default=False, help="true: orderly groups only")
 
     p = command(
         "updateKvConfig", "set a NameServer KV config item on every NameServer", update_kv, print_lines
@@ -210,3 +225,18 @@ async def update_kv(client: AdminClient, args: argparse.Namespace) -> list[str]:
 async def delete_kv(client: AdminClient, args: argparse.Namespace) -> list[str]:
     await toolbox.delete_kv(client, args.namespace, args.key)
     return ["delete kv config from namespace success."]
+
+
+async def producer_connection(client: AdminClient, args: argparse.Namespace) -> list[dict[str, Any]]:
+    return await toolbox.producer_connections(client, args.producerGroup, args.topic)
+
+
+async def broker_consume_stats(client: AdminClient, args: argparse.Namespace) -> dict[str, Any]:
+    return await toolbox.broker_consume_stats(
+        client, args.brokerAddr, orderly_only=args.order, diff_level=args.level
+    )
+
+
+def print_consume_stats(stats: dict[str, Any]) -> None:
+    print_table([{**row, "#LastTime": format_time(row["#LastTime"])} for row in stats["rows"]])
+    print(f"\nDiff Total: {stats['totalDiff']}")

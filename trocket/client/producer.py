@@ -35,11 +35,13 @@ from kernel.model import (
     encode_properties,
 )
 from trocket.client.batch import encode_messages
+from trocket.client.consumer.session import default_instance_name, local_ip
 from trocket.client.credentials import resolve_credentials
 from trocket.client.errors import ClientError, InvalidMessage, SendError
 from trocket.client.fault import LatencyFaultTolerance
 from trocket.client.message import Message, SendResult, SendStatus
 from trocket.client.message_id import new_message_id
+from trocket.client.producer_heartbeat import HEARTBEAT_INTERVAL, ProducerHeartbeats
 from trocket.client.routes import RouteCache
 from trocket.client.selectors import QueueSelector
 from trocket.client.tls import resolve_tls
@@ -106,8 +108,15 @@ class Producer:
     """Whether the event loop polls instead of sleeping right after a request or a receive:
     ``"auto"`` (the default) while answers come faster than 200 µs, a number of seconds to
     always poll that long, ``0`` never (docs/performance.md, ``wire.remoting.busy_poll``)."""
+    heartbeat_interval: float = HEARTBEAT_INTERVAL
+    """Seconds between heartbeats to every broker sent to (RocketMQ's
+    ``heartbeatBrokerInterval``); a new broker hears one within a second of its first route."""
+    instance_name: str | None = None
+    """The second half of the client id brokers list (``ip@instance``; default the pid)."""
     _remoting: RemotingClient | None = attrs.field(default=None, init=False)
     _routes: RouteCache | None = attrs.field(default=None, init=False)
+    _heartbeats: ProducerHeartbeats | None = attrs.field(default=None, init=False)
+    _heartbeat_scope: trio.CancelScope = attrs.field(factory=trio.CancelScope, init=False)
     _nursery: trio.Nursery | None = attrs.field(default=None, init=False)
     _stack: AsyncExitStack | None = attrs.field(default=None, init=False)
     _faults: LatencyFaultTolerance = attrs.field(init=False)
@@ -137,12 +146,24 @@ class Producer:
         stack.push_async_callback(self._remoting.flush_all, self.send_timeout)
         self._nursery = await stack.enter_async_context(trio.open_nursery())
         self._routes = RouteCache(self._remoting, _split(self.namesrv_addr), self.default_topic_queue_nums)
+        client_id = f"{local_ip()}@{self.instance_name or default_instance_name()}"
+        self._heartbeats = ProducerHeartbeats(
+            self._remoting, self._routes, self.group, client_id, self.heartbeat_interval
+        )
+        self._heartbeat_scope = trio.CancelScope()
+        self._nursery.start_soon(self._heartbeat, self._heartbeat_scope, self._heartbeats)
         self._stack = stack
+
+    @staticmethod
+    async def _heartbeat(scope: trio.CancelScope, heartbeats: ProducerHeartbeats) -> None:
+        with scope:
+            await heartbeats.run()
 
     async def shutdown(self) -> None:
         """Waits for ``send_async`` sends still running, writes what oneway sends queued (up to
         ``send_timeout``), then closes connections."""
         if self._stack is not None:
+            self._heartbeat_scope.cancel()
             stack, self._stack = self._stack, None
             await stack.aclose()
 

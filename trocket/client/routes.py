@@ -94,6 +94,10 @@ class RouteCache:
         self._cache[topic] = (trio.current_time(), info)
         return info
 
+    def known_addresses(self) -> set[str]:
+        """Every master address of the routes cached for sending."""
+        return {address for _, info in self._cache.values() for address in info.addresses.values()}
+
     def forget(self, topic: str) -> None:
         self._cache.pop(topic, None)
 

@@ -24,14 +24,12 @@ from __future__ import annotations
 
 import enum
 import inspect
-import json
 import logging
 import struct
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 import attrs
-import trio
 
 from kernel.errors import CorruptRecord, RemotingError
 from kernel.model import (
@@ -41,12 +39,11 @@ from kernel.model import (
     SYSFLAG_TRANSACTION_ROLLBACK,
 )
 from kernel.model import PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX as PROPERTY_UNIQ_KEY
-from trocket.client.consumer.session import HEARTBEAT_INTERVAL, default_instance_name, local_ip
 from trocket.client.errors import ClientError, InvalidMessage
 from trocket.client.message import Message, SendResult, SendStatus
 from trocket.client.producer import Producer, _identified
 from wire.record import StoredMessage, decode_record, parse_offset_msg_id
-from wire.remoting import Connection, RemotingCommand, RequestCode, ResponseCode, Router
+from wire.remoting import Connection, RemotingCommand, RequestCode, Router
 
 log = logging.getLogger(__name__)
 
@@ -81,24 +78,6 @@ class TransactionProducer(Producer):
 
     check_listener: CheckListener | None = None
     """Answers the broker's check-backs; without one they are answered UNKNOW (logged)."""
-    heartbeat_interval: float = HEARTBEAT_INTERVAL
-    instance_name: str | None = None
-    _client_id: str = attrs.field(default="", init=False)
-    _heartbeated: dict[str, Connection] = attrs.field(factory=dict, init=False)
-    _heartbeats: trio.CancelScope = attrs.field(factory=trio.CancelScope, init=False)
-
-    async def start(self) -> None:
-        await super().start()
-        self._client_id = f"{local_ip()}@{self.instance_name or default_instance_name()}"
-        self._heartbeats = trio.CancelScope()
-        assert self._nursery is not None
-        self._nursery.start_soon(self._heartbeat_periodically, self._heartbeats)
-
-    async def shutdown(self) -> None:
-        """Stops heartbeating, then as :meth:`Producer.shutdown` (check-backs being answered
-        finish first)."""
-        self._heartbeats.cancel()
-        await super().shutdown()
 
     async def send_message_in_transaction(
         self,
@@ -223,42 +202,13 @@ class TransactionProducer(Producer):
     # --- heartbeats -------------------------------------------------------------------------
 
     async def _ensure_heartbeat(self, topic: str) -> None:
-        """Heartbeat to the topic's brokers that have not heard from this connection yet."""
+        """Heartbeat the topic's brokers that have not heard from this connection yet, before
+        the half message goes out: the broker must know whom to ask about it."""
         _, routes = self._started()
         info = await routes.publish_info(topic)
+        assert self._heartbeats is not None
         for address in info.addresses.values():
-            await self._heartbeat(address, only_if_new=True)
-
-    async def _heartbeat_periodically(self, scope: trio.CancelScope) -> None:
-        with scope:
-            while True:
-                await trio.sleep(self.heartbeat_interval)
-                for address in list(self._heartbeated):
-                    await self._heartbeat(address, only_if_new=False)
-
-    async def _heartbeat(self, address: str, *, only_if_new: bool) -> None:
-        remoting, _ = self._started()
-        try:
-            connection = await remoting.connection(address)
-            if only_if_new and self._heartbeated.get(address) is connection:
-                return
-            body = json.dumps(
-                {
-                    "clientID": self._client_id,
-                    "producerDataSet": [{"groupName": self.group}],
-                    "consumerDataSet": [],
-                }
-            ).encode()
-            response = await connection.request(
-                remoting.signed(RemotingCommand.request(RequestCode.HEART_BEAT, {}, body)), 3.0
-            )
-        except RemotingError as error:
-            log.warning("heartbeat of producer group %s to %s failed: %s", self.group, address, error)
-            return
-        if response.code != ResponseCode.SUCCESS:
-            log.warning("heartbeat to %s refused: %s %s", address, response.code, response.remark)
-            return
-        self._heartbeated[address] = connection
+            await self._heartbeats.tell(address, only_if_new=True)
 
 
 async def _call(function: Callable[..., Any], *args: Any) -> TransactionState:

@@ -246,21 +246,10 @@ async def runtime_info(
     return request.response(body=_json({"table": {k: str(v) for k, v in table.items()}}))
 
 
-async def consume_stats(
-    net: BrokerNetwork, connection: Connection, request: RemotingCommand
-) -> RemotingCommand:
-    (group,) = required(request, "consumerGroup")
-    wanted = request.ext.get("topic") or ""
-    topics = [wanted] if wanted else net.offsets.topics_of_group(group)
-    if not wanted:
-        consumer = net.clients.consumers.get(group)
-        if consumer is not None:
-            topics = sorted(set(topics) | set(consumer.subscriptions))
-    if not topics:
-        return request.response(
-            ResponseCode.SYSTEM_ERROR,
-            remark=f"group {group} has no committed offsets and no subscriptions here",
-        )
+def _consume_stats(
+    net: BrokerNetwork, group: str, topics: list[str]
+) -> list[tuple[dict[str, Any], dict[str, Any]]]:
+    """RocketMQ's ConsumeStats offset table of ``group`` over ``topics`` on this broker."""
     store = queryable(net)
     broker_name = net.runtime.ctx.broker.broker_name
     popped = net.runtime.ctx.stash.get(POP_PROGRESS, None)
@@ -286,8 +275,64 @@ async def consume_stats(
                     },
                 )
             )
-    body = dumps_queue_keyed({"consumeTps": 0.0}, "offsetTable", entries)
+    return entries
+
+
+async def consume_stats(
+    net: BrokerNetwork, connection: Connection, request: RemotingCommand
+) -> RemotingCommand:
+    (group,) = required(request, "consumerGroup")
+    wanted = request.ext.get("topic") or ""
+    topics = [wanted] if wanted else net.offsets.topics_of_group(group)
+    if not wanted:
+        consumer = net.clients.consumers.get(group)
+        if consumer is not None:
+            topics = sorted(set(topics) | set(consumer.subscriptions))
+    if not topics:
+        return request.response(
+            ResponseCode.SYSTEM_ERROR,
+            remark=f"group {group} has no committed offsets and no subscriptions here",
+        )
+    body = dumps_queue_keyed({"consumeTps": 0.0}, "offsetTable", _consume_stats(net, group, topics))
     return request.response(body=body)
+
+
+async def broker_consume_stats(
+    net: BrokerNetwork, connection: Connection, request: RemotingCommand
+) -> RemotingCommand:
+    """RocketMQ's ``GET_BROKER_CONSUME_STATS`` (mqadmin ``brokerConsumeStats``): every
+    subscription group's ConsumeStats per topic it has offsets of (orderly groups only with
+    ``isOrder``), and the total of their lags."""
+    only_orderly = str(request.ext.get("isOrder", "false")).lower() == "true"
+    groups = []
+    total_diff = 0
+    for name, config in sorted(net.groups.groups.items()):
+        if only_orderly and not config.consume_message_orderly:
+            continue
+        stats = []
+        for topic in net.offsets.topics_of_group(name):
+            entries = _consume_stats(net, name, [topic])
+            if not entries:
+                continue
+            total_diff += sum(v["brokerOffset"] - v["consumerOffset"] for _, v in entries)
+            stats.append(dumps_queue_keyed({"consumeTps": 0.0}, "offsetTable", entries).decode())
+        if stats:
+            groups.append("{" + json.dumps(name) + ":[" + ",".join(stats) + "]}")
+    address = json.dumps(net.broker_addr)
+    body = f'{{"brokerAddr":{address},"consumeStatsList":[{",".join(groups)}],"totalDiff":{total_diff}}}'
+    return request.response(body=body.encode())
+
+
+async def producer_connections(
+    net: BrokerNetwork, connection: Connection, request: RemotingCommand
+) -> RemotingCommand:
+    """RocketMQ's ``GET_PRODUCER_CONNECTION_LIST`` (mqadmin ``producerConnection``): the
+    producers of a group heard from in heartbeats."""
+    (group,) = required(request, "producerGroup")
+    channels = [c for c in net.clients.producers.get(group, {}).values() if not c.connection.closed]
+    if not channels:
+        return request.response(ResponseCode.SYSTEM_ERROR, remark=f"the producer group[{group}] not exist")
+    return request.response(body=orjson.dumps({"connectionSet": [c.to_json() for c in channels]}))
 
 
 async def topic_stats(
