@@ -84,10 +84,9 @@ class _Version(argparse.Action):
 
 def version_text() -> str:
     from trocket import __version__
-    from wire.batch_codec import ACCELERATED
+    from trocket.cli.assembly import codec_text
 
-    codec = "compiled" if ACCELERATED else "pure Python (TROCKET_PURE_CODEC, or not built)"
-    return f"trocket {__version__} (Python {platform.python_version()}, batch codec: {codec})"
+    return f"trocket {__version__} (Python {platform.python_version()}, batch codec: {codec_text()})"
 
 
 def environment_problem(error: BaseException) -> str | None:

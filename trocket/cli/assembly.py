@@ -47,6 +47,14 @@ def load(config_path: str | None, *, lenient: bool = False, **overrides: Any) ->
     return config.with_broker(**changes) if changes else config
 
 
+def codec_text() -> str:
+    """Which batch codec encodes and decodes records: the compiled extension, or the pure-Python
+    fallback (same answers, slower) when it was not built or ``TROCKET_PURE_CODEC`` is set."""
+    from wire.batch_codec import ACCELERATED
+
+    return "compiled" if ACCELERATED else "pure Python (TROCKET_PURE_CODEC, or not built)"
+
+
 def describe_broker(broker: Broker) -> list[str]:
     """What a newcomer needs to see: roles, plugins, chosen providers and their settings."""
     cfg = broker.config.broker
@@ -66,6 +74,7 @@ def describe_broker(broker: Broker) -> list[str]:
         shown = ", ".join(f"{k}={v}" for k, v in settings.items())
         lines.append(f"flush: {flush.name} ({flush.description}){': ' + shown if shown else ''}")
         lines.append(f"replicator: {cfg.replicator or 'none (standalone)'}")
+        lines.append(f"batch codec: {codec_text()}")
     for note in broker.config.notes:
         lines.append(f"note: {note}")
     return lines
