@@ -10,7 +10,13 @@ from typing import Any
 import attrs
 import trio
 
-from kernel.context import REQUEST_METERS, BrokerRuntime
+from kernel import runtime_settings
+from kernel.config import property_aliases as rocketmq
+from kernel.config.effective import effective_settings, properties_text
+from kernel.config.properties_file import parse_properties
+from kernel.config.property_aliases import PropertyAlias
+from kernel.context import REQUEST_METERS, BrokerContext, BrokerRuntime
+from kernel.errors import ConfigError
 from kernel.tls_config import server_tls
 from plugins.namesrv.config import NamesrvConfig
 from plugins.namesrv.kv_config import KvConfig
@@ -49,6 +55,8 @@ class NameServer:
     server: RemotingServer | None = None
     meter: RequestMeter | None = None
     """Counts the requests served, when a metrics plugin asked for figures."""
+    ctx: BrokerContext | None = None
+    """The process's context: its effective settings and runtime settings."""
 
     @classmethod
     def make(cls, runtime: BrokerRuntime) -> NameServer:
@@ -60,6 +68,7 @@ class NameServer:
             KvConfig.load(path),
             tls=server_tls(runtime.ctx.config),
             meter=meters.meter("nameserver") if meters is not None else None,
+            ctx=runtime.ctx,
         )
 
     @property
@@ -83,11 +92,33 @@ class NameServer:
             RequestCode.GET_KV_CONFIG: self.get_kv,
             RequestCode.DELETE_KV_CONFIG: self.delete_kv,
             RequestCode.GET_KVLIST_BY_NAMESPACE: self.get_kv_list,
+            RequestCode.GET_NAMESRV_CONFIG: self.get_config,
+            RequestCode.UPDATE_NAMESRV_CONFIG: self.update_config,
         }.items():
             router.register(code, handler)
         return router
 
+    def _runtime_settings(self, ctx: BrokerContext) -> list[runtime_settings.RuntimeSetting]:
+        """How long a silent broker stays in routes and how often that is checked: read by the
+        expiry loop at each round, so ``updateNamesrvConfig`` changes them in place."""
+
+        def replace(config: NamesrvConfig) -> None:
+            self.config = config
+
+        return [
+            runtime_settings.table_setting(
+                ctx,
+                f"namesrv.{field}",
+                PropertyAlias(field, rocketmq.text, "a duration (120s, 2m)"),
+                lambda: self.config,
+                replace,
+            )  # fmt: skip
+            for field in ("broker_expiry", "scan_interval")
+        ]
+
     async def run(self, *, task_status: trio.TaskStatus[NameServer] = trio.TASK_STATUS_IGNORED) -> None:
+        if self.ctx is not None:
+            runtime_settings.offer(self.ctx, self._runtime_settings(self.ctx))
         self.server = RemotingServer(
             "namesrv",
             self.config.listen_host,
@@ -225,6 +256,29 @@ class NameServer:
 
     async def delete_kv(self, connection: Connection, request: RemotingCommand) -> RemotingCommand:
         await self.kv.delete(request.ext.get("namespace", ""), request.ext.get("key", ""))
+        return request.response()
+
+    async def get_config(self, connection: Connection, request: RemotingCommand) -> RemotingCommand:
+        """RocketMQ's ``GET_NAMESRV_CONFIG``: the process's effective settings as properties."""
+        if self.ctx is None:
+            return request.response(ResponseCode.SYSTEM_ERROR, remark="this NameServer has no configuration")
+        return request.response(body=properties_text(effective_settings(self.ctx)).encode())
+
+    async def update_config(self, connection: Connection, request: RemotingCommand) -> RemotingCommand:
+        """RocketMQ's ``UPDATE_NAMESRV_CONFIG``: the body's ``key=value`` lines, all applied and
+        kept, or none (a key that takes effect only at a restart is refused with the reason)."""
+        if self.ctx is None:
+            return request.response(ResponseCode.SYSTEM_ERROR, remark="this NameServer has no configuration")
+        try:
+            changes = parse_properties(
+                request.body.decode("utf-8", "replace"), source="UPDATE_NAMESRV_CONFIG"
+            )
+            runtime_settings.update(self.ctx, changes)
+        except runtime_settings.SettingRefused as refused:
+            code = ResponseCode.NO_PERMISSION if refused.unchangeable else ResponseCode.INVALID_PARAMETER
+            return request.response(code, remark=str(refused))
+        except ConfigError as error:
+            return request.response(ResponseCode.INVALID_PARAMETER, remark=str(error))
         return request.response()
 
     async def get_kv_list(self, connection: Connection, request: RemotingCommand) -> RemotingCommand:

@@ -80,3 +80,13 @@ PROPERTIES = {
     "autoCreateSubscriptionGroup": rocketmq.boolean_alias("auto_create_subscription_group"),
 }
 """The RocketMQ ``broker.properties`` keys of ``[remoting]``."""
+
+RUNTIME_KEYS = (
+    "brokerPermission",
+    "slaveReadEnable",
+    "accessMessageInMemoryMaxRatio",
+    "longPollingEnable",
+    "shortPollingTimeMills",
+    "autoCreateSubscriptionGroup",
+)
+"""Keys ``updateBrokerConfig`` changes on a running broker: each is read where it is used."""

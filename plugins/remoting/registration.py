@@ -43,6 +43,9 @@ class NameServerRegistration:
     outgoing: OutgoingConnections = attrs.field(factory=OutgoingConnections)
     compressed: bool = False
     """``compressedRegister``: deflate the body (see ``wire.remoting.register_body``)."""
+    permission: Callable[[], int] = lambda: 6
+    """``brokerPermission``: without its write (or read) bit every topic registers without it,
+    so clients route around this broker (RocketMQ does the same)."""
     registrations: int = 0
     failures: int = 0
     last_error: str = ""
@@ -82,11 +85,11 @@ class NameServerRegistration:
 
     async def _register(self, namesrv: str) -> None:
         assert self._client is not None
-        body = encode_register_body(
-            self.topics.version.to_json(),
-            {n: c.to_json() for n, c in self.topics.topics.items()},
-            compressed=self.compressed,
-        )
+        permission = self.permission()
+        topics = {n: c.to_json() for n, c in self.topics.topics.items()}
+        if permission & 6 != 6:
+            topics = {n: {**c, "perm": int(c.get("perm", 6)) & permission} for n, c in topics.items()}
+        body = encode_register_body(self.topics.version.to_json(), topics, compressed=self.compressed)
         request = RemotingCommand.request(
             RequestCode.REGISTER_BROKER,
             {

@@ -16,6 +16,7 @@ from collections.abc import Iterable, Iterator
 import attrs
 import trio
 
+from kernel import runtime_settings
 from kernel.consumer_progress import GroupSettings, QueueProgress
 from kernel.context import REQUEST_METERS, BrokerRuntime, StashKey
 from kernel.errors import PluginError
@@ -23,7 +24,7 @@ from kernel.model import BrokerRole, flatten
 from kernel.tls_config import client_tls, inner_credentials, server_tls
 from kernel.topics import TopicQueues
 from plugins.remoting.clients import ClientManager
-from plugins.remoting.config import RemotingConfig
+from plugins.remoting.config import PROPERTIES, RUNTIME_KEYS, RemotingConfig
 from plugins.remoting.locks import QueueLocks
 from plugins.remoting.long_polling import PullWaiters
 from plugins.remoting.offsets import ConsumerOffsetManager
@@ -154,6 +155,7 @@ class BrokerNetwork:
             busy_poll=self.config.busy_poll,
         )
         await self.topics.persist()
+        runtime_settings.offer(self.runtime.ctx, self._runtime_settings())
         async with trio.open_nursery() as nursery:
             await nursery.start(self.server.run)
             self.registration = NameServerRegistration(
@@ -168,6 +170,7 @@ class BrokerNetwork:
                 on_master=self._master_learned,
                 outgoing=self.outgoing,
                 compressed=self.config.compressed_register,
+                permission=lambda: self.config.broker_permission,
             )
             if broker.namesrv_addr:
                 await nursery.start(self.registration.run)
@@ -176,6 +179,31 @@ class BrokerNetwork:
             nursery.start_soon(self._persist_offsets_loop)
             nursery.start_soon(self._expire_channels_loop)
             task_status.started(self)
+
+    def _runtime_settings(self) -> list[runtime_settings.RuntimeSetting]:
+        """The ``[remoting]`` settings read where they are used, so ``updateBrokerConfig`` can
+        change them in place; a new brokerPermission is registered with the NameServers at once
+        (topics masked by it, as RocketMQ does, so clients stop routing writes here)."""
+
+        def replace(config: RemotingConfig) -> None:
+            self.config = config
+
+        def permission_changed() -> None:
+            self.topics.version.bump()
+            if self.registration is not None:
+                self.registration.register_now(self.registration.broker_id)
+
+        return [
+            runtime_settings.table_setting(
+                self.runtime.ctx,
+                key,
+                PROPERTIES[key],
+                lambda: self.config,
+                replace,
+                permission_changed if key == "brokerPermission" else lambda: None,
+            )  # fmt: skip
+            for key in RUNTIME_KEYS
+        ]
 
     async def drain(self) -> None:
         """Graceful stop: leave the NameServers first (clients stop routing here), then write

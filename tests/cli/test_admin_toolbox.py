@@ -177,3 +177,66 @@ async def test_producer_connection_lists_a_running_producer(broker):
         lambda: broker.admin("producerConnection", "-g", "PG_nobody", "-t", TOPIC, check=False)
     )
     assert gone.returncode == 1 and "not online" in gone.stderr
+
+
+def test_get_and_update_broker_config(broker):
+    config = broker.admin_json("getBrokerConfig", "-b", broker.broker)[broker.broker]
+    assert config["brokerPermission"] == "6" and config["brokerClusterName"] == "DefaultCluster"
+    assert config["shortPollingTimeMills"] == "1000" and "mapedFileSizeConsumeQueue" in config
+    assert config["broker.graceful_timeout"] == "10.0"  # no RocketMQ key: Trocket's name and form
+    text = broker.admin("getBrokerConfig", "-c", "DefaultCluster").stdout
+    assert f"============{broker.broker}============" in text and "brokerPermission" in text
+    # A key read where it is used changes in place, is kept, and is registered at once.
+    out = broker.admin("updateBrokerConfig", "-b", broker.broker, "-k", "brokerPermission", "-v", "4").stdout
+    assert out.strip() == f"update broker config success, {broker.broker}"
+    assert broker.admin_json("getBrokerConfig", "-b", broker.broker)[broker.broker]["brokerPermission"] == "4"
+    assert "brokerPermission=4" in (broker.data_dir / "config" / "runtime.properties").read_text()
+    deadline = time.monotonic() + 10
+    while broker.admin_json("topicRoute", "-t", TOPIC)["queueDatas"][0]["perm"] != 4:
+        assert time.monotonic() < deadline, "the NameServer still routes writes here"
+        time.sleep(0.2)
+    assert trocket("produce", "-n", broker.namesrv, "-t", TOPIC, "-b", "refused").returncode != 0
+    broker.admin("updateBrokerConfig", "-c", "DefaultCluster", "-k", "brokerPermission", "-v", "6")
+    deadline = time.monotonic() + 10
+    while trocket("produce", "-n", broker.namesrv, "-t", TOPIC, "-b", "accepted").returncode != 0:
+        assert time.monotonic() < deadline, "writes still refused after brokerPermission=6"
+        time.sleep(0.2)
+    # A key taken at start is refused with the reason; so is a bad value; nothing changes.
+    fixed = broker.admin(
+        "updateBrokerConfig", "-b", broker.broker, "-k", "listenPort", "-v", "1", check=False
+    )
+    assert fixed.returncode == 1 and "NO_PERMISSION" in fixed.stderr
+    assert "cannot change while the broker runs" in fixed.stderr and "brokerPermission" in fixed.stderr
+    bad = broker.admin(
+        "updateBrokerConfig", "-b", broker.broker, "-k", "brokerPermission", "-v", "9", check=False
+    )
+    assert bad.returncode == 1 and "INVALID_PARAMETER" in bad.stderr
+    assert broker.admin_json("getBrokerConfig", "-b", broker.broker)[broker.broker]["brokerPermission"] == "6"
+
+
+def test_get_and_update_namesrv_config(broker):
+    [config] = broker.admin_json("getNamesrvConfig").values()
+    assert config["namesrv.broker_expiry"] == "120.0"
+    out = broker.admin("updateNamesrvConfig", "-k", "namesrv.broker_expiry", "-v", "90s").stdout
+    assert "update name server config success!" in out
+    [config] = broker.admin_json("getNamesrvConfig").values()
+    assert config["namesrv.broker_expiry"] == "90.0"
+    refused = broker.admin("updateNamesrvConfig", "-k", "namesrv.listen_port", "-v", "1", check=False)
+    assert refused.returncode == 1 and "cannot change while the broker runs" in refused.stderr
+
+
+def test_a_runtime_change_outlives_a_restart(tmp_path):
+    first = start_broker(tmp_path)
+    try:
+        first.admin("updateBrokerConfig", "-b", first.broker, "-k", "slaveReadEnable", "-v", "true")
+    finally:
+        first.stop()
+    namesrv_port = int(first.namesrv.rsplit(":", 1)[1])
+    again = start_broker(tmp_path, namesrv_port=namesrv_port)
+    try:
+        assert (
+            again.admin_json("getBrokerConfig", "-b", again.broker)[again.broker]["slaveReadEnable"] == "true"
+        )
+        assert "slaveReadEnable=true (changed at run time)" in again.log.read_text()
+    finally:
+        again.stop()

@@ -324,3 +324,36 @@ async def broker_consume_stats(
         "totalDiff": int(data.get("totalDiff", 0)),
         "brokerAddr": data.get("brokerAddr", broker_addr),
     }
+
+
+def _properties(body: bytes) -> dict[str, str]:
+    from kernel.config.properties_file import parse_properties
+
+    return parse_properties(body.decode("utf-8", "replace"), source="the answer")
+
+
+async def broker_config(client: AdminClient, broker_addr: str) -> dict[str, str]:
+    """A broker's effective settings (``GET_BROKER_CONFIG``), RocketMQ's keys where they exist."""
+    return _properties((await client.call(broker_addr, RequestCode.GET_BROKER_CONFIG)).body)
+
+
+async def update_broker_config(client: AdminClient, broker_addr: str, changes: dict[str, str]) -> None:
+    """``UPDATE_BROKER_CONFIG``: applied and kept across restarts, or refused with the reason."""
+    body = "".join(f"{key}={value}\n" for key, value in changes.items()).encode()
+    await client.call(broker_addr, RequestCode.UPDATE_BROKER_CONFIG, body=body)
+
+
+async def namesrv_configs(client: AdminClient) -> dict[str, dict[str, str]]:
+    """Each NameServer's effective settings (``GET_NAMESRV_CONFIG``)."""
+    return {
+        address: _properties((await client.call(address, RequestCode.GET_NAMESRV_CONFIG)).body)
+        for address in client.namesrv_addrs
+    }
+
+
+async def update_namesrv_config(client: AdminClient, changes: dict[str, str]) -> list[str]:
+    """``UPDATE_NAMESRV_CONFIG`` on every NameServer given; their addresses."""
+    body = "".join(f"{key}={value}\n" for key, value in changes.items()).encode()
+    for address in client.namesrv_addrs:
+        await client.call(address, RequestCode.UPDATE_NAMESRV_CONFIG, body=body)
+    return list(client.namesrv_addrs)

@@ -95,6 +95,31 @@ def register(command: Register) -> None:
     p.add_argument("-l", "--level", type=int, default=0, help="only queues with at least this lag")
     p.add_argument("-o", "--order", type=boolean_arg, default=False, help="true: orderly groups only")
 
+    p = command("getBrokerConfig", "a broker's effective settings", get_broker_config, print_configs)
+    target = p.add_mutually_exclusive_group(required=True)
+    target.add_argument("-b", "--brokerAddr", help="one broker ip:port")
+    target.add_argument("-c", "--clusterName", help="every broker of a cluster, slaves included")
+
+    p = command(
+        "updateBrokerConfig", "change a running broker's setting (kept)", update_broker_config, print_lines
+    )
+    target = p.add_mutually_exclusive_group(required=True)
+    target.add_argument("-b", "--brokerAddr", help="one broker ip:port")
+    target.add_argument("-c", "--clusterName", help="every broker of a cluster, slaves included")
+    p.add_argument("-k", "--key", required=True)
+    p.add_argument("-v", "--value", required=True)
+
+    p = command("getNamesrvConfig", "each NameServer's effective settings", get_namesrv_config, print_configs)
+
+    p = command(
+        "updateNamesrvConfig",
+        "change a setting of the running NameServers",
+        update_namesrv_config,
+        print_lines,
+    )
+    p.add_argument("-k", "--key", required=True)
+    p.add_argument("-v", "--value", required=True)
+
     p = command(
         "updateKvConfig", "set a NameServer KV config item on every NameServer", update_kv, print_lines
     )
@@ -240,3 +265,45 @@ async def broker_consume_stats(client: AdminClient, args: argparse.Namespace) ->
 def print_consume_stats(stats: dict[str, Any]) -> None:
     print_table([{**row, "#LastTime": format_time(row["#LastTime"])} for row in stats["rows"]])
     print(f"\nDiff Total: {stats['totalDiff']}")
+
+
+async def _brokers(client: AdminClient, args: argparse.Namespace) -> list[str]:
+    """``-b`` or every broker of cluster ``-c`` (slaves too: each keeps its own settings)."""
+    if args.brokerAddr:
+        return [args.brokerAddr]
+    info = await client.cluster_info()
+    names = info["clusterAddrTable"].get(args.clusterName)
+    if not names:
+        raise AdminError(f"cluster {args.clusterName!r} is unknown to the NameServer")
+    return [
+        a for name in sorted(names) for _, a in sorted(info["brokerAddrTable"][name]["brokerAddrs"].items())
+    ]
+
+
+async def get_broker_config(client: AdminClient, args: argparse.Namespace) -> dict[str, dict[str, str]]:
+    return {address: await toolbox.broker_config(client, address) for address in await _brokers(client, args)}
+
+
+async def update_broker_config(client: AdminClient, args: argparse.Namespace) -> list[str]:
+    lines = []
+    for address in await _brokers(client, args):
+        await toolbox.update_broker_config(client, address, {args.key: args.value})
+        lines.append(f"update broker config success, {address}")
+    return lines
+
+
+async def get_namesrv_config(client: AdminClient, args: argparse.Namespace) -> dict[str, dict[str, str]]:
+    return await toolbox.namesrv_configs(client)
+
+
+async def update_namesrv_config(client: AdminClient, args: argparse.Namespace) -> list[str]:
+    addresses = await toolbox.update_namesrv_config(client, {args.key: args.value})
+    return [f"update name server config success!{addresses}"]
+
+
+def print_configs(configs: dict[str, dict[str, str]]) -> None:
+    """mqadmin's layout: a banner per server, then ``key = value`` lines."""
+    for address, settings in configs.items():
+        print(f"============{address}============")
+        for key, value in settings.items():
+            print(f"{key:<50s}=  {value}")

@@ -20,6 +20,7 @@ class RequestCode(enum.IntEnum):
     """RocketMQ 5: create or update many topics in one request (body ``{"topicConfigList": [...]}``)."""
     GET_ALL_TOPIC_CONFIG = 21
     UPDATE_BROKER_CONFIG = 25
+    GET_BROKER_CONFIG = 26
     GET_BROKER_RUNTIME_INFO = 28
     SEARCH_OFFSET_BY_TIMESTAMP = 29
     GET_MAX_OFFSET = 30
@@ -66,6 +67,8 @@ class RequestCode(enum.IntEnum):
     GET_CONSUMER_RUNNING_INFO = 307
     SEND_MESSAGE_V2 = 310
     GET_BROKER_CONSUME_STATS = 317
+    UPDATE_NAMESRV_CONFIG = 318
+    GET_NAMESRV_CONFIG = 319
     SEND_BATCH_MESSAGE = 320
     QUERY_DATA_VERSION = 322
     ADD_WRITE_PERM_OF_BROKER = 327

@@ -15,7 +15,11 @@ from typing import TYPE_CHECKING, Any
 import orjson
 import trio
 
+from kernel import runtime_settings
+from kernel.config.effective import effective_settings, properties_text
+from kernel.config.properties_file import parse_properties
 from kernel.consumer_progress import POP_PROGRESS
+from kernel.errors import ConfigError
 from plugins.remoting.handlers.common import int_field, parse_json_body, queryable, required, valid_group
 from plugins.remoting.subscriptions import SubscriptionGroupConfig
 from plugins.remoting.topics import TopicConfig, apply_attributes, topic_problem
@@ -321,6 +325,34 @@ async def broker_consume_stats(
     address = json.dumps(net.broker_addr)
     body = f'{{"brokerAddr":{address},"consumeStatsList":[{",".join(groups)}],"totalDiff":{total_diff}}}'
     return request.response(body=body.encode())
+
+
+async def broker_config(
+    net: BrokerNetwork, connection: Connection, request: RemotingCommand
+) -> RemotingCommand:
+    """RocketMQ's ``GET_BROKER_CONFIG`` (mqadmin ``getBrokerConfig``): every effective setting
+    as properties text, RocketMQ's keys and units where they exist."""
+    ctx = net.runtime.ctx
+    body = properties_text(effective_settings(ctx))
+    return request.response(ext={"version": json.dumps(net.topics.version.to_json())}, body=body.encode())
+
+
+async def update_broker_config(
+    net: BrokerNetwork, connection: Connection, request: RemotingCommand
+) -> RemotingCommand:
+    """RocketMQ's ``UPDATE_BROKER_CONFIG`` (mqadmin ``updateBrokerConfig``): the body's
+    ``key=value`` lines, all applied and kept, or none: a key that takes effect only at a restart
+    is refused (NO_PERMISSION, as RocketMQ refuses its black-listed keys), a bad value too."""
+    try:
+        changes = parse_properties(request.body.decode("utf-8", "replace"), source="UPDATE_BROKER_CONFIG")
+    except ConfigError as error:
+        return request.response(ResponseCode.INVALID_PARAMETER, remark=str(error))
+    try:
+        runtime_settings.update(net.runtime.ctx, changes)
+    except runtime_settings.SettingRefused as refused:
+        code = ResponseCode.NO_PERMISSION if refused.unchangeable else ResponseCode.INVALID_PARAMETER
+        return request.response(code, remark=str(refused))
+    return request.response()
 
 
 async def producer_connections(
