@@ -240,3 +240,40 @@ def test_a_runtime_change_outlives_a_restart(tmp_path):
         assert "slaveReadEnable=true (changed at run time)" in again.log.read_text()
     finally:
         again.stop()
+
+
+async def test_consumer_status_asks_each_running_consumer_for_its_state(broker):
+    from contextlib import AsyncExitStack
+
+    from trocket import ConsumeFromWhere, ConsumeStatus, PushConsumer
+
+    consumers = []
+    async with AsyncExitStack() as stack:
+        for name in ("a", "b"):
+            consumer = PushConsumer("CG_tbx_status", broker.namesrv, instance_name=f"status-{name}",
+                                    consume_from_where=ConsumeFromWhere.FIRST_OFFSET)  # fmt: skip
+            consumer.subscribe(TOPIC, "*")
+            consumer.register_listener(lambda messages, context: ConsumeStatus.CONSUME_SUCCESS)
+            consumers.append(await stack.enter_async_context(consumer))
+        with trio.fail_after(20):
+            while sum(len(c.assigned_queues) for c in consumers) < 4 + 1:  # noqa: ASYNC110 - rebalance settles
+                await trio.sleep(0.2)
+        status = await trio.to_thread.run_sync(broker.admin_json, "consumerStatus", "-g", "CG_tbx_status")
+        assert sorted(r["#ClientId"].split("@")[1] for r in status["rows"]) == ["status-a", "status-b"]
+        assert sum(r["#Queues"] for r in status["rows"]) >= 4 and status["sameSubscription"] is True
+        one = consumers[0].client_id
+        info = await trio.to_thread.run_sync(
+            broker.admin_json, "consumerStatus", "-g", "CG_tbx_status", "-i", one
+        )
+        assert info["properties"]["PROP_CONSUME_TYPE"] == "CONSUME_PASSIVELY"
+        assert {s["topic"] for s in info["subscriptionSet"]} >= {TOPIC}
+        owned = {(q.topic, q.queue_id) for q in consumers[0].assigned_queues}
+        assert {(q["topic"], q["queueId"]) for q in info["mqTable"]} == owned
+        text = await trio.to_thread.run_sync(
+            lambda: broker.admin("consumerStatus", "-g", "CG_tbx_status").stdout
+        )
+        assert "Same subscription in the same group of consumer" in text
+        gone = await trio.to_thread.run_sync(
+            lambda: broker.admin("consumerStatus", "-g", "CG_tbx_status", "-i", "1.2.3.4@nobody", check=False)
+        )
+        assert gone.returncode == 1 and "not online" in gone.stderr

@@ -357,3 +357,53 @@ async def update_namesrv_config(client: AdminClient, changes: dict[str, str]) ->
     for address in client.namesrv_addrs:
         await client.call(address, RequestCode.UPDATE_NAMESRV_CONFIG, body=body)
     return list(client.namesrv_addrs)
+
+
+async def consumer_running_info(client: AdminClient, group: str, client_id: str) -> dict[str, Any]:
+    """One consumer's ``ConsumerRunningInfo`` (properties, subscriptions, each queue's
+    ProcessQueueInfo), asked through a broker it heartbeats to (``GET_CONSUMER_RUNNING_INFO``)."""
+    errors = []
+    for address in (await client.master_addrs()).values():
+        response = await client.call(
+            address,
+            RequestCode.GET_CONSUMER_RUNNING_INFO,
+            {"consumerGroup": group, "clientId": client_id, "jstackEnable": False},
+            ok=(0, ResponseCode.SYSTEM_ERROR),
+        )
+        if response.code == 0:
+            info = loads_admin_json(response.body)
+            info["mqTable"] = [
+                {"topic": t, "brokerName": b, "queueId": q, **value}
+                for (t, b, q), value in sorted(
+                    (split_queue_key(key), value) for key, value in info.get("mqTable", {}).items()
+                )
+            ]
+            return dict(info)
+        errors.append(response.remark or "")
+    raise AdminError(
+        f"consumer {client_id!r} of group {group!r} did not answer: {errors[0] if errors else 'no broker'}"
+    )
+
+
+async def consumer_status(client: AdminClient, group: str) -> dict[str, Any]:
+    """Every online consumer of ``group`` with what it consumes (mqadmin ``consumerStatus``
+    without ``-i``), and whether they all subscribe the same way (a group whose members differ
+    rebalances against itself)."""
+    connections = await client.consumer_connection(group)
+    rows = []
+    subscriptions = set()
+    for index, connection in enumerate(sorted(connections["connectionSet"], key=lambda c: c["clientId"]), 1):
+        info = await consumer_running_info(client, group, connection["clientId"])
+        mine = frozenset((s["topic"], s["subString"]) for s in info.get("subscriptionSet", []))
+        subscriptions.add(mine)
+        rows.append(
+            {
+                "#Index": index,
+                "#ClientId": connection["clientId"],
+                "#Version": connection.get("version", ""),
+                "#Language": connection.get("language", ""),
+                "#Queues": len(info["mqTable"]),
+                "#CachedMessages": sum(int(q.get("cachedMsgCount", 0)) for q in info["mqTable"]),
+            }
+        )
+    return {"rows": rows, "sameSubscription": len(subscriptions) <= 1}

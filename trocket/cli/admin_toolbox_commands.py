@@ -95,6 +95,13 @@ def register(command: Register) -> None:
     p.add_argument("-l", "--level", type=int, default=0, help="only queues with at least this lag")
     p.add_argument("-o", "--order", type=boolean_arg, default=False, help="true: orderly groups only")
 
+    p = command(
+        "consumerStatus", "a group's clients, or one client's state", consumer_status, print_consumer_status
+    )
+    p.add_argument("-g", "--consumerGroup", required=True)
+    p.add_argument("-i", "--clientId", help="one client: its properties, subscriptions and queues")
+    p.add_argument("-s", "--jstack", default="false", help="accepted for mqadmin compatibility (no stacks)")
+
     p = command("getBrokerConfig", "a broker's effective settings", get_broker_config, print_configs)
     target = p.add_mutually_exclusive_group(required=True)
     target.add_argument("-b", "--brokerAddr", help="one broker ip:port")
@@ -307,3 +314,46 @@ def print_configs(configs: dict[str, dict[str, str]]) -> None:
         print(f"============{address}============")
         for key, value in settings.items():
             print(f"{key:<50s}=  {value}")
+
+
+async def consumer_status(client: AdminClient, args: argparse.Namespace) -> dict[str, Any]:
+    if args.clientId:
+        return {
+            "clientId": args.clientId,
+            **await toolbox.consumer_running_info(client, args.consumerGroup, args.clientId),
+        }
+    return await toolbox.consumer_status(client, args.consumerGroup)
+
+
+def print_consumer_status(status: dict[str, Any]) -> None:
+    """mqadmin's sections for one client; the group's clients and the subscription check else."""
+    if "rows" in status:
+        print_table(status["rows"])
+        print()
+        print(
+            "Same subscription in the same group of consumer"
+            if status["sameSubscription"]
+            else "WARN: Different subscription in the same group of consumer!!!"
+        )
+        return
+    print("#Consumer Properties#")
+    for key, value in sorted(status.get("properties", {}).items()):
+        print(f"{key:<40s}: {value}")
+    print("\n#Consumer Subscription#")
+    for index, sub in enumerate(status.get("subscriptionSet", []), 1):
+        print(f"{index:03d} Topic: {sub['topic']:<40s} SubExpression: {sub['subString']}")
+    print("\n#Consumer MQ Detail#")
+    print_table(
+        [
+            {
+                "#Topic": q["topic"],
+                "#Broker Name": q["brokerName"],
+                "#QID": q["queueId"],
+                "#Commit Offset": q["commitOffset"],
+                "#Cached": q["cachedMsgCount"],
+                "#Locked": q["locked"],
+                "#Last Pull": format_time(q["lastPullTimestamp"]),
+            }  # fmt: skip
+            for q in status["mqTable"]
+        ]
+    )

@@ -110,7 +110,8 @@ class Producer:
     always poll that long, ``0`` never (docs/performance.md, ``wire.remoting.busy_poll``)."""
     heartbeat_interval: float = HEARTBEAT_INTERVAL
     """Seconds between heartbeats to every broker sent to (RocketMQ's
-    ``heartbeatBrokerInterval``); a new broker hears one within a second of its first route."""
+    ``heartbeatBrokerInterval``); a new broker hears one within a second of its first route.
+    0 sends none (a consumer's producer of retries is not a producer group of its own)."""
     instance_name: str | None = None
     """The second half of the client id brokers list (``ip@instance``; default the pid)."""
     _remoting: RemotingClient | None = attrs.field(default=None, init=False)
@@ -151,7 +152,8 @@ class Producer:
             self._remoting, self._routes, self.group, client_id, self.heartbeat_interval
         )
         self._heartbeat_scope = trio.CancelScope()
-        self._nursery.start_soon(self._heartbeat, self._heartbeat_scope, self._heartbeats)
+        if self.heartbeat_interval > 0:
+            self._nursery.start_soon(self._heartbeat, self._heartbeat_scope, self._heartbeats)
         self._stack = stack
 
     @staticmethod

@@ -19,11 +19,11 @@ from kernel import runtime_settings
 from kernel.config.effective import effective_settings, properties_text
 from kernel.config.properties_file import parse_properties
 from kernel.consumer_progress import POP_PROGRESS
-from kernel.errors import ConfigError
+from kernel.errors import ConfigError, RemotingError
 from plugins.remoting.handlers.common import int_field, parse_json_body, queryable, required, valid_group
 from plugins.remoting.subscriptions import SubscriptionGroupConfig
 from plugins.remoting.topics import TopicConfig, apply_attributes, topic_problem
-from wire.remoting import Connection, RemotingCommand, ResponseCode
+from wire.remoting import Connection, RemotingCommand, RequestCode, ResponseCode
 from wire.remoting.admin_json import dumps_queue_keyed
 
 if TYPE_CHECKING:
@@ -353,6 +353,35 @@ async def update_broker_config(
         code = ResponseCode.NO_PERMISSION if refused.unchangeable else ResponseCode.INVALID_PARAMETER
         return request.response(code, remark=str(refused))
     return request.response()
+
+
+async def consumer_running_info(
+    net: BrokerNetwork, connection: Connection, request: RemotingCommand
+) -> RemotingCommand:
+    """RocketMQ's ``GET_CONSUMER_RUNNING_INFO`` (mqadmin ``consumerStatus``): asked of the
+    consumer ``clientId`` of the group over its own connection, its answer passed back."""
+    group, client_id = required(request, "consumerGroup", "clientId")
+    consumer = net.clients.online(group)
+    channels = [c for c in consumer.channels.values() if c.client_id == client_id] if consumer else []
+    if not channels or channels[0].connection.closed:
+        return request.response(
+            ResponseCode.SYSTEM_ERROR, remark=f"The Consumer <{group}> <{client_id}> not online"
+        )
+    ask = RemotingCommand.request(
+        RequestCode.GET_CONSUMER_RUNNING_INFO,
+        {
+            "consumerGroup": group,
+            "clientId": client_id,
+            "jstackEnable": request.ext.get("jstackEnable", "false"),
+        },
+    )
+    try:
+        answer = await channels[0].connection.request(ask, 5.0)
+    except RemotingError as error:
+        return request.response(
+            ResponseCode.SYSTEM_ERROR, remark=f"consumer {client_id} did not answer: {error}"
+        )
+    return request.response(answer.code, remark=answer.remark, body=answer.body)
 
 
 async def producer_connections(

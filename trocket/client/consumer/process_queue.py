@@ -8,6 +8,7 @@ is, so a message is never committed before it is consumed, however the workers i
 from __future__ import annotations
 
 import bisect
+import time
 
 import attrs
 import trio
@@ -62,6 +63,26 @@ class ProcessQueue:
         if self._offsets:
             return self._offsets[0]
         return self.highest_pulled + 1 if self.highest_pulled >= 0 else -1
+
+    def info(self, committed: int) -> dict[str, object]:
+        """RocketMQ's ``ProcessQueueInfo`` (mqadmin ``consumerStatus``); ``committed``: the
+        offset the store will commit. Times are kept on trio's clock and shown as wall-clock
+        milliseconds (0: never)."""
+
+        def wall_ms(at: float) -> int:
+            return int((time.time() - (trio.current_time() - at)) * 1000) if at else 0
+
+        return {
+            "commitOffset": committed,
+            "cachedMsgMinOffset": self._offsets[0] if self._offsets else 0,
+            "cachedMsgMaxOffset": self._offsets[-1] if self._offsets else 0,
+            "cachedMsgCount": len(self._offsets),
+            "cachedMsgSizeInMiB": self.size_bytes // (1 << 20),
+            "locked": self.locked,
+            "lastLockTimestamp": wall_ms(self.last_lock_time),
+            "droped": self.dropped,
+            "lastPullTimestamp": wall_ms(self.last_pull_time),
+        }
 
     def take_in_order(self, limit: int) -> list[ReceivedMessage]:
         """Orderly consumption: the lowest ``limit`` messages in flight, still held."""

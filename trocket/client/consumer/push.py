@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import logging
 import math
+import time
 from contextlib import AsyncExitStack
 
 import attrs
@@ -47,6 +48,7 @@ from trocket.client.consumer.session import (
 )
 from trocket.client.errors import ClientError
 from trocket.client.producer import Producer
+from wire.remoting.admin_json import dumps_queue_keyed
 from wire.subscription import Subscription
 
 log = logging.getLogger(__name__)
@@ -148,6 +150,41 @@ class PushConsumer(ConsumerBase):
             if self._offsets is not None
         }
 
+    def _running_info(self, addresses: tuple[str, ...], started_ms: int) -> bytes:
+        """RocketMQ's ``ConsumerRunningInfo`` (mqadmin ``consumerStatus``): settings, subscriptions
+        and each owned queue's ProcessQueueInfo. Trocket keeps no per-topic RT/TPS figures, so
+        ``statusTable`` is empty."""
+        from trocket import __version__
+
+        assert self._session is not None
+        properties = {
+            "PROP_NAMESERVER_ADDR": ";".join(addresses),
+            "PROP_CONSUME_TYPE": "CONSUME_PASSIVELY",
+            "PROP_CONSUMEORDERLY": str(self._orderly).lower(),
+            "PROP_THREADPOOL_CORE_SIZE": str(self.consume_thread_max),
+            "PROP_CONSUMER_START_TIMESTAMP": str(started_ms),
+            "PROP_CLIENT_VERSION": f"trocket {__version__}",
+            "messageModel": self.message_model.value,
+            "consumeFromWhere": self.consume_from_where.value,
+            "consumeMessageBatchMaxSize": str(self.consume_message_batch_max_size),
+            "pullBatchSize": str(self.pull_batch_size),
+            "pullThresholdForQueue": str(self.pull_threshold_for_queue),
+            "maxReconsumeTimes": str(self.max_reconsume_times),
+        }
+        committed = self._offsets.read if self._offsets is not None else (lambda queue: -1)
+        entries = [
+            ({"brokerName": q.broker_name, "queueId": q.queue_id, "topic": q.topic}, o.pq.info(committed(q)))
+            for q, o in sorted(self._owned.items(), key=lambda item: attrs.astuple(item[0]))
+        ]
+        fields = {
+            "jstack": "",
+            "properties": properties,
+            "statusTable": {},
+            "subscriptionSet": [s.to_json() for s in self._session.subscriptions.values()],
+            "userConsumerInfo": {},
+        }
+        return dumps_queue_keyed(fields, "mqTable", entries)
+
     # --- lifecycle --------------------------------------------------------------------------
 
     async def start(self) -> None:
@@ -165,8 +202,12 @@ class PushConsumer(ConsumerBase):
             subscriptions[retry] = new_subscription(retry, "*")
         stack = AsyncExitStack()
         try:
-            await self._join(stack, allocate, addresses, "CONSUME_PASSIVELY", subscriptions)
-            self._producer = await stack.enter_async_context(Producer(self.group, addresses))
+            session = await self._join(stack, allocate, addresses, "CONSUME_PASSIVELY", subscriptions)
+            started_ms = int(time.time() * 1000)
+            session.running_info = lambda: self._running_info(addresses, started_ms)
+            self._producer = await stack.enter_async_context(
+                Producer(self.group, addresses, heartbeat_interval=0)
+            )
             nursery = await stack.enter_async_context(trio.open_nursery())
             self._stopped = trio.Event()
             await nursery.start(self._run)
@@ -371,6 +412,7 @@ class PushConsumer(ConsumerBase):
                     continue
                 if pq.dropped:
                     return
+                pq.last_pull_time = trio.current_time()
                 if result.status is PullStatus.OFFSET_ILLEGAL:
                     log.warning(
                         "group %s: offset %d of %s is illegal (queue holds %d..%d); moving to %d",

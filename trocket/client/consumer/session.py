@@ -11,7 +11,7 @@ import os
 import socket
 import ssl
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from contextlib import AsyncExitStack
 from typing import Any
 
@@ -73,6 +73,9 @@ class ConsumerSession:
     """Broker name → where to read (the master, or a slave while it is down), for every
     broker of every subscribed topic."""
     rebalance_wanted: trio.Event = attrs.field(factory=trio.Event, init=False)
+    running_info: Callable[[], bytes] | None = attrs.field(default=None, init=False)
+    """RocketMQ's ``ConsumerRunningInfo`` as JSON, asked by the broker for mqadmin
+    ``consumerStatus`` (set by the consumer that owns the session)."""
 
     def __attrs_post_init__(self) -> None:
         self.routes = RouteCache(self.remoting, self.namesrv_addrs)
@@ -90,7 +93,14 @@ class ConsumerSession:
                 holder[0].rebalance_wanted.set()
             return None
 
+        async def running_info(connection: Connection, request: RemotingCommand) -> RemotingCommand | None:
+            session = holder[0] if holder else None
+            if session is None or session.running_info is None:
+                return request.response(ResponseCode.SYSTEM_ERROR, remark="the consumer is not running")
+            return request.response(body=session.running_info())
+
         router.register(RequestCode.NOTIFY_CONSUMER_IDS_CHANGED, ids_changed)
+        router.register(RequestCode.GET_CONSUMER_RUNNING_INFO, running_info)
         return router, holder
 
     # --- routes -----------------------------------------------------------------------------
