@@ -32,6 +32,7 @@ from plugins.remoting.outgoing import OutgoingConnections
 from plugins.remoting.registration import NameServerRegistration
 from plugins.remoting.request_modes import RequestModes
 from plugins.remoting.slave_sync import SlaveSynchronizer
+from plugins.remoting.stats import BrokerStats
 from plugins.remoting.subscriptions import SubscriptionGroupManager
 from plugins.remoting.topics import PERM_READ, PERM_WRITE, TopicConfig, TopicConfigManager
 from wire.remoting import Connection, RemotingServer, Router, TransportLimits, code_name
@@ -58,6 +59,8 @@ class BrokerNetwork:
     started_at: float = 0.0
     boot_timestamp: int = 0
     messages_pulled: int = 0
+    stats: BrokerStats = attrs.field(factory=BrokerStats)
+    """Put and get counts per topic and group over the last minute, hour and day (statsAll)."""
     """Messages answered to pulls since the start (``getMessageTimesTotal``: out TPS by difference)."""
 
     @classmethod
@@ -226,6 +229,7 @@ class BrokerNetwork:
     async def _expire_channels_loop(self) -> None:
         while True:
             await trio.sleep(self.config.channel_scan_interval)
+            self.stats.sweep(trio.current_time())
             for client_id in self.clients.expire(trio.current_time(), self.config.channel_expiry):
                 log.warning(
                     "client %s dropped: no heartbeat for %.0fs", client_id, self.config.channel_expiry

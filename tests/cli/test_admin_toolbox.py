@@ -277,3 +277,26 @@ async def test_consumer_status_asks_each_running_consumer_for_its_state(broker):
             lambda: broker.admin("consumerStatus", "-g", "CG_tbx_status", "-i", "1.2.3.4@nobody", check=False)
         )
         assert gone.returncode == 1 and "not online" in gone.stderr
+
+
+def test_stats_all_counts_sends_and_gets_per_topic_and_group(broker):
+    topic = "ToolboxStats"
+    broker.admin("updateTopic", "-b", broker.broker, "-t", topic, "-r", "2", "-w", "2")
+    sent = trocket("produce", "-n", broker.namesrv, "-t", topic, "-b", "stat {i}", "-c", "6")
+    assert sent.returncode == 0, sent.stderr
+    group = "CG_tbx_stats_all"
+    consumed = trocket(
+        "consume", "-n", broker.namesrv, "-g", group, "-t", topic, "--from", "first", "-c", "6"
+    )
+    assert consumed.returncode == 0, consumed.stderr
+    [row] = broker.admin_json("statsAll", "-t", topic)
+    assert row["#Consumer Group"] == "CG_tbx_stats_all" and row["#InMsg24Hour"] == 6
+    assert row["#OutMsg24Hour"] == 6 and row["#Accumulation"] == 0
+    assert row["#InTPS"] == 0.1 and row["#OutTPS"] == 0.1  # 6 in the last minute
+    lonely = "ToolboxStatsLonely"
+    broker.admin("updateTopic", "-b", broker.broker, "-t", lonely, "-r", "1", "-w", "1")
+    assert trocket("produce", "-n", broker.namesrv, "-t", lonely, "-b", "nobody reads").returncode == 0
+    [row] = broker.admin_json("statsAll", "-t", lonely)
+    assert row["#OutMsg24Hour"] == "NO_CONSUMER" and row["#InMsg24Hour"] == 1
+    everything = broker.admin("statsAll", "-a").stdout
+    assert topic in everything and "#Accumulation" in everything

@@ -407,3 +407,73 @@ async def consumer_status(client: AdminClient, group: str) -> dict[str, Any]:
             }
         )
     return {"rows": rows, "sameSubscription": len(subscriptions) <= 1}
+
+
+async def _stats(client: AdminClient, address: str, name: str, key: str) -> dict[str, Any] | None:
+    response = await client.call(
+        address, RequestCode.VIEW_BROKER_STATS_DATA, {"statsName": name, "statsKey": key},
+        ok=(0, ResponseCode.SYSTEM_ERROR),
+    )  # fmt: skip
+    return dict(json.loads(response.body)) if response.code == 0 else None
+
+
+async def stats_all(
+    client: AdminClient, topic: str | None = None, *, active_only: bool = False
+) -> list[dict[str, Any]]:
+    """mqadmin ``statsAll``: per topic and consuming group, the backlog, sends and gets per
+    second over the last minute, and messages in and out over the last day, summed over the
+    topic's masters (retry and dead-letter topics left out unless named)."""
+    topics = [topic] if topic else [
+        t for t in await client.topic_list() if not t.startswith(("%RETRY%", "%DLQ%"))
+    ]  # fmt: skip
+    rows = []
+    for name in sorted(topics):
+        try:
+            route = await client.route(name)
+        except AdminError:
+            continue
+        masters = [d["brokerAddrs"]["0"] for d in route["brokerDatas"] if "0" in d["brokerAddrs"]]
+        in_tps, in_day, groups = 0.0, 0, set()
+        for address in masters:
+            put = await _stats(client, address, "TOPIC_PUT_NUMS", name)
+            if put is not None:
+                in_tps += put["statsMinute"]["tps"]
+                in_day += put["statsDay"]["sum"]
+            response = await client.call(address, RequestCode.QUERY_TOPIC_CONSUME_BY_WHO, {"topic": name})
+            groups |= set(json.loads(response.body)["groupList"])
+        if not groups:
+            if not active_only or in_day:
+                rows.append(_stats_row(name, "", 0, in_tps, 0.0, in_day, "NO_CONSUMER"))
+            continue
+        for group in sorted(groups):
+            out_tps, out_day, backlog = 0.0, 0, 0
+            for address in masters:
+                got = await _stats(client, address, "GROUP_GET_NUMS", f"{name}@{group}")
+                if got is not None:
+                    out_tps += got["statsMinute"]["tps"]
+                    out_day += got["statsDay"]["sum"]
+                response = await client.call(
+                    address, RequestCode.GET_CONSUME_STATS, {"consumerGroup": group, "topic": name},
+                    ok=(0, ResponseCode.SYSTEM_ERROR),
+                )  # fmt: skip
+                if response.code == 0:
+                    table = loads_admin_json(response.body)["offsetTable"].values()
+                    backlog += sum(v["brokerOffset"] - v["consumerOffset"] for v in table)
+            if active_only and not (in_day or out_day):
+                continue
+            rows.append(_stats_row(name, group, backlog, in_tps, out_tps, in_day, out_day))
+    return rows
+
+
+def _stats_row(
+    topic: str, group: str, backlog: int, in_tps: float, out_tps: float, in_day: int, out_day: int | str
+) -> dict[str, Any]:
+    return {
+        "#Topic": topic,
+        "#Consumer Group": group,
+        "#Accumulation": backlog,
+        "#InTPS": round(in_tps, 2),
+        "#OutTPS": round(out_tps, 2),
+        "#InMsg24Hour": in_day,
+        "#OutMsg24Hour": out_day,
+    }

@@ -102,6 +102,12 @@ def register(command: Register) -> None:
     p.add_argument("-i", "--clientId", help="one client: its properties, subscriptions and queues")
     p.add_argument("-s", "--jstack", default="false", help="accepted for mqadmin compatibility (no stacks)")
 
+    p = command(
+        "statsAll", "per topic and group: backlog, TPS in and out, messages in 24 h", stats_all, print_table
+    )
+    p.add_argument("-t", "--topic", help="one topic (default: every topic but retry and DLQ topics)")
+    p.add_argument("-a", "--activeTopic", action="store_true", help="only topics with traffic in 24 h")
+
     p = command("getBrokerConfig", "a broker's effective settings", get_broker_config, print_configs)
     target = p.add_mutually_exclusive_group(required=True)
     target.add_argument("-b", "--brokerAddr", help="one broker ip:port")
@@ -357,3 +363,7 @@ def print_consumer_status(status: dict[str, Any]) -> None:
             for q in status["mqTable"]
         ]
     )
+
+
+async def stats_all(client: AdminClient, args: argparse.Namespace) -> list[dict[str, Any]]:
+    return await toolbox.stats_all(client, args.topic, active_only=args.activeTopic)

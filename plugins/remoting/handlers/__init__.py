@@ -54,6 +54,8 @@ HANDLERS: dict[int, NetHandler] = {
     RequestCode.GET_BROKER_CONSUME_STATS: admin.broker_consume_stats,
     RequestCode.GET_BROKER_CONFIG: admin.broker_config,
     RequestCode.GET_CONSUMER_RUNNING_INFO: admin.consumer_running_info,
+    RequestCode.VIEW_BROKER_STATS_DATA: admin.view_broker_stats,
+    RequestCode.QUERY_TOPIC_CONSUME_BY_WHO: admin.topic_consumers,
     RequestCode.UPDATE_BROKER_CONFIG: admin.update_broker_config,
     RequestCode.QUERY_ASSIGNMENT: assignment.query_assignment,
     RequestCode.SET_MESSAGE_REQUEST_MODE: assignment.set_message_request_mode,

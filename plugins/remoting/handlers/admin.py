@@ -21,6 +21,7 @@ from kernel.config.properties_file import parse_properties
 from kernel.consumer_progress import POP_PROGRESS
 from kernel.errors import ConfigError, RemotingError
 from plugins.remoting.handlers.common import int_field, parse_json_body, queryable, required, valid_group
+from plugins.remoting.stats import STATS_NAMES
 from plugins.remoting.subscriptions import SubscriptionGroupConfig
 from plugins.remoting.topics import TopicConfig, apply_attributes, topic_problem
 from wire.remoting import Connection, RemotingCommand, RequestCode, ResponseCode
@@ -382,6 +383,32 @@ async def consumer_running_info(
             ResponseCode.SYSTEM_ERROR, remark=f"consumer {client_id} did not answer: {error}"
         )
     return request.response(answer.code, remark=answer.remark, body=answer.body)
+
+
+async def view_broker_stats(
+    net: BrokerNetwork, connection: Connection, request: RemotingCommand
+) -> RemotingCommand:
+    """RocketMQ's ``VIEW_BROKER_STATS_DATA``: one stats item (``TOPIC_PUT_NUMS`` of a topic,
+    ``GROUP_GET_NUMS`` of ``topic@group``, or their ``_SIZE``) over the last minute, hour, day."""
+    name, key = required(request, "statsName", "statsKey")
+    if name not in STATS_NAMES:
+        return request.response(
+            ResponseCode.SYSTEM_ERROR, remark=f"unknown stats {name}; known: {sorted(STATS_NAMES)}"
+        )
+    data = net.stats.view(name, key, trio.current_time())
+    if data is None:
+        return request.response(ResponseCode.SYSTEM_ERROR, remark=f"The stats <{name}> <{key}> not exist")
+    return request.response(body=orjson.dumps(data))
+
+
+async def topic_consumers(
+    net: BrokerNetwork, connection: Connection, request: RemotingCommand
+) -> RemotingCommand:
+    """RocketMQ's ``QUERY_TOPIC_CONSUME_BY_WHO``: the groups with offsets of a topic here."""
+    (topic,) = required(request, "topic")
+    groups = set(net.offsets.groups_of_topic(topic))
+    groups |= {name for name, group in net.clients.consumers.items() if topic in group.subscriptions}
+    return request.response(body=orjson.dumps({"groupList": sorted(groups)}))
 
 
 async def producer_connections(

@@ -139,6 +139,7 @@ async def handle_pull(
     body = b"".join(result.records)
     if result.records:
         net.messages_pulled += len(result.records)
+        net.stats.got(topic, group, len(result.records), len(body), trio.current_time())
         ctx = net.runtime.ctx
         ctx.hook.trocket_messages_pulled(
             topic=topic, group=group, count=len(result.records), size=len(body), ctx=ctx

@@ -62,7 +62,9 @@ async def handle_send(
     if isinstance(prepared, RemotingCommand):
         return prepared
     batch, queue_id = prepared
-    return _answer(request, queue_id, await net.runtime.put(batch))
+    result = await net.runtime.put(batch)
+    _count(net, request, batch, result)
+    return _answer(request, queue_id, result)
 
 
 async def handle_send_group(
@@ -90,7 +92,12 @@ async def handle_send_group(
         answers.append(None)
         batches.append(prepared[0])
         queue_ids.append(prepared[1])
-    results = iter(await net.runtime.put_group(batches) if batches else [])
+    put = await net.runtime.put_group(batches) if batches else []
+    for batch, result, request in zip(
+        batches, put, (r for r, a in zip(requests, answers, strict=True) if a is None), strict=True
+    ):
+        _count(net, request, batch, result)
+    results = iter(put)
     ids = iter(queue_ids)
     return [
         answer if answer is not None else _answer(request, next(ids), next(results))
@@ -187,6 +194,14 @@ async def _prepare(
         ]
         batch = MessageBatch(messages, header.get("producerGroup", ""))
     return batch, queue_id
+
+
+def _count(net: BrokerNetwork, request: RemotingCommand, batch: MessageBatch, result: PutResult) -> None:
+    """``TOPIC_PUT_NUMS``/``SIZE`` for statsAll: once per request, the body's length as its size."""
+    if result.status.stored:
+        payload = batch.payload
+        topic = getattr(payload, "topic", None) or payload[0].topic
+        net.stats.put(topic, len(batch), len(request.body), trio.current_time())
 
 
 def _answer(request: RemotingCommand, queue_id: int, result: PutResult) -> RemotingCommand:
