@@ -8,13 +8,13 @@ from plugins.remoting.stats import GROUP_GET_NUMS, TOPIC_PUT_NUMS, BrokerStats, 
 def test_windows_sum_what_falls_in_them_and_forget_the_rest():
     counter = RollingCounter()
     start = 1_000_000.0
-    counter.add(5, start)
-    counter.add(7, start + 30)
-    assert counter.window(0, start + 30) == (12, 2)  # both within the minute
-    assert counter.window(0, start + 95) == (0, 0)  # a minute later: neither
-    assert counter.window(1, start + 95) == (12, 2)  # still within the hour
-    counter.add(1, start + 7200)
-    assert counter.window(1, start + 7200) == (1, 1) and counter.window(2, start + 7200) == (13, 3)
+    counter.add(5, 50, start)
+    counter.add(7, 70, start + 30)
+    assert counter.window(0, start + 30) == (12, 120, 2)  # both within the minute
+    assert counter.window(0, start + 95) == (0, 0, 0)  # a minute later: neither
+    assert counter.window(1, start + 95) == (12, 120, 2)  # still within the hour
+    counter.add(1, 10, start + 7200)
+    assert counter.window(1, start + 7200) == (1, 10, 1) and counter.window(2, start + 7200) == (13, 130, 3)
     assert all(len(buckets) <= keep + 1 for buckets, keep in zip(counter.levels, (6, 60, 24), strict=True))
 
 
