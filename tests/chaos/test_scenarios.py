@@ -98,4 +98,3 @@ def test_s8_async_flush_without_min_in_sync_replicas_loses_what_the_cut_took(tmp
     print(result.line())
     assert result.figures["set_before_cut"] == [1], result.line()
     assert result.report.lost and result.report.lost_below, result.line()
-
