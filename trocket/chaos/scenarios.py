@@ -29,7 +29,7 @@ from trocket.chaos.checker import Report, check
 from trocket.chaos.cluster import CONTROLLER_PORT, FAST_TIMINGS, LabCluster, LabProcess, freezer_available
 from trocket.chaos.history import Event, HistoryWriter, read_history
 from trocket.chaos.netlab import NetLab
-from trocket.chaos.workload import Workload, consume, create_topic, drain, produce, send_request
+from trocket.chaos.workload import Workload, consume, create_topic, drain, produce, pull_request, send_request
 from wire import record
 from wire.remoting import RemotingClient, RemotingCommand, RequestCode, ResponseCode
 
@@ -515,12 +515,7 @@ class DelayProbe:
             self.sent[body] = time.monotonic()
 
     async def _pull(self, max_messages: int = 32) -> list[Any]:
-        pull = RemotingCommand.request(
-            RequestCode.PULL_MESSAGE,
-            {"consumerGroup": "CG_chaos_delay", "topic": self.workload.topic, "queueId": 0,
-             "queueOffset": self.offset, "maxMsgNums": max_messages, "sysFlag": 4, "subscription": "*",
-             "subVersion": 0},
-        )  # fmt: skip
+        pull = pull_request("CG_chaos_delay", self.workload.topic, 0, self.offset, max_messages)
         async with RemotingClient.open() as client:
             answer = await client.invoke(self.address, pull, 5)
         if answer.code != ResponseCode.SUCCESS:
@@ -540,11 +535,7 @@ class DelayProbe:
         async with RemotingClient.open() as client:
             answer = await client.invoke(self.address, send_request(self.workload.topic, 0, body.encode()), 5)
         offset = int(answer.ext["queueOffset"])
-        pull = RemotingCommand.request(
-            RequestCode.PULL_MESSAGE,
-            {"consumerGroup": "CG_chaos_clock", "topic": self.workload.topic, "queueId": 0,
-             "queueOffset": offset, "maxMsgNums": 1, "sysFlag": 4, "subscription": "*", "subVersion": 0},
-        )  # fmt: skip
+        pull = pull_request("CG_chaos_clock", self.workload.topic, 0, offset, 1)
         async with RemotingClient.open() as client:
             with trio.fail_after(10):
                 while True:  # dispatch makes it readable a moment after the answer

@@ -59,6 +59,15 @@ def send_request(topic: str, queue: int, body: bytes) -> RemotingCommand:
     return RemotingCommand.request(RequestCode.SEND_MESSAGE_V2, header, body)
 
 
+def pull_request(group: str, topic: str, queue: int, offset: int, max_messages: int = 32) -> RemotingCommand:
+    """``PULL_MESSAGE`` of up to ``max_messages`` from ``offset`` (no suspend, no commit)."""
+    header = {
+        "consumerGroup": group, "topic": topic, "queueId": queue, "queueOffset": offset,
+        "maxMsgNums": max_messages, "sysFlag": 4, "subscription": "*", "subVersion": 0,
+    }  # fmt: skip
+    return RemotingCommand.request(RequestCode.PULL_MESSAGE, header)
+
+
 async def master_address(routes: RouteCache, workload: Workload) -> str | None:
     """The address the NameServer names as ``workload.broker``'s master (broker id 0), or None."""
     try:
@@ -116,12 +125,7 @@ async def drain(address: str, workload: Workload, history: HistoryWriter, *, tim
         for queue in range(workload.queues):
             offset = 0
             while True:
-                pull = RemotingCommand.request(
-                    RequestCode.PULL_MESSAGE,
-                    {"consumerGroup": "CG_chaos_drain", "topic": workload.topic, "queueId": queue,
-                     "queueOffset": offset, "maxMsgNums": 32, "sysFlag": 4, "subscription": "*",
-                     "subVersion": 0},
-                )  # fmt: skip
+                pull = pull_request("CG_chaos_drain", workload.topic, queue, offset)
                 answer = await client.invoke(address, pull, timeout)
                 if answer.code != ResponseCode.SUCCESS:
                     break
@@ -152,12 +156,7 @@ async def consume(workload: Workload, history: HistoryWriter, stop: trio.Event) 
                 continue
             progressed = False
             for queue, offset in offsets.items():
-                pull = RemotingCommand.request(
-                    RequestCode.PULL_MESSAGE,
-                    {"consumerGroup": "CG_chaos_live", "topic": workload.topic, "queueId": queue,
-                     "queueOffset": offset, "maxMsgNums": 32, "sysFlag": 4, "subscription": "*",
-                     "subVersion": 0},
-                )  # fmt: skip
+                pull = pull_request("CG_chaos_live", workload.topic, queue, offset)
                 try:
                     with trio.fail_after(workload.timeout):
                         answer = await client.invoke(address, pull, workload.timeout)
