@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import mmap
 import struct
+from collections.abc import Mapping
 
 import attrs
 import numpy as np
@@ -71,11 +72,16 @@ def check_run(
     base: int,
     check_crc: bool = True,
     max_bytes: int = 64 << 20,
+    follows: Mapping[tuple[str, int], int] | None = None,
 ) -> RecordRun:
     """Validate records from ``start`` while they are valid, up to ``limit`` (the file size).
 
     Besides :func:`~wire.record.check_header`'s checks, every record must store its own log
-    offset (``base + position``) and have a UTF-8 topic, as recovery requires.
+    offset (``base + position``) and have a UTF-8 topic, as recovery requires, and each queue's
+    offsets must run on by one in log order (from ``follows``, the last offset of each queue
+    before this run, when given): the body CRC does not cover the queue-offset field, and a
+    flipped bit there would otherwise be served. A queue starting again at 0 is accepted (a
+    topic deleted and created again restarts its queues in RocketMQ).
     """
     stop = min(limit - 8 + 1, start + max_bytes)
     at, walked_to = batch_codec.size_chain(buffer, start, stop, MIN_RECORD_SIZE)
@@ -84,9 +90,14 @@ def check_run(
     records = _Records.gather(buffer, at, limit, base, check_crc)
     bad = records.bad
     count = int(np.argmax(bad)) if bad.any() else len(at)
-    if count < len(at):
+    gap, why = records.offset_gap(count, follows or {})
+    if gap < count:
+        count = gap
         end = int(at[count])
-        error: CorruptRecord | None = _reason(buffer, end, limit, base, check_crc)
+        error: CorruptRecord | None = CorruptRecord(end, why)
+    elif count < len(at):
+        end = int(at[count])
+        error = _reason(buffer, end, limit, base, check_crc)
     else:
         end = walked_to
         error = _reason(buffer, end, limit, base, check_crc) if end < stop else None
@@ -179,6 +190,37 @@ class _Records:
             nul_at = batch_codec.find_byte(buffer, props_at + 2, end, 0)
             bad |= (crcs != stored_crc) | (nul_at >= 0)
         return cls(bad, queue_id, queue_offset, names, representative)
+
+    def offset_gap(self, count: int, follows: Mapping[tuple[str, int], int]) -> tuple[int, str]:
+        """The index of the first of the ``count`` records whose queue offset does not follow
+        the previous one of its queue (``count`` when none), and why."""
+        if count < 1:
+            return count, ""
+        groups = self.representative[:count]
+        offsets = self.queue_offset[:count]
+        order = np.argsort(groups, kind="stable")
+        ordered_groups, ordered = groups[order], offsets[order]
+        broken = (
+            (ordered_groups[1:] == ordered_groups[:-1])
+            & (ordered[1:] != ordered[:-1] + 1)
+            & (ordered[1:] != 0)
+        )
+        gap, why = count, ""
+        if broken.any():
+            index = order[1:][broken]
+            at = int(index.min())
+            previous = int(ordered[:-1][broken][int(np.argmin(index))])
+            gap, why = at, f"queue offset {int(offsets[at])} does not follow {previous}"
+        for first in np.unique(groups).tolist():
+            key = (self.names.get(first, ""), int(self.queue_id[first]))
+            last = follows.get(key)
+            offset = int(offsets[first])
+            if last is not None and offset not in (last + 1, 0) and first < gap:
+                gap, why = first, f"queue offset {offset} does not follow {last}"
+        if why:
+            topic = self.names.get(int(groups[gap]), "?")
+            why = f"{topic}/{int(self.queue_id[gap])}: {why}"
+        return gap, why
 
     def queue_spans(self, count: int) -> dict[tuple[str, int], QueueSpan]:
         """First and last queue offset per (topic, queue id) over the first ``count`` records."""

@@ -80,6 +80,7 @@ def scan_log(
                 base=mapped.start,
                 check_crc=check_crc,
                 max_bytes=RUN_BYTES,
+                follows=result.max_queue_offsets,
             )
             _note_queue_offsets(run, result)
             position = run.end

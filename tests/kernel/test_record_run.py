@@ -26,7 +26,8 @@ def build_log(specs: list[tuple[int, int, bytes, dict[str, str]]], base: int = 0
 
 
 def reference(buffer: bytes, limit: int, base: int, check_crc: bool):
-    """The record-by-record definition: check_header, own log offset, UTF-8 topic."""
+    """The record-by-record definition: check_header, own log offset, UTF-8 topic, each
+    queue's offsets running on by one (or starting again at 0)."""
     position, count, spans, reason = 0, 0, {}, None
     while position + 8 <= limit:
         try:
@@ -38,10 +39,14 @@ def reference(buffer: bytes, limit: int, base: int, check_crc: bool):
                 topic = bytes(buffer[topic_at + 1 : topic_at + 1 + buffer[topic_at]]).decode()
             except UnicodeDecodeError:
                 raise CorruptRecord(position, "topic is not UTF-8") from None
+            key = (topic, fields[3])
+            if key in spans and fields[5] not in (spans[key][1] + 1, 0):
+                raise CorruptRecord(
+                    position, f"{topic}/{fields[3]}: queue offset {fields[5]} does not follow {spans[key][1]}"
+                )
         except CorruptRecord as error:
             reason = error.reason
             break
-        key = (topic, fields[3])
         first = spans.get(key, (fields[5], 0))[0]
         spans[key] = (first, fields[5])
         count += 1
@@ -134,3 +139,31 @@ def test_a_flipped_body_byte_is_a_crc_error_only_when_checking(check_crc):
         assert (run.count, run.end, run.error.reason) == (1, second, "body CRC mismatch")
     else:
         assert (run.count, run.error) == (3, None)
+
+
+def test_a_flipped_bit_in_a_queue_offset_is_invalid_though_every_crc_holds():
+    """Chaos finding 5: the body CRC does not cover the queue offset; continuity does."""
+    from wire.record_layout import HEADER_DTYPE
+
+    specs = [(1, 0, b"first", {}), (1, 0, b"second", {}), (1, 0, b"third", {})]
+    log = build_log(specs, 0)
+    second = record.check_header(bytes(log), 0, len(log), True)[0]
+    field = second + HEADER_DTYPE.fields["queue_offset"][1]
+    log[field + 3] ^= 0x08  # bit 35 of the big-endian offset: 1 becomes 2**35 + 1
+    data = bytes(log) + bytes(64)
+    run = record_run.check_run(data, 0, len(data), base=0)
+    assert run.count == 1 and run.end == second
+    assert (
+        run.error is not None and "Orders/0: queue offset 34359738369 does not follow 0" in run.error.reason
+    )
+    clean = bytes(build_log(specs, 0)) + bytes(64)
+    assert record_run.check_run(clean, 0, len(clean), base=0).count == 3
+    # Across runs: a queue must go on from where the previous run left it (or start again at 0).
+    later = record_run.check_run(clean, 0, len(clean), base=0, follows={("Orders", 0): 5})
+    assert later.count == 3  # it starts at 0: a topic created again
+    moved = bytes(build_log([(1, 0, b"x", {})], 0))
+    shifted = bytearray(moved)
+    shifted[HEADER_DTYPE.fields["queue_offset"][1] + 7] = 9  # the queue's first offset is 9
+    data = bytes(shifted) + bytes(64)
+    assert record_run.check_run(data, 0, len(data), base=0, follows={("Orders", 0): 5}).count == 0
+    assert record_run.check_run(data, 0, len(data), base=0, follows={("Orders", 0): 8}).count == 1
