@@ -75,6 +75,7 @@ def test_s9_wall_clock_jumps_move_no_delay_and_cause_no_election(tmp_path):
     moved = figures["store_clock_moved_s"]
     assert moved[0] > 3500 and moved[1] < -3500, result.line()  # the jumps reached the broker
     assert figures["epoch_before"] == figures["epoch_after"], result.line()  # no election
+    assert result.report.rto_after_failure == (), result.line()  # no fence: no send failed or went unknown
     errors = figures["delay_errors_s"]
     assert len(errors) == 8 and all(e is not None and abs(e) <= 1.0 for e in errors), result.line()
 

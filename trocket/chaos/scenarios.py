@@ -658,6 +658,7 @@ SCENARIOS: dict[str, tuple[Scenario, Deployment]] = {
 docs/durability.md calls safe: each run must end with every safety count at zero."""
 
 UNSAFE: dict[str, tuple[Scenario, Deployment]] = {
+    "S5-async": (controller_cut_from_etcd, Deployment(role="ASYNC_MASTER")),
     "S5b-async": (coordination_split, Deployment(role="ASYNC_MASTER")),
     "S8-async": (set_shrunk_then_power_cut, Deployment(disk_image=True)),
 }
