@@ -72,7 +72,7 @@ class LabProcess:
     def alive(self) -> bool:
         return self.popen is not None and self.popen.poll() is None
 
-    def signal(self, number: int) -> None:
+    def send_signal(self, number: int) -> None:
         if self.alive():
             assert self.popen is not None
             self.popen.send_signal(number)
@@ -87,7 +87,7 @@ class LabProcess:
 
     def pause(self) -> None:
         """SIGSTOP: the process stops at once (it could see SIGCONT, a frozen one sees nothing)."""
-        self.signal(signal.SIGSTOP)
+        self.send_signal(signal.SIGSTOP)
 
     def freeze(self) -> None:
         """The cgroup freezer: every thread stops where it is, in the kernel too, without a
@@ -106,7 +106,7 @@ class LabProcess:
             state = FREEZER / f"trocket-chaos-{self.popen.pid}" / "freezer.state"
             if state.exists():
                 state.write_text("THAWED")
-        self.signal(signal.SIGCONT)
+        self.send_signal(signal.SIGCONT)
 
     def _leave_freezer(self) -> None:
         if self.popen is not None:

@@ -26,7 +26,7 @@ import trio
 
 from kernel.model import encode_properties
 from trocket.chaos.checker import Report, check
-from trocket.chaos.cluster import CONTROLLER_PORT, FAST_TIMINGS, LabCluster, LabProcess, freezer_available
+from trocket.chaos.cluster import FAST_TIMINGS, LabCluster, LabProcess, freezer_available
 from trocket.chaos.history import Event, HistoryWriter, read_history
 from trocket.chaos.netlab import NetLab
 from trocket.chaos.workload import Workload, consume, create_topic, drain, produce, pull_request, send_request
@@ -665,4 +665,4 @@ UNSAFE: dict[str, tuple[Scenario, Deployment]] = {
 """Deployments documented as unsafe for a fault: runs report their measured loss, not a failure
 (async flush with the set shrunk to the master alone and no ``min_in_sync_replicas``)."""
 
-__all__ = ["CONTROLLER_PORT", "SCENARIOS", "Deployment", "FaultRun", "ScenarioResult", "run_scenario"]
+__all__ = ["SCENARIOS", "UNSAFE", "Deployment", "FaultRun", "ScenarioResult", "run_scenario"]
