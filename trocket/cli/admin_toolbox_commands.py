@@ -25,9 +25,7 @@ def register(command: Register) -> None:
         update_topic_perm,
         print_lines,
     )
-    target = p.add_mutually_exclusive_group(required=True)
-    target.add_argument("-b", "--brokerAddr", help="one broker ip:port")
-    target.add_argument("-c", "--clusterName", help="every master of a cluster")
+    _broker_or_cluster(p, "every master of a cluster")
     p.add_argument("-t", "--topic", required=True)
     p.add_argument("-p", "--perm", type=int, required=True, help="2 write, 4 read, 6 both")
 
@@ -109,16 +107,12 @@ def register(command: Register) -> None:
     p.add_argument("-a", "--activeTopic", action="store_true", help="only topics with traffic in 24 h")
 
     p = command("getBrokerConfig", "a broker's effective settings", get_broker_config, print_configs)
-    target = p.add_mutually_exclusive_group(required=True)
-    target.add_argument("-b", "--brokerAddr", help="one broker ip:port")
-    target.add_argument("-c", "--clusterName", help="every broker of a cluster, slaves included")
+    _broker_or_cluster(p, "every broker of a cluster, slaves included")
 
     p = command(
         "updateBrokerConfig", "change a running broker's setting (kept)", update_broker_config, print_lines
     )
-    target = p.add_mutually_exclusive_group(required=True)
-    target.add_argument("-b", "--brokerAddr", help="one broker ip:port")
-    target.add_argument("-c", "--clusterName", help="every broker of a cluster, slaves included")
+    _broker_or_cluster(p, "every broker of a cluster, slaves included")
     p.add_argument("-k", "--key", required=True)
     p.add_argument("-v", "--value", required=True)
 
@@ -145,6 +139,13 @@ def register(command: Register) -> None:
     )
     p.add_argument("-s", "--namespace", required=True)
     p.add_argument("-k", "--key", required=True)
+
+
+def _broker_or_cluster(parser: argparse.ArgumentParser, cluster_help: str) -> None:
+    """mqadmin's ``-b ADDR | -c CLUSTER``."""
+    target = parser.add_mutually_exclusive_group(required=True)
+    target.add_argument("-b", "--brokerAddr", help="one broker ip:port")
+    target.add_argument("-c", "--clusterName", help=cluster_help)
 
 
 def _read_options(parser: argparse.ArgumentParser) -> None:
