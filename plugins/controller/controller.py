@@ -133,7 +133,8 @@ class Controller:
     ) -> tuple[ReplicaSet, int]:
         """A replica starts (or its lease expired): a new lease, its alive key, its address in
         the set. A set without a live master elects one at once (the first replica of a new set
-        becomes its master). Returns the set and the replica's lease."""
+        becomes its master); its master registering again starts a new master epoch, keeping
+        the SyncStateSet. Returns the set and the replica's lease."""
         if broker_id <= 0:
             raise Refusal(
                 ResponseCode.CONTROLLER_INVALID_REQUEST,
@@ -166,6 +167,12 @@ class Controller:
         def add(current: ReplicaSet | None) -> ReplicaSet:
             if current is None:
                 current = ReplicaSet(cluster, broker_name)
+            if current.master_id == broker_id:
+                # The master registers again: a restarted process, or one whose lease ran out.
+                # Its log may have lost a tail (a power cut) that a slave still holds, and only
+                # a new epoch makes the slave compare histories and cut it (fault scenario S8:
+                # a slave kept bytes the restarted master rewrote with other messages).
+                current = attrs.evolve(current, master_epoch=current.master_epoch + 1)
             if current.replicas.get(broker_id) == replica:
                 return current
             return attrs.evolve(current, replicas={**current.replicas, broker_id: replica})
