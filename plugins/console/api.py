@@ -19,10 +19,12 @@ import attrs
 from trocket import Message, Producer
 from trocket.admin import AdminClient, AdminError
 from trocket.admin import retries as dlq
+from trocket.admin.message_trace import query_trace
 from wire import record
 from wire.record import StoredMessage
 from wire.remoting import RemotingClient, RemotingCommand, RequestCode, ResponseCode
 from wire.remoting.signature import SessionCredentials
+from wire.trace_data import TRACE_TOPIC
 
 RETRY_PREFIX = "%RETRY%"
 DLQ_PREFIX = "%DLQ%"
@@ -43,6 +45,7 @@ SYSTEM_TOPICS = frozenset(
 """RocketMQ's system topics (clients may not send to them), shown under the "system" filter."""
 TOPIC_KINDS = ("normal", "retry", "dlq", "system")
 TRACE_STEPS = {"normal": "sent", "retry": "retry", "dlq": "dead letter"}
+TIMELINE_STEPS = {"Pub": "sent", "EndTransaction": "transaction ended", "SubAfter": "consumed"}
 PERMS = {"6": "read and write", "4": "read only", "2": "write only"}
 MAX_TIME_RANGE_MESSAGES = 2000
 """Messages a time-range query returns at most (the page paginates them)."""
@@ -391,6 +394,35 @@ class ConsoleApi:
         if not steps:
             raise AdminError(f"no message of topic {topic!r} has the id {msg_id!r}")
         return sorted(steps, key=lambda step: step["storeTimestamp"])
+
+    async def message_trace(self, msg_id: str, trace_topic: str = "") -> list[dict[str, Any]]:
+        """The message's trace as a timeline (RocketMQ 4.x message trace, written by traced
+        clients): its send, how its transaction ended, and each group's consumption with its
+        cost, result and attempt, by time. Empty when no traced client touched it."""
+        if not msg_id:
+            raise ConsoleError("a message trace needs the message id")
+        try:
+            views = await query_trace(self.admin, msg_id, trace_topic=trace_topic or TRACE_TOPIC)
+        except AdminError as error:
+            raise AdminError(
+                f"{error}: no message trace is kept here (a broker's traceTopicEnable makes the topic; "
+                "clients write to it with trace=True)"
+            ) from None
+        return [
+            {
+                "step": TIMELINE_STEPS.get(view.type, view.type),
+                "type": view.type,
+                "group": view.group,
+                "clientHost": view.client_host,
+                "timestamp": view.timestamp,
+                "costMs": view.cost_ms,
+                "status": view.status,
+                "retryTimes": view.retry_times,
+                "storeHost": view.store_host,
+            }
+            for view in views
+            if view.type != "SubBefore"  # its SubAfter says the same and more
+        ]
 
     async def _consuming(self, topic: str) -> dict[str, list[dict[str, Any]]]:
         """Group → its progress rows on ``topic``, for the groups with committed offsets there."""

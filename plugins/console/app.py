@@ -147,6 +147,8 @@ def console_app(api: ConsoleApi, *, max_body: int = DEFAULT_MAX_BODY) -> Starlet
             return await api.messages_by_time(params.get("topic", ""), begin, end)
         if params.get("trace"):
             return await api.trace(params.get("msgId", ""), params.get("topic", ""))
+        if params.get("msgTrace"):
+            return await api.message_trace(params.get("msgId", ""), params.get("traceTopic", ""))
         if params.get("msgId"):
             return [await api.message_by_id(params["msgId"], params.get("topic", ""))]
         return await api.messages_by_key(params.get("topic", ""), params.get("key", ""))

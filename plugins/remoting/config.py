@@ -6,7 +6,17 @@ import attrs
 
 from kernel.config import fields
 from kernel.config import property_aliases as rocketmq
+from kernel.config.property_aliases import PropertyAlias
+from wire.names import topic_problem
 from wire.remoting.busy_poll import BusyPollSetting, parse_busy_poll
+
+
+def _topic_name(value: object) -> str:
+    problem = topic_problem(value)
+    if problem is not None:
+        raise ValueError(problem)
+    assert isinstance(value, str)
+    return value
 
 
 @attrs.frozen(kw_only=True)
@@ -60,6 +70,15 @@ class RemotingConfig:
     access_message_in_memory_max_ratio: int = fields.ratio_percent(40, minimum=1, maximum=100)
     """``accessMessageInMemoryMaxRatio``: data within this share of RAM from the log's end
     counts as in memory (a new group's start, and the slave-read suggestion)."""
+    trace_topic_enable: bool = fields.boolean(False)
+    """``traceTopicEnable``: create :attr:`msg_trace_topic_name` at start (one queue), for the
+    message traces clients write (``Producer(trace=True)``; ``queryMsgTraceById`` reads it)."""
+    msg_trace_topic_name: str = attrs.field(default="RMQ_SYS_TRACE_TOPIC", converter=_topic_name)
+    """``msgTraceTopicName``: the trace topic created with :attr:`trace_topic_enable`."""
+    region_id: str = fields.string("DefaultRegion")
+    """``regionId``: the region named in send answers, which traced clients record."""
+    trace_on: bool = fields.boolean(True)
+    """``traceOn``: false tells traced producers not to write trace records for sends here."""
     slave_sync_interval: float = fields.duration("10s")
     """How often a slave copies topics, consumer offsets and subscription groups from its
     master (RocketMQ's SlaveSynchronize), so consumers that move to it resume where they were."""
@@ -78,6 +97,10 @@ PROPERTIES = {
     "compressedRegister": rocketmq.boolean_alias("compressed_register"),
     "flushConsumerOffsetInterval": rocketmq.milliseconds_alias("offset_persist_interval"),
     "autoCreateSubscriptionGroup": rocketmq.boolean_alias("auto_create_subscription_group"),
+    "traceTopicEnable": rocketmq.boolean_alias("trace_topic_enable"),
+    "msgTraceTopicName": PropertyAlias("msg_trace_topic_name", rocketmq.text, "a topic name"),
+    "regionId": PropertyAlias("region_id", rocketmq.text, "a region name"),
+    "traceOn": rocketmq.boolean_alias("trace_on"),
 }
 """The RocketMQ ``broker.properties`` keys of ``[remoting]``."""
 

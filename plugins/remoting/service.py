@@ -74,6 +74,7 @@ class BrokerNetwork:
             cluster=broker.cluster_name,
             broker_name=broker.broker_name,
             auto_create=broker.auto_create_topic_enable,
+            trace_topic=config.msg_trace_topic_name if config.trace_topic_enable else None,
         )
         return cls(
             runtime,

@@ -132,7 +132,11 @@ class TopicConfigManager:
         self._file = JsonStateFile(self.path)
 
     @classmethod
-    def load(cls, path: Path, *, cluster: str, broker_name: str, auto_create: bool) -> TopicConfigManager:
+    def load(
+        cls, path: Path, *, cluster: str, broker_name: str, auto_create: bool, trace_topic: str | None = None
+    ) -> TopicConfigManager:
+        """The topics of ``path`` plus the broker's own: the system topics, ``TBW102`` with
+        ``auto_create``, and ``trace_topic`` (``traceTopicEnable``: one queue, as RocketMQ)."""
         data = read_json_with_backup(path) or {}
         manager = cls(path)
         for name, item in (data.get("topicConfigTable") or {}).items():
@@ -150,6 +154,8 @@ class TopicConfigManager:
             TopicConfig(broker_name, 1, 1, PERM_READ | PERM_WRITE | PERM_INHERIT),
             TopicConfig("OFFSET_MOVED_EVENT", 1, 1, PERM_READ | PERM_WRITE),
         ]
+        if trace_topic:
+            system.append(TopicConfig(trace_topic, 1, 1, PERM_READ | PERM_WRITE))
         if auto_create:
             system.append(TopicConfig(DEFAULT_TOPIC, 8, 8, PERM_READ | PERM_WRITE | PERM_INHERIT))
         else:

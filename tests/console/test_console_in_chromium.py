@@ -16,6 +16,7 @@ from playwright.sync_api import expect
 from tests.console.conftest import screenshot, submit
 from tests.network.conftest import free_port
 from tests.support import REPO, start_trocket
+from trocket import ConsumeFromWhere, ConsumeStatus, Message, Producer, PushConsumer
 from trocket.admin import AdminClient
 from wire.record import parse_offset_msg_id
 from wire.remoting import RequestCode
@@ -208,3 +209,48 @@ def test_messages_by_time_range(up_with_console, page):
     expect(page.locator("#message-body")).to_contain_text("timed ")
     submit(page, "time-range", begin="2090-01-01T00:00")
     expect(page.locator("#no-messages")).to_have_text("No message was stored in that range.")
+
+
+def test_a_traced_messages_timeline(up_with_console, page):
+    """Message trace from traced SDK clients: sent, stored, then each group's consumption with
+    its cost and result, in time order; an untraced message says it has no trace."""
+
+    async def traced_round_trip() -> tuple[str, str]:
+        async with Producer("PG_web_traced", NAMESRV, trace=True) as producer:
+            traced = await producer.send(Message("WebTraced", b"traced", keys=["web-traced"]))
+        async with Producer("PG_web_plain", NAMESRV) as producer:
+            plain = await producer.send(Message("WebTraced", b"plain", keys=["web-plain"]))
+        seen = trio.Event()
+
+        async def listener(messages, context):
+            if any(m.body == b"traced" for m in messages):
+                seen.set()
+            return ConsumeStatus.CONSUME_SUCCESS
+
+        consumer = PushConsumer(
+            "CG_web_traced", NAMESRV, consume_from_where=ConsumeFromWhere.FIRST_OFFSET, trace=True
+        )
+        consumer.subscribe("WebTraced")
+        consumer.register_listener(listener)
+        async with consumer:
+            with trio.fail_after(30):
+                await seen.wait()
+        return traced.msg_id, plain.msg_id
+
+    traced, _ = trio.run(traced_round_trip)
+    page.goto(up_with_console["console"] + "#/messages?topic=WebTraced&key=web-traced")
+    page.locator("table#messages button.view").first.click()
+    page.click("#msg-trace")
+    steps = page.locator("ol#trace-timeline li")
+    expect(steps).to_have_count(3)
+    expect(steps.nth(0)).to_contain_text("sent by PG_web_traced")
+    expect(steps.nth(1)).to_contain_text("stored")
+    expect(steps.nth(2)).to_contain_text("consumed by CG_web_traced")
+    expect(steps.nth(2)).to_contain_text("success")
+    expect(steps.nth(2)).to_contain_text("took")
+    screenshot(page, "message-trace")
+
+    page.goto(up_with_console["console"] + "#/messages?topic=WebTraced&key=web-plain")
+    page.locator("table#messages button.view").first.click()
+    page.click("#msg-trace")
+    expect(page.locator("#no-trace")).to_contain_text("No trace")

@@ -344,8 +344,17 @@ class AdminClient:
     # --- messages ---------------------------------------------------------------------------
 
     async def query_by_key(
-        self, topic: str, key: str, *, unique: bool = False, max_num: int = 64
+        self,
+        topic: str,
+        key: str,
+        *,
+        unique: bool = False,
+        max_num: int = 64,
+        begin_ms: int = 0,
+        end_ms: int = 2**62,
     ) -> list[StoredMessage]:
+        """Messages of ``topic`` indexed under ``key`` (``unique``: the client's message id),
+        stored between ``begin_ms`` and ``end_ms``, at most ``max_num`` per broker."""
         route = await self.route(topic)
         found: list[StoredMessage] = []
         for broker in route["brokerDatas"]:
@@ -357,8 +366,8 @@ class AdminClient:
                         "topic": topic,
                         "key": key,
                         "maxNum": max_num,
-                        "beginTimestamp": 0,
-                        "endTimestamp": 2**62,
+                        "beginTimestamp": begin_ms,
+                        "endTimestamp": end_ms,
                         "_UNIQUE_KEY_QUERY": unique,
                     },
                     ok=(0, ResponseCode.QUERY_NOT_FOUND),

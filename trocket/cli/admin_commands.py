@@ -16,7 +16,7 @@ import trio
 
 from trocket.admin import retries
 from trocket.admin.client import AdminClient, AdminError
-from trocket.cli import admin_toolbox_commands
+from trocket.cli import admin_toolbox_commands, admin_trace_commands
 from trocket.cli.admin_args import boolean_arg, timestamp_arg
 from trocket.cli.admin_render import (
     format_time,
@@ -283,6 +283,7 @@ def add_parsers(sub: Any) -> None:
     p.add_argument("-b", "--brokerName", required=True)
 
     admin_toolbox_commands.register(command)
+    admin_trace_commands.register(command)
 
 
 def _acl_target(parser: argparse.ArgumentParser) -> None:

@@ -45,9 +45,11 @@ from trocket.client.producer_heartbeat import HEARTBEAT_INTERVAL, ProducerHeartb
 from trocket.client.routes import RouteCache
 from trocket.client.selectors import QueueSelector
 from trocket.client.tls import resolve_tls
+from trocket.client.trace import DEFAULT_REGION, TraceDispatcher, now_ms, published, trace_producer_group
 from wire.remoting import RemotingClient, RemotingCommand, RequestCode, ResponseCode, Router, code_name
 from wire.remoting.busy_poll import BusyPollSetting
 from wire.remoting.signature import SessionCredentials
+from wire.trace_data import TRACE_TOPIC
 
 RETRY_TOPIC_PREFIX = "%RETRY%"
 PROPERTY_RECONSUME_TIME = "RECONSUME_TIME"
@@ -114,6 +116,12 @@ class Producer:
     0 sends none (a consumer's producer of retries is not a producer group of its own)."""
     instance_name: str | None = None
     """The second half of the client id brokers list (``ip@instance``; default the pid)."""
+    trace: bool = False
+    """Message trace (RocketMQ's ``enableMsgTrace``): a Pub record of every send, written in
+    the background to :attr:`trace_topic` (:mod:`trocket.client.trace`)."""
+    trace_topic: str = TRACE_TOPIC
+    """Where trace records go (RocketMQ's ``customizedTraceTopic``)."""
+    _tracer: TraceDispatcher | None = attrs.field(default=None, init=False)
     _remoting: RemotingClient | None = attrs.field(default=None, init=False)
     _routes: RouteCache | None = attrs.field(default=None, init=False)
     _heartbeats: ProducerHeartbeats | None = attrs.field(default=None, init=False)
@@ -145,6 +153,11 @@ class Producer:
         )
         # Runs after the nursery below has waited for background sends, before the close.
         stack.push_async_callback(self._remoting.flush_all, self.send_timeout)
+        if self.trace:
+            self._tracer = await enter_trace_dispatcher(
+                stack, self.group, "PRODUCE", self.namesrv_addr, self.trace_topic,
+                credentials=self.credentials, tls=self.tls, busy_poll=self.busy_poll,
+            )  # fmt: skip
         self._nursery = await stack.enter_async_context(trio.open_nursery())
         self._routes = RouteCache(self._remoting, _split(self.namesrv_addr), self.default_topic_queue_nums)
         client_id = f"{local_ip()}@{self.instance_name or default_instance_name()}"
@@ -197,7 +210,7 @@ class Producer:
         properties = _identified(message)
         request = self._request(message.topic, message.flag, sys_flag, properties, body)
         return await self._send(
-            message.topic, request, properties[PROPERTY_UNIQ_KEY], queue, selector, arg, timeout
+            message.topic, request, properties[PROPERTY_UNIQ_KEY], queue, selector, arg, timeout, (message,)
         )
 
     async def send_batch(
@@ -228,7 +241,7 @@ class Producer:
         if len(body) > self.max_message_size:
             raise InvalidMessage(f"the batch is {len(body)} bytes; the limit is {self.max_message_size}")
         request = self._request(topic, 0, 0, {}, body, code=RequestCode.SEND_BATCH_MESSAGE)
-        return await self._send(topic, request, ",".join(ids), queue, None, None, timeout)
+        return await self._send(topic, request, ",".join(ids), queue, None, None, timeout, messages)
 
     async def fetch_publish_message_queues(self, topic: str) -> tuple[MessageQueue, ...]:
         """The topic's writable queues, by broker name then queue id (RocketMQ's
@@ -357,8 +370,12 @@ class Producer:
         selector: QueueSelector | None,
         arg: object,
         timeout: float | None,
+        traced: Sequence[Message] = (),
     ) -> SendResult:
+        """One send with its retries; ``traced``: the messages it carries, for their Pub trace
+        records (none for a producer without ``trace``)."""
         remoting, routes = self._started()
+        began_ms = now_ms() if self._tracer is not None else 0
         budget = self.send_timeout if timeout is None else timeout
         deadline = trio.current_time() + budget
         pinned = fixed is not None or selector is not None
@@ -408,12 +425,54 @@ class Producer:
                 MessageQueue(topic, queue.broker_name, int(response.ext.get("queueId", queue.queue_id))),
                 int(response.ext.get("queueOffset", -1)),
             )
+            if self._tracer is not None and traced and response.ext.get("TRACE_ON") != "false":
+                self._tracer.append(
+                    published(
+                        self.group,
+                        traced,
+                        result,
+                        store_host=address,
+                        region=str(response.ext.get("MSG_REGION") or DEFAULT_REGION),
+                        began_ms=began_ms,
+                        cost_ms=now_ms() - began_ms,
+                    )  # fmt: skip
+                )
             if status is SendStatus.SEND_OK or not self.retry_another_broker_when_not_store_ok:
                 return result
             stored, avoid = result, queue.broker_name  # stored, not durably enough: try elsewhere
         if stored is not None:
             return stored
         raise SendError(f"send to {topic!r} failed after {attempts} attempt(s): {last_error}", last_code)
+
+
+async def enter_trace_dispatcher(
+    stack: AsyncExitStack,
+    group: str,
+    kind: str,
+    namesrv_addr: str | Sequence[str],
+    topic: str,
+    *,
+    credentials: SessionCredentials | None,
+    tls: ssl.SSLContext | bool | None,
+    busy_poll: BusyPollSetting,
+) -> TraceDispatcher:
+    """A trace dispatcher for a client of ``group`` (``kind``: PRODUCE or CONSUME) and its inner
+    producer, both closed by ``stack``. Enter it before the client's own nursery: leaving that
+    nursery first lets the client's last records in before the dispatcher writes what is left."""
+    inner = await stack.enter_async_context(
+        Producer(
+            trace_producer_group(group, kind),
+            namesrv_addr,
+            credentials=credentials,
+            tls=tls,
+            busy_poll=busy_poll,
+        )
+    )
+    dispatcher = TraceDispatcher(inner.send, topic)
+    nursery = await stack.enter_async_context(trio.open_nursery())
+    nursery.start_soon(dispatcher.run)
+    stack.push_async_callback(dispatcher.close, inner.send_timeout)
+    return dispatcher
 
 
 @attrs.define(eq=False)

@@ -42,6 +42,7 @@ from kernel.model import PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX as PROPERTY_UNIQ
 from trocket.client.errors import ClientError, InvalidMessage
 from trocket.client.message import Message, SendResult, SendStatus
 from trocket.client.producer import Producer, _identified
+from trocket.client.trace import transaction_ended
 from wire.record import StoredMessage, decode_record, parse_offset_msg_id
 from wire.remoting import Connection, RemotingCommand, RequestCode, Router
 
@@ -58,6 +59,13 @@ class TransactionState(enum.Enum):
     UNKNOW = 0
     """Not known yet (RocketMQ's spelling): the broker asks again later."""
 
+
+TRACE_STATES = {
+    TransactionState.COMMIT: "COMMIT_MESSAGE",
+    TransactionState.ROLLBACK: "ROLLBACK_MESSAGE",
+    TransactionState.UNKNOW: "UNKNOW",
+}
+"""``LocalTransactionState`` names, as EndTransaction trace records carry them."""
 
 LocalTransactionExecutor = Callable[[Message, Any], "TransactionState | Awaitable[TransactionState]"]
 CheckListener = Callable[[StoredMessage], "TransactionState | Awaitable[TransactionState]"]
@@ -106,7 +114,9 @@ class TransactionProducer(Producer):
         request = self._request(
             message.topic, message.flag, sys_flag | SYSFLAG_TRANSACTION_PREPARED, properties, body
         )
-        result = await self._send(message.topic, request, transaction_id, None, None, None, timeout)
+        half = attrs.evolve(message, properties={**message.properties, PROPERTY_TRANSACTION_PREPARED: "true"})
+        traced = (half,) if self._tracer is not None else ()
+        result = await self._send(message.topic, request, transaction_id, None, None, None, timeout, traced)
         remark = None
         if result.status is SendStatus.SEND_OK:
             try:
@@ -116,11 +126,16 @@ class TransactionProducer(Producer):
                 state, remark = TransactionState.UNKNOW, f"executeLocalTransactionBranch exception: {error!r}"
         else:
             state = TransactionState.ROLLBACK
-        await self._end(result, transaction_id, state, remark)
+        await self._end(message, result, transaction_id, state, remark)
         return TransactionSendResult(result, state, transaction_id)
 
     async def _end(
-        self, result: SendResult, transaction_id: str, state: TransactionState, remark: str | None
+        self,
+        message: Message,
+        result: SendResult,
+        transaction_id: str,
+        state: TransactionState,
+        remark: str | None,
     ) -> None:
         remoting, routes = self._started()
         info = await routes.publish_info(result.queue.topic)
@@ -148,6 +163,20 @@ class TransactionProducer(Producer):
         except RemotingError as error:  # as RocketMQ: the check-back resolves it
             log.warning("transaction %s: END_TRANSACTION to %s failed (%s); the check-back will end it",
                         transaction_id, address, error)  # fmt: skip
+            return
+        if self._tracer is not None:
+            self._tracer.append(
+                [
+                    transaction_ended(
+                        self.group,
+                        message,
+                        result,
+                        store_host=address,
+                        transaction_id=transaction_id,
+                        state=TRACE_STATES[state],
+                    )  # fmt: skip
+                ]
+            )
 
     # --- check-backs ------------------------------------------------------------------------
 

@@ -476,8 +476,43 @@ function showMessage(message) {
     message.bodyProblem ? el("p", { class: "muted" }, message.bodyProblem) : null,
     el("pre", { class: "body", id: "message-body" }, message.body),
     el("button", { type: "button", id: "trace", onclick: () => showTrace(message) }, "Trace retries"),
+    el("button", { type: "button", id: "msg-trace", onclick: () => showTimeline(message) }, "Message trace"),
     el("div", { id: "trace-steps" }),
+    el("div", { id: "trace-timeline-box" }),
   );
+}
+
+// The message trace traced clients wrote: sent, stored, each group's consumption, as a timeline
+// whose offsets count from the send.
+async function showTimeline(message) {
+  const box = document.getElementById("trace-timeline-box");
+  try {
+    const traced = await api("GET", `/api/messages?msgTrace=1&msgId=${encodeURIComponent(message.properties.UNIQ_KEY || message.msgId)}`);
+    if (!traced.length) {
+      box.replaceChildren(el("p", { id: "no-trace", class: "muted" }, "No trace: neither its producer nor a consumer had message trace on."));
+      return;
+    }
+    const stored = { step: "stored", timestamp: message.storeTimestamp, clientHost: message.storeHost, status: "success", costMs: null, group: "" };
+    const steps = [...traced, stored].sort((a, b) => a.timestamp - b.timestamp || (a.step === "sent" ? -1 : 0));
+    const start = steps[0].timestamp;
+    box.replaceChildren(
+      el("h2", {}, "Message trace"),
+      el("ol", { id: "trace-timeline", class: "timeline" }, ...steps.map((s) => el(
+        "li",
+        { class: `step ${s.status === "success" ? "ok" : "failed"}` },
+        el("span", { class: "at" }, `${time(s.timestamp)} (+${s.timestamp - start} ms)`),
+        el("strong", {}, s.step + (s.group ? ` by ${s.group}` : "")),
+        el("span", { class: "detail" }, [
+          s.clientHost ? `on ${s.clientHost}` : "",
+          s.costMs !== null ? `took ${s.costMs} ms` : "",
+          s.retryTimes ? `attempt ${s.retryTimes + 1}` : "",
+          s.status,
+        ].filter(Boolean).join(", ")),
+      ))),
+    );
+  } catch (error) {
+    showError(error.message);
+  }
 }
 
 // Where the producer's message went: sent, each retry a group sent back, a dead letter.

@@ -16,6 +16,7 @@ import numpy as np
 import trio
 
 from kernel.model import Message, MessageBatch, PutResult, decode_properties
+from plugins.remoting.config import RemotingConfig
 from plugins.remoting.handlers.common import PUT_STATUS_CODES, RequestProblem
 from plugins.remoting.topics import PERM_WRITE, TopicConfig, topic_problem
 from wire.names import send_forbidden_topic
@@ -64,7 +65,7 @@ async def handle_send(
     batch, queue_id = prepared
     result = await net.runtime.put(batch)
     _count(net, request, batch, result)
-    return _answer(request, queue_id, result)
+    return _answer(net.config, request, queue_id, result)
 
 
 async def handle_send_group(
@@ -100,7 +101,7 @@ async def handle_send_group(
     results = iter(put)
     ids = iter(queue_ids)
     return [
-        answer if answer is not None else _answer(request, next(ids), next(results))
+        answer if answer is not None else _answer(net.config, request, next(ids), next(results))
         for request, answer in zip(requests, answers, strict=True)
     ]
 
@@ -204,7 +205,9 @@ def _count(net: BrokerNetwork, request: RemotingCommand, batch: MessageBatch, re
         net.stats.put(topic, len(batch), len(request.body), trio.current_time())
 
 
-def _answer(request: RemotingCommand, queue_id: int, result: PutResult) -> RemotingCommand:
+def _answer(
+    config: RemotingConfig, request: RemotingCommand, queue_id: int, result: PutResult
+) -> RemotingCommand:
     code = PUT_STATUS_CODES[result.status]
     if not result.status.stored or result.append is None:
         return request.response(code, remark=result.remark or result.status.value)
@@ -215,8 +218,8 @@ def _answer(request: RemotingCommand, queue_id: int, result: PutResult) -> Remot
             "msgId": ",".join(appended.msg_ids),
             "queueId": queue_id,
             "queueOffset": appended.queue_offsets[0],
-            "MSG_REGION": "DefaultRegion",
-            "TRACE_ON": "true",
+            "MSG_REGION": config.region_id,
+            "TRACE_ON": "true" if config.trace_on else "false",
         },
         remark=result.remark or None,
     )

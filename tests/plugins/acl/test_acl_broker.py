@@ -12,6 +12,7 @@ from tests.network.wire import pull_request, send_request
 from tests.plugins.pop.wire import ack_request, pop_request, popped
 from trocket import ConsumeFromWhere, LitePullConsumer, Message, Producer, SendError, SessionCredentials
 from trocket.admin import AdminClient, AdminError
+from trocket.admin.message_trace import query_trace
 from wire.remoting import ResponseCode
 from wire.remoting.command import FLAG_ONEWAY
 
@@ -163,3 +164,31 @@ async def test_pop_and_ack_need_sub_on_the_topic_and_the_group(cluster_factory, 
         (item,) = popped(await cluster.call_raw(pop_request("CG_orders", "ReadOnly", poll_ms=2000)))
         assert item.body == b"r"
         assert (await cluster.call_raw(ack_request("CG_orders", item))).code == ResponseCode.SUCCESS
+
+
+async def test_trace_records_are_signed_and_need_pub_on_the_trace_topic(cluster_factory, acl_file):
+    """A traced producer signs its trace writes with its own keys: an account without PUB on
+    the trace topic loses its traces (counted; its sends succeed), one with it writes them."""
+    async with cluster_factory(
+        plugins=["acl"],
+        acl={"plain_acl_file": str(acl_file), "reload_interval": "100ms"},
+        remoting={"trace_topic_enable": True},
+    ) as cluster:
+        async with Producer("PG", cluster.namesrv_addr, credentials=WRITER, trace=True) as producer:
+            untraced = await producer.send(Message("Orders", b"untraced"))
+            tracer = producer._tracer
+        assert untraced.status.name == "SEND_OK"
+        assert tracer is not None and tracer.dropped == 1 and tracer.written == 0
+
+        acl_file.write_text(
+            acl_file.read_text().replace('"ReadOnly=SUB"', '"ReadOnly=SUB", "RMQ_SYS_TRACE_TOPIC=PUB"')
+        )
+        await trio.sleep(0.5)  # re-read every 100 ms
+        async with Producer("PG", cluster.namesrv_addr, credentials=WRITER, trace=True) as producer:
+            traced = await producer.send(Message("Orders", b"traced"))
+            tracer = producer._tracer
+        assert tracer is not None and tracer.written == 1 and tracer.dropped == 0
+        async with AdminClient.open([cluster.namesrv_addr], credentials=ADMIN) as admin:
+            views = await query_trace(admin, traced.msg_id)
+            assert [(v.type, v.group, v.status) for v in views] == [("Pub", "PG", "success")]
+            assert await query_trace(admin, untraced.msg_id) == []

@@ -17,14 +17,18 @@ from trocket.client.consumer.allocation import resolve_strategy
 from trocket.client.consumer.modes import ConsumeFromWhere, MessageModel
 from trocket.client.consumer.offset_store import OffsetStore, offset_store_for
 from trocket.client.consumer.rebalance import REBALANCE_INTERVAL, Rebalancer, half_hour_ago_ms
+from trocket.client.consumer.received import ReceivedMessage
 from trocket.client.consumer.session import HEARTBEAT_INTERVAL, ConsumerSession, open_session
 from trocket.client.credentials import resolve_credentials
 from trocket.client.errors import ClientError
-from trocket.client.producer import _split
+from trocket.client.message_id import new_message_id
+from trocket.client.producer import _split, enter_trace_dispatcher
 from trocket.client.tls import resolve_tls
+from trocket.client.trace import TraceDispatcher, TraceRecord, consume_started
 from wire.remoting.busy_poll import BusyPollSetting
 from wire.remoting.signature import SessionCredentials
 from wire.subscription import Subscription
+from wire.trace_data import TRACE_TOPIC
 
 log = logging.getLogger(__name__)
 RETRY_SOON = 1.0
@@ -60,6 +64,14 @@ class ConsumerBase:
     ``"auto"`` (the default) while answers come faster than 200 µs, a number of seconds to
     always poll that long, ``0`` never (docs/performance.md, ``wire.remoting.busy_poll``)."""
 
+    trace: bool = False
+    """Message trace (RocketMQ's ``enableMsgTrace``): a SubBefore record of each message handed
+    to the application and a SubAfter record with the outcome, written in the background to
+    :attr:`trace_topic` (:mod:`trocket.client.trace`)."""
+    trace_topic: str = TRACE_TOPIC
+    """Where trace records go (RocketMQ's ``customizedTraceTopic``)."""
+
+    _tracer: TraceDispatcher | None = attrs.field(default=None, init=False)
     _subscriptions: dict[str, Subscription] = attrs.field(factory=dict, init=False)
     _session: ConsumerSession | None = attrs.field(default=None, init=False)
     _offsets: OffsetStore | None = attrs.field(default=None, init=False)
@@ -100,6 +112,23 @@ class ConsumerBase:
         )
         self._rebalancer = Rebalancer(session, allocate)
         return session
+
+    async def _enter_tracer(self, stack: AsyncExitStack, addresses: tuple[str, ...]) -> None:
+        """With :attr:`trace`: the trace dispatcher, closed by ``stack`` (enter it before the
+        nursery whose tasks consume, so their last records are written)."""
+        if self.trace:
+            self._tracer = await enter_trace_dispatcher(
+                stack, self.group, "CONSUME", addresses, self.trace_topic,
+                credentials=self.credentials, tls=self.tls, busy_poll=self.busy_poll,
+            )  # fmt: skip
+
+    def _trace_started(self, messages: Sequence[ReceivedMessage]) -> list[TraceRecord]:
+        """SubBefore records of ``messages``, queued for writing ([] without :attr:`trace`)."""
+        if self._tracer is None:
+            return []
+        started = consume_started(self.group, messages, new_message_id())
+        self._tracer.append(started)
+        return started
 
     def _start_timestamp_ms(self) -> int:
         return self.consume_timestamp_ms if self.consume_timestamp_ms is not None else half_hour_ago_ms()

@@ -41,6 +41,7 @@ from trocket.client.consumer.session import (
     new_subscription,
 )
 from trocket.client.errors import ClientError
+from trocket.client.trace import ConsumeReturn, consume_finished
 from wire.remoting import RequestCode
 from wire.subscription import Subscription
 
@@ -89,6 +90,7 @@ class LitePullConsumer(ConsumerBase):
         stack = AsyncExitStack()
         try:
             await self._join(stack, allocate, addresses, "CONSUME_ACTIVELY", self._subscriptions)
+            await self._enter_tracer(stack, addresses)
             nursery = await stack.enter_async_context(trio.open_nursery())
             await nursery.start(self._run)
             assert self._nursery is not None
@@ -184,6 +186,17 @@ class LitePullConsumer(ConsumerBase):
                     if self.auto_commit:
                         assert self._offsets is not None
                         self._offsets.update(owned.queue, owned.consumed)
+                    if self._tracer is not None:  # handed over: RocketMQ's lite pull traces both at once
+                        started = self._trace_started(messages)
+                        self._tracer.append(
+                            consume_finished(
+                                started,
+                                len(messages),
+                                success=True,
+                                cost_ms=0,
+                                context_code=ConsumeReturn.SUCCESS,
+                            )
+                        )
                     return messages
                 self._arrived = trio.Event()
                 await self._arrived.wait()

@@ -21,6 +21,7 @@ import logging
 import math
 import time
 from contextlib import AsyncExitStack
+from typing import Any
 
 import attrs
 import trio
@@ -48,6 +49,7 @@ from trocket.client.consumer.session import (
 )
 from trocket.client.errors import ClientError
 from trocket.client.producer import Producer
+from trocket.client.trace import ConsumeReturn, consume_finished
 from wire.remoting.admin_json import dumps_queue_keyed
 from wire.subscription import Subscription
 
@@ -208,6 +210,7 @@ class PushConsumer(ConsumerBase):
             self._producer = await stack.enter_async_context(
                 Producer(self.group, addresses, heartbeat_interval=0)
             )
+            await self._enter_tracer(stack, addresses)
             nursery = await stack.enter_async_context(trio.open_nursery())
             self._stopped = trio.Event()
             await nursery.start(self._run)
@@ -453,7 +456,7 @@ class PushConsumer(ConsumerBase):
     async def _consume_batch(self, owned: _Owned, batch: list[ReceivedMessage]) -> None:
         assert self._listener is not None and self._offsets is not None
         context = ConsumeContext(owned.queue)
-        status = await call_listener(self._listener, batch, context, self.consume_timeout)
+        status = await self._call_listener(batch, context)
         if owned.pq.dropped:
             return  # the queue's new owner consumes these again (at-least-once)
         acked = len(batch)
@@ -482,6 +485,28 @@ class PushConsumer(ConsumerBase):
         if kept and self._services is not None and not self._closing:  # else: redelivered after restart
             retried = [m.with_reconsume_times(m.reconsume_times + 1) for m in kept]
             self._services.start_soon(self._consume_later, owned, retried)
+
+    async def _call_listener(self, batch: list[ReceivedMessage], context: ConsumeContext) -> Any:
+        """The listener's answer (:func:`call_listener`), traced when :attr:`trace` is on."""
+        assert self._listener is not None
+        started = self._trace_started(batch)
+        began = time.monotonic()
+        status = await call_listener(self._listener, batch, context, self.consume_timeout)
+        if started and self._tracer is not None:
+            cost = time.monotonic() - began
+            success = status is ConsumeStatus.CONSUME_SUCCESS or status is OrderlyStatus.SUCCESS
+            if success:
+                code = ConsumeReturn.SUCCESS
+            elif status is not None:
+                code = ConsumeReturn.FAILED
+            else:
+                code = ConsumeReturn.TIME_OUT if cost >= self.consume_timeout else ConsumeReturn.EXCEPTION
+            self._tracer.append(
+                consume_finished(
+                    started, len(batch), success=success, cost_ms=int(cost * 1000), context_code=code
+                )
+            )
+        return status
 
     async def _consume_later(self, owned: _Owned, batch: list[ReceivedMessage]) -> None:
         await trio.sleep(RETRY_LOCALLY_AFTER)
@@ -513,7 +538,7 @@ class PushConsumer(ConsumerBase):
                     for m in pq.take_in_order(max(1, self.consume_message_batch_max_size))
                 ]
                 context = ConsumeContext(owned.queue)
-                status = await call_listener(self._listener, batch, context, self.consume_timeout)
+                status = await self._call_listener(batch, context)
                 if status is OrderlyStatus.SUCCESS or status is ConsumeStatus.CONSUME_SUCCESS:
                     done = batch
                 else:
