@@ -6,7 +6,7 @@ sends/s >= 0.90 x untraced at 64 in flight. One in flight is printed too (the Pu
 built after the answer, so it adds to each round trip). Each traced round prints the trace
 records its producer wrote.
 
-    ./run bench trace [--messages 20000] [--rounds 5] [--size 128]
+    ./run bench trace [--messages 20000] [--rounds 7] [--size 128]
 """
 
 from __future__ import annotations
@@ -75,7 +75,7 @@ def main() -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--messages", type=int, default=20_000, help="sends per round at 64 in flight")
-    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--size", type=int, default=128)
     args = parser.parse_args()
     tables = '[remoting]\ntrace_topic_enable = true\n[store_mmap]\ncommit_log_file_size = "256MiB"\n'

@@ -80,76 +80,101 @@ def _bool(text: str) -> bool:
     return text.strip().lower() == "true"
 
 
+def pub_text(
+    timestamp: int,
+    region: str,
+    group: str,
+    topic: str,
+    msg_id: str,
+    tags: str,
+    keys: str,
+    store_host: str,
+    body_length: int,
+    cost_ms: int,
+    message_type: int,
+    offset_msg_id: str,
+    success: bool,
+) -> str:
+    """One Pub record, separators included (a traced client builds one per message sent, so
+    this is one f-string, not a list of fields)."""
+    return (
+        f"Pub\x01{timestamp}\x01{region}\x01{group}\x01{topic}\x01{msg_id}\x01{tags}\x01{keys}\x01"
+        f"{store_host}\x01{body_length}\x01{cost_ms}\x01{message_type}\x01{offset_msg_id}\x01"
+        f"{'true' if success else 'false'}\x02"
+    )
+
+
+def sub_before_text(
+    timestamp: int, region: str, group: str, request_id: str, msg_id: str, retry_times: int, keys: str
+) -> str:
+    return (
+        f"SubBefore\x01{timestamp}\x01{region}\x01{group}\x01{request_id}\x01{msg_id}\x01"
+        f"{retry_times}\x01{keys}\x02"
+    )
+
+
+def sub_after_text(
+    request_id: str, msg_id: str, cost_ms: int, success: bool, keys: str, context_code: int, timestamp: int
+) -> str:
+    return (
+        f"SubAfter\x01{request_id}\x01{msg_id}\x01{cost_ms}\x01{'true' if success else 'false'}\x01"
+        f"{keys}\x01{context_code}\x01{timestamp}\x02"
+    )
+
+
+def end_transaction_text(
+    timestamp: int,
+    region: str,
+    group: str,
+    topic: str,
+    msg_id: str,
+    tags: str,
+    keys: str,
+    store_host: str,
+    message_type: int,
+    transaction_id: str,
+    transaction_state: str,
+    from_check: bool,
+) -> str:
+    return (
+        f"EndTransaction\x01{timestamp}\x01{region}\x01{group}\x01{topic}\x01{msg_id}\x01{tags}\x01"
+        f"{keys}\x01{store_host}\x01{message_type}\x01{transaction_id}\x01{transaction_state}\x01"
+        f"{'true' if from_check else 'false'}\x02"
+    )
+
+
+def record_text(r: TraceRecord) -> str:
+    """``r`` as the text of one record, separators included."""
+    if r.type is TraceType.PUB:
+        return pub_text(
+            r.timestamp, r.region, r.group, r.topic, r.msg_id, r.tags, r.keys, r.store_host,
+            r.body_length, r.cost_ms, int(r.message_type), r.offset_msg_id, r.success,
+        )  # fmt: skip
+    if r.type is TraceType.SUB_BEFORE:
+        return sub_before_text(r.timestamp, r.region, r.group, r.request_id, r.msg_id, r.retry_times, r.keys)
+    if r.type is TraceType.SUB_AFTER:
+        return sub_after_text(
+            r.request_id, r.msg_id, r.cost_ms, r.success, r.keys, r.context_code, r.timestamp
+        )
+    return end_transaction_text(
+        r.timestamp, r.region, r.group, r.topic, r.msg_id, r.tags, r.keys, r.store_host,
+        int(r.message_type), r.transaction_id, r.transaction_state, r.from_check,
+    )  # fmt: skip
+
+
 def encode(records: Iterable[TraceRecord]) -> tuple[str, list[str]]:
     """The body text of a trace message holding ``records``, and its keys (each record's msg id
-    and keys, once each, in order)."""
-    parts: list[str] = []
-    keys: list[str] = []
+    and keys, once each, in order: RocketMQ keys a trace message by both, so the broker's index
+    finds it by either)."""
+    texts = []
+    keys: dict[str, None] = {}
     for r in records:
-        if r.type is TraceType.PUB:
-            fields = [
-                r.type.value,
-                r.timestamp,
-                r.region,
-                r.group,
-                r.topic,
-                r.msg_id,
-                r.tags,
-                r.keys,
-                r.store_host,
-                r.body_length,
-                r.cost_ms,
-                int(r.message_type),
-                r.offset_msg_id,
-                _text(r.success),
-            ]
-        elif r.type is TraceType.SUB_BEFORE:
-            fields = [
-                r.type.value,
-                r.timestamp,
-                r.region,
-                r.group,
-                r.request_id,
-                r.msg_id,
-                r.retry_times,
-                r.keys,
-            ]
-        elif r.type is TraceType.SUB_AFTER:
-            fields = [
-                r.type.value,
-                r.request_id,
-                r.msg_id,
-                r.cost_ms,
-                _text(r.success),
-                r.keys,
-                r.context_code,
-                r.timestamp,
-            ]
-        else:
-            fields = [
-                r.type.value,
-                r.timestamp,
-                r.region,
-                r.group,
-                r.topic,
-                r.msg_id,
-                r.tags,
-                r.keys,
-                r.store_host,
-                int(r.message_type),
-                r.transaction_id,
-                r.transaction_state,
-                _text(r.from_check),
-            ]
-        parts.append(CONTENT_SPLITOR.join(str(f) for f in fields) + FIELD_SPLITOR)
-        for key in (r.msg_id, r.keys):
-            if key and key not in keys:
-                keys.append(key)
-    return "".join(parts), keys
-
-
-def _text(flag: bool) -> str:
-    return "true" if flag else "false"
+        texts.append(record_text(r))
+        if r.msg_id:
+            keys[r.msg_id] = None
+        if r.keys:
+            keys[r.keys] = None
+    return "".join(texts), list(keys)
 
 
 def decode(text: str) -> list[TraceRecord]:

@@ -5,16 +5,19 @@ format older Java clients write are read too, and tracing never costs a send."""
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 from collections.abc import Iterator
 
 import pytest
 import trio
 
 from tests.client.consumer_helpers import Collector
-from tests.interop.conftest import RunningBroker, start_broker
+from tests.interop.conftest import RunningBroker, start_broker, subprocess_env
 from trocket import ConsumeFromWhere, ConsumeStatus, LitePullConsumer, Message, Producer, PushConsumer
-from trocket.client.trace import TraceDispatcher
-from wire.trace_data import TRACE_TOPIC, TraceRecord, TraceType
+from trocket.client.trace import TraceDispatcher, split_messages
+from wire.trace_data import TRACE_TOPIC, TraceRecord, TraceType, record_text
 
 TOPIC = "TracedOrders"
 
@@ -31,6 +34,19 @@ def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningBroker]:
         yield running
     finally:
         running.stop()
+
+
+async def trace_rows(broker: RunningBroker, msg_id: str, count: int, *options: str) -> list[dict]:
+    """``queryMsgTraceById --json`` once it shows ``count`` rows (a trace message is found by
+    key once the broker has indexed it, a moment after it was stored)."""
+    with trio.fail_after(20):
+        while True:
+            rows = await trio.to_thread.run_sync(
+                broker.admin_json, "queryMsgTraceById", "-i", msg_id, *options
+            )
+            if len(rows) >= count:
+                return rows
+            await trio.sleep(0.2)
 
 
 class FailOnce(Collector):
@@ -73,7 +89,7 @@ async def test_a_traced_message_shows_its_send_and_each_groups_consumption(broke
     retried = FailOnce()
     await consume(broker.namesrv, "CG_trace_retry", retried, 16)
 
-    rows = await trio.to_thread.run_sync(broker.admin_json, "queryMsgTraceById", "-i", traced)
+    rows = await trace_rows(broker, traced, 7)  # Pub, and a SubBefore and SubAfter per delivery
     pub = [r for r in rows if r["#Type"] == "Pub"]
     assert len(pub) == 1
     assert pub[0]["#Group"] == "PG_traced" and pub[0]["#Status"] == "success"
@@ -90,7 +106,7 @@ async def test_a_traced_message_shows_its_send_and_each_groups_consumption(broke
 
     # Each message of a batch has its own Pub record, keyed by its own id.
     for msg_id in batch.msg_id.split(","):
-        rows = await trio.to_thread.run_sync(broker.admin_json, "queryMsgTraceById", "-i", msg_id)
+        rows = await trace_rows(broker, msg_id, 1)
         assert [r["#Type"] for r in rows if r["#Type"] == "Pub"] == ["Pub"]
 
     # mqadmin's tables.
@@ -130,7 +146,7 @@ async def test_traces_older_java_clients_wrote_are_read(broker):
     )
     async with Producer("PG_java_like", broker.namesrv) as producer:
         await producer.send(Message(TRACE_TOPIC, body.encode(), keys=[msg_id, "k1"]))
-    rows = await trio.to_thread.run_sync(broker.admin_json, "queryMsgTraceById", "-i", msg_id)
+    rows = await trace_rows(broker, msg_id, 3)
     assert [(r["#Type"], r["#Group"], r["#Status"]) for r in rows] == [
         ("Pub", "PG_java", "success"),
         ("SubBefore", "CG_java", "success"),
@@ -153,9 +169,7 @@ async def test_a_custom_trace_topic_and_a_lite_pull_consumer(broker):
         with trio.fail_after(30):
             while not await consumer.poll(1):
                 pass
-    rows = await trio.to_thread.run_sync(
-        broker.admin_json, "queryMsgTraceById", "-i", result.msg_id, "-t", custom
-    )
+    rows = await trace_rows(broker, result.msg_id, 3, "-t", custom)
     assert [(r["#Type"], r["#Group"]) for r in rows] == [
         ("Pub", "PG_custom"),
         ("SubBefore", "CG_lite"),
@@ -186,7 +200,11 @@ async def test_the_dispatcher_drops_beyond_its_queue_and_splits_large_batches():
         bodies.append(message.body)
 
     dispatcher = TraceDispatcher(slow_send, TRACE_TOPIC)
-    record = TraceRecord(TraceType.PUB, "ID", 1, "r", "g", "t", keys="k" * 900)
+    record = (
+        record_text(TraceRecord(TraceType.PUB, "ID", 1, "r", "g", "t", keys="k" * 900)),
+        "ID",
+        "k" * 900,
+    )
     async with trio.open_nursery() as nursery:
         nursery.start_soon(dispatcher.run)
         dispatcher.append([record] * 3000)
@@ -194,3 +212,41 @@ async def test_the_dispatcher_drops_beyond_its_queue_and_splits_large_batches():
     assert dispatcher.dropped == 3000 - 2048 and dispatcher.written == 2048
     assert len(bodies) > 1 and all(len(b) <= 128 * 1024 for b in bodies)
     assert sum(b.count(b"\x02") for b in bodies) == 2048
+
+
+def test_trace_messages_keep_their_keys_within_a_properties_field():
+    """Records with long keys split into more messages: a message's properties must fit a
+    short (32767), and the broker refuses larger ones."""
+    entries = [(f"Pub\x01{i}\x02", f"ID{i:030d}", f"order-key-{i:040d}") for i in range(2000)]
+    messages = split_messages(entries)
+    assert len(messages) > 1 and sum(count for _, _, count in messages) == 2000
+    assert all(len(" ".join(keys)) <= 32767 - 10000 for _, keys, _ in messages)
+    assert "".join(body for body, _, _ in messages) == "".join(e[0] for e in entries)
+
+
+async def test_trocket_produce_and_consume_with_trace(broker):
+    """The quickstart: ``trocket produce --trace``, ``trocket consume --trace``, then
+    ``queryMsgTraceById`` on the id ``produce --json`` printed."""
+    sent = await trio.to_thread.run_sync(
+        cli, "produce", "-n", broker.namesrv, "-t", "CliTraced", "-b", "hello", "--trace", "--json"
+    )
+    msg_id = json.loads(sent)["msgId"]
+    await trio.to_thread.run_sync(
+        cli, "consume", "-n", broker.namesrv, "-g", "CG_cli_traced", "-t", "CliTraced", "--from", "first",
+        "-c", "1", "--trace",
+    )  # fmt: skip
+    rows = await trace_rows(broker, msg_id, 3)
+    assert [(r["#Type"], r["#Group"]) for r in rows] == [
+        ("Pub", "TROCKET_CLI_PRODUCER"),
+        ("SubBefore", "CG_cli_traced"),
+        ("SubAfter", "CG_cli_traced"),
+    ]
+
+
+def cli(*args: str) -> str:
+    done = subprocess.run(
+        [sys.executable, "-m", "trocket", *args], capture_output=True, text=True, timeout=60,
+        env=subprocess_env(),
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    return done.stdout

@@ -18,6 +18,7 @@ from tests.network.conftest import free_port
 from tests.support import REPO, start_trocket
 from trocket import ConsumeFromWhere, ConsumeStatus, Message, Producer, PushConsumer
 from trocket.admin import AdminClient
+from trocket.admin.message_trace import query_trace
 from wire.record import parse_offset_msg_id
 from wire.remoting import RequestCode
 
@@ -213,13 +214,13 @@ def test_messages_by_time_range(up_with_console, page):
 
 def test_a_traced_messages_timeline(up_with_console, page):
     """Message trace from traced SDK clients: sent, stored, then each group's consumption with
-    its cost and result, in time order; an untraced message says it has no trace."""
+    its cost and result, in time order; a message no traced client touched says it has none."""
 
     async def traced_round_trip() -> tuple[str, str]:
         async with Producer("PG_web_traced", NAMESRV, trace=True) as producer:
             traced = await producer.send(Message("WebTraced", b"traced", keys=["web-traced"]))
         async with Producer("PG_web_plain", NAMESRV) as producer:
-            plain = await producer.send(Message("WebTraced", b"plain", keys=["web-plain"]))
+            plain = await producer.send(Message("WebUntraced", b"plain", keys=["web-plain"]))
         seen = trio.Event()
 
         async def listener(messages, context):
@@ -235,6 +236,10 @@ def test_a_traced_messages_timeline(up_with_console, page):
         async with consumer:
             with trio.fail_after(30):
                 await seen.wait()
+        async with AdminClient.open([NAMESRV]) as admin:  # indexed a moment after it is stored
+            with trio.fail_after(20):
+                while len(await query_trace(admin, traced.msg_id)) < 3:  # noqa: ASYNC110 - polls the index
+                    await trio.sleep(0.1)
         return traced.msg_id, plain.msg_id
 
     traced, _ = trio.run(traced_round_trip)
@@ -250,7 +255,8 @@ def test_a_traced_messages_timeline(up_with_console, page):
     expect(steps.nth(2)).to_contain_text("took")
     screenshot(page, "message-trace")
 
-    page.goto(up_with_console["console"] + "#/messages?topic=WebTraced&key=web-plain")
+    page.goto(up_with_console["console"] + "#/messages?topic=WebUntraced&key=web-plain")
+    expect(page.locator("table#messages")).to_contain_text("web-plain")
     page.locator("table#messages button.view").first.click()
     page.click("#msg-trace")
     expect(page.locator("#no-trace")).to_contain_text("No trace")

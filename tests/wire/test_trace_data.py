@@ -49,6 +49,7 @@ def test_records_in_rocketmq_layout_decode_field_by_field():
         )
     )
     pub, before, after, end = decode(body)
+    assert encode([pub, before, after, end])[0] == body, "encoded exactly as RocketMQ's clients write"
     assert pub == TraceRecord(
         TraceType.PUB,
         "UNIQ1",

@@ -30,6 +30,7 @@ from trocket.client import (
     TransactionState,
 )
 from trocket.client.errors import ClientError
+from wire.trace_data import TRACE_TOPIC
 
 DEFAULT_NAMESRV = "127.0.0.1:9876"
 FROM_WHERE = {
@@ -70,6 +71,7 @@ def add_parsers(sub: Any) -> None:
         default="commit",
         help="with --transactional: the answer to check-backs that arrive while this runs",
     )
+    _trace_options(produce)
     add_connection_options(produce)
     produce.set_defaults(handler=cmd_produce)
 
@@ -106,8 +108,17 @@ def add_parsers(sub: Any) -> None:
         help="with --pop: seconds a received message stays invisible before it is delivered again",
     )
     consume.add_argument("--json", action="store_true", help="one JSON object per message")
+    _trace_options(consume)
     add_connection_options(consume)
     consume.set_defaults(handler=cmd_consume)
+
+
+def _trace_options(parser: argparse.ArgumentParser) -> None:
+    """RocketMQ's ``enableMsgTrace`` / ``customizedTraceTopic`` (docs/message-trace.md)."""
+    parser.add_argument(
+        "--trace", action="store_true", help="write message-trace records (read them with queryMsgTraceById)"
+    )
+    parser.add_argument("--traceTopic", default=TRACE_TOPIC, help=f"the trace topic (default {TRACE_TOPIC})")
 
 
 # --- produce ----------------------------------------------------------------------------------
@@ -142,7 +153,12 @@ def _bodies(args: argparse.Namespace) -> list[bytes]:
 async def _produce(args: argparse.Namespace, bodies: list[bytes]) -> int:
     keys = [k for k in args.keys.split(",") if k]
     started = time.monotonic()
-    security = {"credentials": credentials_of(args), "tls": tls_of(args)}
+    security = {
+        "credentials": credentials_of(args),
+        "tls": tls_of(args),
+        "trace": args.trace,
+        "trace_topic": args.traceTopic,
+    }
     producer: Producer | TransactionProducer = Producer(args.group, args.namesrv, **security)
     if args.transactional:
         decided, checked = STATES[args.transactional], STATES[args.check]
@@ -297,6 +313,8 @@ async def _consume(args: argparse.Namespace) -> int:
         consume_thread_max=1,
         credentials=credentials_of(args),
         tls=tls_of(args),
+        trace=args.trace,
+        trace_topic=args.traceTopic,
     )
     consumer.subscribe(args.topic, args.expression)
     printed = 0

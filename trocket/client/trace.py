@@ -2,12 +2,16 @@
 hooks): what a traced producer or consumer did with each message, written to the trace topic.
 
 A traced send or listener call only appends records to a bounded list; a background task takes
-them in batches, encodes them in RocketMQ's trace format (:mod:`wire.trace_data`), and sends
-them through an inner producer of its own (group ``_INNER_TRACE_PRODUCER-<group>-<kind>``),
-several records per message, each message at most :data:`MAX_TRACE_BODY` bytes, keyed by the
-traced messages' ids and keys so ``queryMsgTraceById`` finds them through the broker's index.
-Tracing never slows or fails the traced call: when the list is full, records are dropped and
-counted, and a failed trace send is logged and counted, not retried.
+them in batches and sends them through an inner producer of its own (group
+``_INNER_TRACE_PRODUCER-<group>-<kind>``), many records per message, each message at most
+:data:`MAX_TRACE_BODY` bytes, keyed by the traced messages' ids and keys so
+``queryMsgTraceById`` finds them through the broker's index. Tracing never slows or fails the
+traced call: when the list is full, records are dropped and counted, and a failed trace send is
+logged and counted, not retried.
+
+A record is kept as its finished text (RocketMQ's format, :mod:`wire.trace_data`) with the id
+and keys it is indexed by: a traced send adds one f-string and one tuple, and a trace message's
+body is one ``"".join`` of them.
 """
 
 from __future__ import annotations
@@ -22,7 +26,14 @@ import trio
 from trocket.client.consumer.received import ReceivedMessage
 from trocket.client.message import KEY_SEPARATOR, Message, SendResult, SendStatus
 from wire.names import PROPERTY_TRANSACTION_PREPARED
-from wire.trace_data import TRACE_PRODUCER_GROUP_PREFIX, MessageType, TraceRecord, TraceType, encode
+from wire.trace_data import (
+    TRACE_PRODUCER_GROUP_PREFIX,
+    MessageType,
+    end_transaction_text,
+    pub_text,
+    sub_after_text,
+    sub_before_text,
+)
 
 log = logging.getLogger(__name__)
 
@@ -30,6 +41,9 @@ DEFAULT_REGION = "DefaultRegion"
 """What a record names as region when the broker sent none (RocketMQ's ``regionId`` default)."""
 MAX_TRACE_BODY = 128 * 1024
 """Bytes of trace text per trace message at most (RocketMQ's ``maxMsgSize`` for traces)."""
+MAX_TRACE_KEYS = 32767 - 10000
+"""Characters of keys per trace message at most (RocketMQ's ``MAX_MSG_KEY_SIZE``): a message's
+properties must fit a short, and a trace message's keys are every id and key it describes."""
 QUEUE_LIMIT = 2048
 """Records waiting at most (RocketMQ's trace ``queueSize``); more are dropped and counted."""
 BATCH_WAIT = 0.05
@@ -37,6 +51,8 @@ BATCH_WAIT = 0.05
 one trace message for many records rather than one per record."""
 SENDS_IN_FLIGHT = 4
 
+TraceEntry = tuple[str, str, str]
+"""One record: its text (separators included), the message id and the keys it is indexed by."""
 TraceSender = Callable[[Message], Awaitable[object]]
 
 
@@ -46,13 +62,14 @@ def trace_producer_group(group: str, kind: str) -> str:
 
 
 def now_ms() -> int:
-    return int(time.time() * 1000)
+    return time.time_ns() // 1_000_000
 
 
 @attrs.define(eq=False)
 class TraceDispatcher:
     """See the module docstring. ``append`` from any task of the owner's event loop; ``run``
-    in the owner's nursery; ``close`` writes what is left (within ``timeout``) and ends ``run``."""
+    in a nursery that outlives the owner's tasks; ``close`` writes what is left (within
+    ``timeout``) and ends ``run``."""
 
     send: TraceSender
     topic: str
@@ -60,24 +77,35 @@ class TraceDispatcher:
     """Records sent to the trace topic."""
     dropped: int = 0
     """Records dropped: the list was full, or their trace message could not be sent."""
-    _pending: list[TraceRecord] = attrs.field(factory=list, init=False)
+    _pending: list[TraceEntry] = attrs.field(factory=list, init=False)
     _arrived: trio.Event = attrs.field(factory=trio.Event, init=False)
     _closing: bool = attrs.field(default=False, init=False)
     _done: trio.Event = attrs.field(factory=trio.Event, init=False)
     _scope: trio.CancelScope = attrs.field(factory=trio.CancelScope, init=False)
 
-    def append(self, records: Sequence[TraceRecord]) -> None:
-        """Queue ``records`` for writing; never blocks (beyond :data:`QUEUE_LIMIT` they are
+    def add(self, entry: TraceEntry) -> None:
+        """:meth:`append` of one entry (a traced send's: the common case, kept short)."""
+        pending = self._pending
+        if len(pending) < QUEUE_LIMIT and not self._closing:
+            pending.append(entry)
+            if len(pending) == 1:
+                self._arrived.set()
+        else:
+            self.append((entry,))
+
+    def append(self, entries: Sequence[TraceEntry]) -> None:
+        """Queue ``entries`` for writing; never blocks (beyond :data:`QUEUE_LIMIT` they are
         dropped, counted and logged every thousand)."""
-        room = 0 if self._closing else max(0, QUEUE_LIMIT - len(self._pending))
-        if len(records) > room:
+        room = 0 if self._closing else QUEUE_LIMIT - len(self._pending)
+        if len(entries) > room:
+            room = max(0, room)
             before = self.dropped
-            self.dropped += len(records) - room
+            self.dropped += len(entries) - room
             if before == 0 or before // 1000 != self.dropped // 1000:
                 log.warning("trace: %d record(s) dropped so far (the writer falls behind)", self.dropped)
-            records = records[:room]
-        if records:
-            self._pending.extend(records)
+            entries = entries[:room]
+        if entries:
+            self._pending += entries
             self._arrived.set()
 
     async def run(self) -> None:
@@ -126,38 +154,32 @@ class TraceDispatcher:
             await self._done.wait()
 
 
-def split_messages(records: Sequence[TraceRecord]) -> list[tuple[str, list[str], int]]:
-    """``records`` as trace message bodies of at most :data:`MAX_TRACE_BODY` bytes: (body,
-    keys, record count) each. A single record larger than the limit travels alone."""
+def split_messages(entries: Sequence[TraceEntry]) -> list[tuple[str, list[str], int]]:
+    """``entries`` as trace message bodies of at most :data:`MAX_TRACE_BODY` bytes and
+    :data:`MAX_TRACE_KEYS` characters of keys: (body, keys, record count) each. A single record
+    larger than either travels alone."""
     out: list[tuple[str, list[str], int]] = []
-    start, size = 0, 0
-    for i, record in enumerate(records):
-        one = _estimate(record)
-        if size and size + one > MAX_TRACE_BODY:
-            out.append((*encode(records[start:i]), i - start))
-            start, size = i, 0
-        size += one
-    if start < len(records):
-        out.append((*encode(records[start:]), len(records) - start))
+    start, size, key_size = 0, 0, 0
+    for i, (text, msg_id, keys) in enumerate(entries):
+        length = len(text) if text.isascii() else len(text.encode())
+        key_length = len(msg_id) + len(keys) + 2
+        if i > start and (size + length > MAX_TRACE_BODY or key_size + key_length > MAX_TRACE_KEYS):
+            out.append(_message(entries[start:i]))
+            start, size, key_size = i, 0, 0
+        size += length
+        key_size += key_length
+    if start < len(entries):
+        out.append(_message(entries[start:]))
     return out
 
 
-def _estimate(record: TraceRecord) -> int:
-    """An upper bound of a record's encoded length (fields plus separators), without encoding it."""
-    return 96 + sum(
-        len(text) if text.isascii() else len(text.encode())
-        for text in (
-            record.region,
-            record.group,
-            record.topic,
-            record.msg_id,
-            record.tags,
-            record.keys,
-            record.store_host,
-            record.offset_msg_id,
-            record.request_id,
-        )
-    )
+def _message(entries: Sequence[TraceEntry]) -> tuple[str, list[str], int]:
+    keys: dict[str, None] = {}
+    for _, msg_id, message_keys in entries:
+        keys[msg_id] = None
+        if message_keys:
+            keys[message_keys] = None
+    return "".join(e[0] for e in entries), list(keys), len(entries)
 
 
 # --- records ----------------------------------------------------------------------------------
@@ -166,48 +188,55 @@ DELAY_PROPERTIES = ("DELAY", "TIMER_DELIVER_MS", "TIMER_DELAY_SEC", "TIMER_DELAY
 """Properties that make a message a delayed one for its Pub record's type."""
 
 
-def message_type(message: Message) -> MessageType:
+_NORMAL, _TRANS_HALF, _DELAY = int(MessageType.NORMAL), int(MessageType.TRANS_HALF), int(MessageType.DELAY)
+
+
+def message_type(message: Message) -> int:
+    """The Pub record's message type (a ``MessageType`` ordinal, as a plain int: it is
+    formatted into every Pub record)."""
     properties = message.properties
+    if message.delay_level > 0:
+        return _DELAY
+    if not properties:
+        return _NORMAL
     if properties.get(PROPERTY_TRANSACTION_PREPARED) == "true":
-        return MessageType.TRANS_HALF
-    if message.delay_level > 0 or any(key in properties for key in DELAY_PROPERTIES):
-        return MessageType.DELAY
-    return MessageType.NORMAL
+        return _TRANS_HALF
+    if any(key in properties for key in DELAY_PROPERTIES):
+        return _DELAY
+    return _NORMAL
 
 
 def published(
     group: str,
     messages: Sequence[Message],
     result: SendResult,
-    *,
     store_host: str,
     region: str,
     began_ms: int,
     cost_ms: int,
-) -> list[TraceRecord]:
+) -> list[TraceEntry]:
     """One Pub record per message of a send (a batch answers its ids joined by commas)."""
-    ids = result.msg_id.split(",")
-    offset_ids = result.offset_msg_id.split(",")
     success = result.status is SendStatus.SEND_OK
-    return [
-        TraceRecord(
-            TraceType.PUB,
-            ids[i] if i < len(ids) else "",
-            began_ms,
-            region or DEFAULT_REGION,
-            group,
-            message.topic,
-            message.tags or "",
-            KEY_SEPARATOR.join(message.keys),
-            store_host,
-            len(message.body),
-            cost_ms,
-            message_type(message),
-            offset_ids[i] if i < len(offset_ids) else "",
-            success,
-        )
-        for i, message in enumerate(messages)
-    ]
+    if len(messages) == 1:  # the common case, without the loop
+        message = messages[0]
+        keys = KEY_SEPARATOR.join(message.keys) if message.keys else ""
+        text = pub_text(
+            began_ms, region, group, message.topic, result.msg_id, message.tags or "", keys, store_host,
+            len(message.body), cost_ms, message_type(message), result.offset_msg_id, success,
+        )  # fmt: skip
+        return [(text, result.msg_id, keys)]
+    ids, offset_ids = result.msg_id.split(","), result.offset_msg_id.split(",")
+    out = []
+    for i, message in enumerate(messages):
+        msg_id = ids[i] if i < len(ids) else ""
+        keys = KEY_SEPARATOR.join(message.keys)
+        text = pub_text(
+            began_ms, region, group, message.topic, msg_id, message.tags or "", keys, store_host,
+            len(message.body), cost_ms, message_type(message),
+            offset_ids[i] if i < len(offset_ids) else "", success,
+        )  # fmt: skip
+        out.append((text, msg_id, keys))
+    return out
 
 
 def transaction_ended(
@@ -219,51 +248,47 @@ def transaction_ended(
     transaction_id: str,
     state: str,
     from_check: bool = False,
-) -> TraceRecord:
+) -> TraceEntry:
     """The EndTransaction record of a transactional send (``state``: COMMIT_MESSAGE,
     ROLLBACK_MESSAGE or UNKNOW)."""
-    return TraceRecord(
-        TraceType.END_TRANSACTION,
-        result.msg_id,
-        now_ms(),
-        DEFAULT_REGION,
-        group,
-        message.topic,
-        message.tags or "",
-        KEY_SEPARATOR.join(message.keys),
-        store_host,
-        message_type=MessageType.TRANS_HALF,
-        transaction_id=transaction_id,
-        transaction_state=state,
-        from_check=from_check,
-    )
+    keys = KEY_SEPARATOR.join(message.keys)
+    text = end_transaction_text(
+        now_ms(), DEFAULT_REGION, group, message.topic, result.msg_id, message.tags or "", keys,
+        store_host, _TRANS_HALF, transaction_id, state, from_check,
+    )  # fmt: skip
+    return (text, result.msg_id, keys)
 
 
-def consume_started(group: str, messages: Sequence[ReceivedMessage], request_id: str) -> list[TraceRecord]:
+@attrs.frozen
+class ConsumeTrace:
+    """A listener call being traced: what its SubAfter records need."""
+
+    request_id: str
+    started: tuple[tuple[str, str], ...]
+    """(msg id, keys) of the messages traced."""
+    delivered: int
+    """Messages handed to the listener (RocketMQ splits the call's time over all of them)."""
+
+
+def consume_started(
+    group: str, messages: Sequence[ReceivedMessage], request_id: str
+) -> tuple[ConsumeTrace, list[TraceEntry]]:
     """SubBefore records for the messages a listener is about to get (those whose producer
     turned tracing off with ``TRACE_ON=false`` are left out, as RocketMQ does)."""
     began = now_ms()
-    records = []
+    entries = []
+    started = []
     for m in messages:
         properties = m.properties
         if properties.get("TRACE_ON") == "false":
             continue
-        records.append(
-            TraceRecord(
-                TraceType.SUB_BEFORE,
-                m.msg_id,
-                began,
-                properties.get("MSG_REGION") or DEFAULT_REGION,
-                group,
-                m.topic,
-                m.tags or "",
-                KEY_SEPARATOR.join(m.keys),
-                body_length=m.stored_size,
-                request_id=request_id,
-                retry_times=m.reconsume_times,
-            )
-        )
-    return records
+        msg_id = m.msg_id
+        keys = KEY_SEPARATOR.join(m.keys)
+        region = properties.get("MSG_REGION") or DEFAULT_REGION
+        text = sub_before_text(began, region, group, request_id, msg_id, m.reconsume_times, keys)
+        entries.append((text, msg_id, keys))
+        started.append((msg_id, keys))
+    return ConsumeTrace(request_id, tuple(started), len(messages)), entries
 
 
 class ConsumeReturn:
@@ -277,20 +302,12 @@ class ConsumeReturn:
 
 
 def consume_finished(
-    started: Sequence[TraceRecord], delivered: int, *, success: bool, cost_ms: int, context_code: int
-) -> list[TraceRecord]:
-    """SubAfter records for ``started``: the listener call's time split over the ``delivered``
-    messages it got, as RocketMQ reports it."""
-    each = cost_ms // max(1, delivered)
+    trace: ConsumeTrace, *, success: bool, cost_ms: int, context_code: int
+) -> list[TraceEntry]:
+    """SubAfter records for a traced listener call: its time split over the messages it got."""
+    each = cost_ms // max(1, trace.delivered)
     ended = now_ms()
     return [
-        attrs.evolve(
-            record,
-            type=TraceType.SUB_AFTER,
-            cost_ms=each,
-            success=success,
-            context_code=context_code,
-            timestamp=ended,
-        )
-        for record in started
+        (sub_after_text(trace.request_id, msg_id, each, success, keys, context_code, ended), msg_id, keys)
+        for msg_id, keys in trace.started
     ]

@@ -189,6 +189,8 @@ async def test_trace_records_are_signed_and_need_pub_on_the_trace_topic(cluster_
             tracer = producer._tracer
         assert tracer is not None and tracer.written == 1 and tracer.dropped == 0
         async with AdminClient.open([cluster.namesrv_addr], credentials=ADMIN) as admin:
-            views = await query_trace(admin, traced.msg_id)
+            with trio.fail_after(20):  # found by key once indexed, a moment after it is stored
+                while not (views := await query_trace(admin, traced.msg_id)):  # noqa: ASYNC110 - polls the index
+                    await trio.sleep(0.1)
             assert [(v.type, v.group, v.status) for v in views] == [("Pub", "PG", "success")]
             assert await query_trace(admin, untraced.msg_id) == []

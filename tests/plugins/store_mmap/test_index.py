@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import struct
 
+import numpy as np
 import trio
 
 from kernel import Message
-from plugins.store_mmap.index_file import HEADER, key_hash
+from plugins.store_mmap.index_file import ENTRY_DTYPE, HEADER, HEADER_SIZE, key_hash
 from wire import record
 
 from .helpers import clean_close, messages, opened
@@ -103,3 +104,50 @@ def _java(text: str) -> int:
     for char in text:
         h = (31 * h + ord(char)) & 0xFFFFFFFF
     return h
+
+
+def _index_entries(root) -> list[tuple[bytes, list]]:
+    """Each index file's slot table and its entries' (hash, offset, previous): all but the
+    store times, which differ between two runs."""
+    out = []
+    for path in sorted((root / "index").iterdir()):
+        data = path.read_bytes()
+        slots, count = HEADER.unpack_from(data)[4:]
+        table_end = HEADER_SIZE + slots * 4
+        entries = np.frombuffer(data, ENTRY_DTYPE, count, table_end)
+        out.append((data[HEADER_SIZE:table_end], entries[["hash", "offset", "previous"]].tolist()))
+    return out
+
+
+async def _index_many_keys(root, monkeypatch, bulk: bool) -> list[str]:
+    """Single puts with hundreds of keys (a trace message's), one with a control character,
+    indexed with or without the array path."""
+    import plugins.store_mmap.index_file as index_file
+
+    monkeypatch.setattr(index_file, "MANY_KEYS_CHARS", 512 if bulk else 10**9)
+    keys = [f"C0A80001{i:024X}" for i in range(700)]
+    spaced = " ".join(keys[:300]) + "  \t" + "\n".join(keys[300:])
+    async with opened(root, commit_log_file_size="1MiB") as (store, _):
+        await store.append([Message("T", b"plain", properties={"KEYS": "k1 k2", "UNIQ_KEY": "U1"})])
+        await store.append([Message("T", b"many", properties={"KEYS": spaced, "UNIQ_KEY": "U2"})])
+        odd = " ".join(keys[:100]) + " odd\x01key"
+        await store.append([Message("T", b"odd", properties={"KEYS": odd, "UNIQ_KEY": "U3"})])
+        await store.append([Message("T", b"after", properties={"KEYS": "k1"})])
+        await clean_close(store)
+        return keys
+
+
+async def test_hundreds_of_keys_are_indexed_as_arrays_byte_for_byte_as_one_by_one(tmp_path, monkeypatch):
+    keys = await _index_many_keys(tmp_path / "bulk", monkeypatch, bulk=True)
+    async with opened(tmp_path / "bulk", commit_log_file_size="1MiB") as (store, _):
+        for key in (keys[0], keys[299], keys[300], keys[-1], "U2"):
+            assert [record.decode_record(r).body for r in await store.query_by_key("T", key)][-1:] == [
+                b"many"
+            ]
+        assert [record.decode_record(r).body for r in await store.query_by_key("T", "k1")] == [
+            b"after",
+            b"plain",
+        ]
+        assert [record.decode_record(r).body for r in await store.query_by_key("T", "odd\x01key")] == [b"odd"]
+    await _index_many_keys(tmp_path / "each", monkeypatch, bulk=False)
+    assert _index_entries(tmp_path / "bulk") == _index_entries(tmp_path / "each")

@@ -24,7 +24,7 @@ from trocket.client.errors import ClientError
 from trocket.client.message_id import new_message_id
 from trocket.client.producer import _split, enter_trace_dispatcher
 from trocket.client.tls import resolve_tls
-from trocket.client.trace import TraceDispatcher, TraceRecord, consume_started
+from trocket.client.trace import ConsumeTrace, TraceDispatcher, consume_started
 from wire.remoting.busy_poll import BusyPollSetting
 from wire.remoting.signature import SessionCredentials
 from wire.subscription import Subscription
@@ -122,13 +122,14 @@ class ConsumerBase:
                 credentials=self.credentials, tls=self.tls, busy_poll=self.busy_poll,
             )  # fmt: skip
 
-    def _trace_started(self, messages: Sequence[ReceivedMessage]) -> list[TraceRecord]:
-        """SubBefore records of ``messages``, queued for writing ([] without :attr:`trace`)."""
+    def _trace_started(self, messages: Sequence[ReceivedMessage]) -> ConsumeTrace | None:
+        """SubBefore records of ``messages``, queued for writing; what their SubAfter records
+        need (None without :attr:`trace`, or when none of them is traced)."""
         if self._tracer is None:
-            return []
-        started = consume_started(self.group, messages, new_message_id())
-        self._tracer.append(started)
-        return started
+            return None
+        trace, entries = consume_started(self.group, messages, new_message_id())
+        self._tracer.append(entries)
+        return trace if trace.started else None
 
     def _start_timestamp_ms(self) -> int:
         return self.consume_timestamp_ms if self.consume_timestamp_ms is not None else half_hour_ago_ms()

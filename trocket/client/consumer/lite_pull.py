@@ -186,15 +186,11 @@ class LitePullConsumer(ConsumerBase):
                     if self.auto_commit:
                         assert self._offsets is not None
                         self._offsets.update(owned.queue, owned.consumed)
-                    if self._tracer is not None:  # handed over: RocketMQ's lite pull traces both at once
-                        started = self._trace_started(messages)
+                    trace = self._trace_started(messages)
+                    if trace is not None and self._tracer is not None:  # RocketMQ's lite pull: both at once
                         self._tracer.append(
                             consume_finished(
-                                started,
-                                len(messages),
-                                success=True,
-                                cost_ms=0,
-                                context_code=ConsumeReturn.SUCCESS,
+                                trace, success=True, cost_ms=0, context_code=ConsumeReturn.SUCCESS
                             )
                         )
                     return messages

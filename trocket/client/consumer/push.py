@@ -489,10 +489,10 @@ class PushConsumer(ConsumerBase):
     async def _call_listener(self, batch: list[ReceivedMessage], context: ConsumeContext) -> Any:
         """The listener's answer (:func:`call_listener`), traced when :attr:`trace` is on."""
         assert self._listener is not None
-        started = self._trace_started(batch)
+        trace = self._trace_started(batch)
         began = time.monotonic()
         status = await call_listener(self._listener, batch, context, self.consume_timeout)
-        if started and self._tracer is not None:
+        if trace is not None and self._tracer is not None:
             cost = time.monotonic() - began
             success = status is ConsumeStatus.CONSUME_SUCCESS or status is OrderlyStatus.SUCCESS
             if success:
@@ -502,9 +502,7 @@ class PushConsumer(ConsumerBase):
             else:
                 code = ConsumeReturn.TIME_OUT if cost >= self.consume_timeout else ConsumeReturn.EXCEPTION
             self._tracer.append(
-                consume_finished(
-                    started, len(batch), success=success, cost_ms=int(cost * 1000), context_code=code
-                )
+                consume_finished(trace, success=success, cost_ms=int(cost * 1000), context_code=code)
             )
         return status
 
