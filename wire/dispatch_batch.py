@@ -22,7 +22,7 @@ import attrs
 import numpy as np
 
 from wire import batch_codec
-from wire.dispatch_record import DispatchRecord
+from wire.dispatch_record import DispatchRecord, host_text, pack_host
 from wire.message import decode_properties, encode_properties
 from wire.names import SYSFLAG_BORNHOST_V6, SYSFLAG_STOREHOST_V6
 from wire.property_scan import JoinedProperties
@@ -42,6 +42,12 @@ class AppendedWire(NamedTuple):
     sizes: np.ndarray
     first_queue_offset: int
     store_timestamp: int
+    store_host: int = 0
+    """The broker's address as records store it (:func:`~wire.dispatch_record.pack_host`)."""
+
+
+def _host(host: tuple[str, int]) -> str:
+    return f"{host[0]}:{host[1]}"
 
 
 def _empty() -> np.ndarray:
@@ -76,11 +82,18 @@ class DispatchBatch(Sequence[DispatchRecord]):
     properties_start: np.ndarray
     """Where each record's properties begin in :attr:`properties_blob`."""
     properties_end: np.ndarray
+    body_length: np.ndarray
+    """Each record's body as stored (compressed when its sysFlag's bit 0 is set)."""
+    born_host: np.ndarray
+    """Each record's born host, packed as the log stores an IPv4 host (IP << 32 | port;
+    :func:`~wire.dispatch_record.host_text` gives ``ip:port``)."""
+    store_host: np.ndarray
+    """Each record's store host, packed likewise."""
 
     @classmethod
     def empty(cls) -> DispatchBatch:
         e = _empty()
-        return cls([], e, e, e, e, e, e, e, e, e, e, e, e, b"", e, e)
+        return cls([], e, e, e, e, e, e, e, e, e, e, e, e, b"", e, e, e, e, e)
 
     @classmethod
     def from_run(
@@ -103,10 +116,13 @@ class DispatchBatch(Sequence[DispatchRecord]):
         first_queue_offset: int,
         store_timestamp: int,
         parking: frozenset[str] = frozenset(),
+        store_host: int = 0,
     ) -> DispatchBatch:
         """The columns of records just encoded from ``batch``, without reading them back (see
-        :meth:`from_wires`)."""
-        appended = AppendedWire(batch, physical_offsets, sizes, first_queue_offset, store_timestamp)
+        :meth:`from_wires`); ``store_host`` packed (:func:`~wire.dispatch_record.pack_host`)."""
+        appended = AppendedWire(
+            batch, physical_offsets, sizes, first_queue_offset, store_timestamp, store_host
+        )
         return cls.from_wires([appended], parking)
 
     @classmethod
@@ -159,6 +175,11 @@ class DispatchBatch(Sequence[DispatchRecord]):
             b"".join([a.batch.data for a in appended]),
             np.concatenate([a.batch.props_at for a in appended]) + blob_shift,
             np.concatenate([a.batch.props_end for a in appended]) + blob_shift,
+            np.concatenate([a.batch.body_len for a in appended]).astype(np.int64, copy=False),
+            np.repeat(
+                np.array([pack_host(_host(a.batch.born_host)) for a in appended], dtype=np.int64), counts
+            ),
+            np.repeat(np.array([a.store_host for a in appended], dtype=np.int64), counts),
         )
         made._read_properties(parking)
         return made
@@ -203,6 +224,9 @@ class DispatchBatch(Sequence[DispatchRecord]):
             joined.blob,
             joined.starts,
             joined.ends,
+            body_len,
+            header["born_host"].astype(np.int64),
+            header["store_host"].astype(np.int64),
         )
         batch._read_properties(parking)
         return batch
@@ -249,6 +273,9 @@ class DispatchBatch(Sequence[DispatchRecord]):
             self.properties_blob,
             self.properties_start[rows],
             self.properties_end[rows],
+            self.body_length[rows],
+            self.born_host[rows],
+            self.store_host[rows],
         )
 
     @classmethod
@@ -294,6 +321,9 @@ class DispatchBatch(Sequence[DispatchRecord]):
             b"".join(blobs),
             np.concatenate(starts),
             np.concatenate(ends),
+            joined("body_length"),
+            joined("born_host"),
+            joined("store_host"),
         )
 
     # --- per-record access (plugins and hooks) ----------------------------------------------
@@ -324,6 +354,9 @@ class DispatchBatch(Sequence[DispatchRecord]):
             unique_key=props.get("UNIQ_KEY"),
             properties=props,
             prepared_transaction_offset=int(self.prepared_offset[row]),
+            body_length=int(self.body_length[row]),
+            born_host=host_text(int(self.born_host[row])),
+            store_host=host_text(int(self.store_host[row])),
         )
 
     def __len__(self) -> int:
@@ -407,4 +440,7 @@ def as_batch(records: Sequence[DispatchRecord]) -> DispatchBatch:
         bytes(blob),
         np.array(starts, dtype=np.int64),
         np.array(ends, dtype=np.int64),
+        column("body_length"),
+        np.fromiter((pack_host(r.born_host) for r in records), dtype=np.int64, count=len(records)),
+        np.fromiter((pack_host(r.store_host) for r in records), dtype=np.int64, count=len(records)),
     )

@@ -346,8 +346,8 @@ def decode_dispatch(
 
     In the ``parking`` topics (:attr:`kernel.context.BrokerContext.parking_topics`) the tag
     code is the message's due time, not its tag's hash."""
-    (size, _, _, queue_id, _, queue_offset, physical_offset, sys_flag, _, _, _, store_ts, _, _, _,
-     prepared_tx, body_len) = HEADER.unpack_from(buffer, offset)  # fmt: skip
+    (size, _, _, queue_id, _, queue_offset, physical_offset, sys_flag, _, born_ip, born_port, store_ts,
+     store_ip, store_port, _, prepared_tx, body_len) = HEADER.unpack_from(buffer, offset)  # fmt: skip
     at = offset + HEADER_SIZE + body_len
     topic_len = buffer[at]
     topic = bytes(buffer[at + 1 : at + 1 + topic_len]).decode()
@@ -355,12 +355,17 @@ def decode_dispatch(
     props_len = _PROPS_LEN.unpack_from(buffer, at)[0]
     props = decode_properties(buffer[at + 2 : at + 2 + props_len]) if props_len else {}
     return _dispatch_record(
-        topic, queue_id, queue_offset, physical_offset, size, store_ts, sys_flag, props, prepared_tx, parking
-    )
+        topic, queue_id, queue_offset, physical_offset, size, store_ts, sys_flag, props, prepared_tx, parking,
+        body_len, f"{socket.inet_ntoa(born_ip)}:{born_port}", f"{socket.inet_ntoa(store_ip)}:{store_port}",
+    )  # fmt: skip
 
 
 def dispatch_records(
-    messages: Sequence[Message], run: EncodedRun, store_ts: int, parking: frozenset[str] = frozenset()
+    messages: Sequence[Message],
+    run: EncodedRun,
+    store_ts: int,
+    parking: frozenset[str] = frozenset(),
+    store_host: str = "",
 ) -> list[DispatchRecord]:
     """What :func:`decode_dispatch` would read back from the records ``run`` encoded from
     ``messages`` (one by one, ``run.properties_as_given``), built from the messages instead:
@@ -379,6 +384,9 @@ def dispatch_records(
             dict(m.properties),
             m.prepared_transaction_offset,
             parking,
+            len(m.body),
+            f"{m.born_host[0]}:{m.born_host[1]}",
+            store_host,
         )
         for m, offset, size, queue_offset in zip(
             messages, run.offsets, run.sizes, run.queue_offsets, strict=True
@@ -397,6 +405,9 @@ def _dispatch_record(
     props: dict[str, str],
     prepared_tx: int,
     parking: frozenset[str],
+    body_length: int,
+    born_host: str,
+    store_host: str,
 ) -> DispatchRecord:
     return DispatchRecord(
         topic=topic,
@@ -411,6 +422,9 @@ def _dispatch_record(
         unique_key=props.get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX),
         properties=props,
         prepared_transaction_offset=prepared_tx,
+        body_length=body_length,
+        born_host=born_host,
+        store_host=store_host,
     )
 
 

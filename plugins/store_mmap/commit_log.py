@@ -30,6 +30,7 @@ from plugins.store_mmap.mapped_file import MappedFile
 from plugins.store_mmap.mapped_file_queue import MappedFileQueue
 from wire import record
 from wire.dispatch_batch import AppendedWire, DispatchBatch, as_batch
+from wire.dispatch_record import pack_host
 from wire.record_run import check_at, check_run
 from wire.wire_batch import WireBatch
 
@@ -78,6 +79,9 @@ class CommitLog:
     flushed_timestamp: int = 0
     """Store time of the newest message covered by the last flush (checkpoint field)."""
     _encoder: record.RecordEncoder = attrs.field(init=False)
+    _host: str = attrs.field(default="", init=False)
+    """The store host as records' dispatch fields give it (``ip:port``), and packed."""
+    _packed_host: int = attrs.field(default=0, init=False)
     _append_end: int = attrs.field(default=0, init=False)
     _handed: collections.deque[tuple[int, int, AppendedWire | AppendedMessages]] = attrs.field(
         factory=collections.deque, init=False
@@ -87,6 +91,8 @@ class CommitLog:
 
     def __attrs_post_init__(self) -> None:
         self._encoder = record.RecordEncoder(self.store_host)
+        self._host = f"{self.store_host[0]}:{self.store_host[1]}"
+        self._packed_host = pack_host(self._host)
 
     @property
     def stages_writes(self) -> bool:
@@ -180,7 +186,7 @@ class CommitLog:
             assert isinstance(messages, WireBatch)
             offsets, sizes = run.arrays
             kept: AppendedWire | AppendedMessages = AppendedWire(
-                messages, offsets, sizes, run.queue_offsets[0], now
+                messages, offsets, sizes, run.queue_offsets[0], now, self._packed_host
             )
         else:
             kept = AppendedMessages(messages, run, now)
@@ -499,7 +505,11 @@ class CommitLog:
                 parts.append(DispatchBatch.from_wires(list(group), self.parking_topics))  # type: ignore[arg-type]
             else:
                 parts.append(
-                    [r for kept in group for r in record.dispatch_records(*kept, self.parking_topics)]
+                    [
+                        r
+                        for kept in group
+                        for r in record.dispatch_records(*kept, self.parking_topics, self._host)
+                    ]
                 )
         return parts
 

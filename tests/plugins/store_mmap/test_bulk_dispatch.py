@@ -23,6 +23,7 @@ from plugins.store_mmap.index_file import IndexFile, key_hash, key_hashes
 from tests.kernel.test_wire_batch import batch_body
 from wire import record
 from wire.dispatch_batch import AppendedWire, DispatchBatch, as_batch
+from wire.dispatch_record import pack_host
 from wire.java_hash import as_signed, java_hashes, java_string_hash, unsigned_hash
 from wire.record_run import check_run
 from wire.wire_batch import WireBatch
@@ -104,7 +105,7 @@ def test_records_of_messages_handed_over_at_append_match_the_stored_records(seed
     assert run.properties_as_given
     data = b"\0" * 500 + run.data
     expected = [record.decode_dispatch(data, o, PARKING) for o in run.offsets]
-    assert record.dispatch_records(batch, run, 1_700_000_000_123, PARKING) == expected
+    assert record.dispatch_records(batch, run, 1_700_000_000_123, PARKING, "127.0.0.1:10911") == expected
 
 
 def test_a_message_whose_properties_are_reformatted_is_not_handed_over():
@@ -129,8 +130,9 @@ def test_columns_handed_over_at_append_match_the_stored_records(seed, count, fir
     encoder = record.RecordEncoder(("127.0.0.1", 10911))
     run = encoder.encode_run(wire, 500, {(topic, 2): first_queue_offset}, 1_700_000_000_000)
     handed = DispatchBatch.from_wire(
-        wire, np.array(run.offsets), np.array(run.sizes), first_queue_offset, 1_700_000_000_000, PARKING
-    )
+        wire, np.array(run.offsets), np.array(run.sizes), first_queue_offset, 1_700_000_000_000, PARKING,
+        pack_host("127.0.0.1:10911"),
+    )  # fmt: skip
     data = b"\0" * 500 + run.data
     scanned = DispatchBatch.from_run(data, check_run(data, 500, len(data), base=0), PARKING)
     assert list(handed) == list(scanned)
@@ -160,7 +162,11 @@ def test_columns_of_a_run_of_appended_batches_match_the_stored_records(seed, cou
         now = 1_700_000_000_000 + n
         run = encoder.encode_run(wire, at, {(topic, queue_id): first}, now)
         queue_offsets.update(run.next_queue_offsets)
-        appended.append(AppendedWire(wire, np.array(run.offsets), np.array(run.sizes), first, now))
+        appended.append(
+            AppendedWire(
+                wire, np.array(run.offsets), np.array(run.sizes), first, now, pack_host("127.0.0.1:10911")
+            )
+        )
         data += run.data
         at += len(run.data)
     handed = DispatchBatch.from_wires(appended, PARKING)
