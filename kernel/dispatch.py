@@ -108,6 +108,7 @@ class DispatchService:
         every ``thorough_persist_interval``) by a sibling task; the final, thorough persist is
         the lifecycle's job (shielded, after :meth:`drain`).
         """
+        self._cut_views(self.store.positions.wrote.value)
         offset = self.start_offset()
         self.dispatched.reset(offset)
         if offset < self.store.positions.wrote.value:
@@ -180,12 +181,37 @@ class DispatchService:
         tail calls this (through ``Broker.truncate_log``)."""
         async with self._lock:
             truncate()
+            self._cut_views(self.store.positions.wrote.value)
             offset = self.start_offset()
             self.dispatched.reset(offset)
             self._rewound = offset
             if self._idle is not None:
                 self._idle.cancel()
         return offset
+
+    def _cut_views(self, end: int) -> None:
+        """Views that claim records past ``end`` forget them: the log was cut there (recovery
+        dropped a torn tail, or a replica its divergent one) and new records will take those
+        offsets. A view does it in its optional ``truncate(offset)``; one without it is named
+        in the log, since it would skip the new records."""
+        for dispatcher in self.dispatchers:
+            reached = dispatcher.dispatched_offset()
+            if reached <= end:
+                continue
+            truncate = getattr(dispatcher, "truncate", None)
+            if truncate is None:
+                log.error(
+                    "view %s covers the log up to %d but the log ends at %d, and it has no "
+                    "truncate(offset): it will skip the records written there next",
+                    dispatcher.name,
+                    reached,
+                    end,
+                )
+                continue
+            log.warning(
+                "view %s covered the log up to %d; the log ends at %d: cut", dispatcher.name, reached, end
+            )
+            truncate(end)
 
     async def drain(self) -> None:
         """Wait until everything visible has been dispatched (used by graceful shutdown)."""

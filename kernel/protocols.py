@@ -210,6 +210,16 @@ class Dispatcher(Protocol):
         everything, record progress)."""
 
 
+class TruncatableView(Dispatcher, Protocol):
+    """A view that can forget records (optional; the kernel looks for the method): when the log
+    is cut below :meth:`Dispatcher.dispatched_offset` (recovery dropped a torn tail, a replica
+    its divergent one), the kernel calls ``truncate(end)`` between two batches, before dispatch
+    resumes; the view drops what it derived from records at or past ``end`` and reports at
+    most ``end`` from then on."""
+
+    def truncate(self, offset: int) -> None: ...
+
+
 class FlushPolicy(Protocol):
     """Decides when written bytes are flushed, and what an acknowledgement waits for.
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -127,3 +128,21 @@ port = {console}
     finally:
         up.terminate()
         up.wait(timeout=60)
+
+
+def test_an_example_plugin_and_the_pytest_plugin_work_from_the_wheel(installed: Path, tmp_path: Path):
+    """A plugin author's setup (issue 41): Trocket from the wheel, the example plugins
+    installed from their own directories, pytest and pytest-trio; their tests then run there
+    against real brokers through the ``trocket`` pytest plugin the wheel registers."""
+    pip = [str(installed / "python"), "-m", "pip", "install", "-q", "--disable-pip-version-check"]
+    run([*pip, "pytest>=8", "pytest-trio>=0.8"], cwd=tmp_path)
+    for name in ("acme_guard", "acme_audit"):
+        source = REPO / "examples" / name
+        run([*pip, str(source)], cwd=tmp_path)
+        copy = tmp_path / name
+        shutil.copytree(source / "tests", copy / "tests")
+        shutil.copy(source / "pyproject.toml", copy / "pyproject.toml")  # its pytest settings
+        result = run([str(installed / "python"), "-m", "pytest", "-q", "-p", "no:cacheprovider"], cwd=copy)
+        assert " passed" in result.stdout and "failed" not in result.stdout, result.stdout
+    plugins = run([str(installed / "trocket"), "plugins", "--available"], cwd=tmp_path).stdout
+    assert "acme_guard" in plugins and "acme_audit" in plugins

@@ -68,14 +68,10 @@ def trocket_config_sections():
     return [ConfigSection("acme_guard", GuardConfig)]
 
 @hookimpl
-def trocket_configure(ctx):
-    global DENIED
-    DENIED = set(ctx.plugin_config(GuardConfig).deny)
-
-@hookimpl
 def trocket_before_append(batch: MessageBatch, ctx):
+    denied = ctx.plugin_config(GuardConfig).deny
     for message in batch.messages:
-        if message.topic in DENIED:
+        if message.topic in denied:
             return Rejection(PutStatus.MESSAGE_ILLEGAL, f"topic {message.topic} is denied")
     return None
 """
