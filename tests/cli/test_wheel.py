@@ -133,9 +133,10 @@ port = {console}
 def test_an_example_plugin_and_the_pytest_plugin_work_from_the_wheel(installed: Path, tmp_path: Path):
     """A plugin author's setup (issue 41): Trocket from the wheel, the example plugins
     installed from their own directories, pytest and pytest-trio; their tests then run there
-    against real brokers through the ``trocket`` pytest plugin the wheel registers."""
+    against real brokers through the ``trocket`` pytest plugin the wheel registers, and
+    ``mypy --strict`` passes on their sources against the wheel's own annotations."""
     pip = [str(installed / "python"), "-m", "pip", "install", "-q", "--disable-pip-version-check"]
-    run([*pip, "pytest>=8", "pytest-trio>=0.8"], cwd=tmp_path)
+    run([*pip, "pytest>=8", "pytest-trio>=0.8", "mypy>=1.10"], cwd=tmp_path)
     for name in ("acme_guard", "acme_audit"):
         source = REPO / "examples" / name
         run([*pip, str(source)], cwd=tmp_path)
@@ -144,5 +145,9 @@ def test_an_example_plugin_and_the_pytest_plugin_work_from_the_wheel(installed: 
         shutil.copy(source / "pyproject.toml", copy / "pyproject.toml")  # its pytest settings
         result = run([str(installed / "python"), "-m", "pytest", "-q", "-p", "no:cacheprovider"], cwd=copy)
         assert " passed" in result.stdout and "failed" not in result.stdout, result.stdout
+        # Typed from outside: the plugin's source against the installed wheel's annotations.
+        shutil.copytree(source / name, copy / "src" / name)
+        typed = run([str(installed / "python"), "-m", "mypy", "--strict", name], cwd=copy / "src")
+        assert "Success: no issues found" in typed.stdout, typed.stdout
     plugins = run([str(installed / "trocket"), "plugins", "--available"], cwd=tmp_path).stdout
     assert "acme_guard" in plugins and "acme_audit" in plugins
