@@ -1,5 +1,11 @@
 """Registration with every NameServer: at start, every ``register_period``, at once when the
-topic configuration changes, and an unregister at shutdown (RocketMQ's BrokerOuterAPI)."""
+topic configuration changes, and an unregister at shutdown (RocketMQ's BrokerOuterAPI).
+
+A master's periodic registration first asks each NameServer whether it holds this broker's
+current data version (``QUERY_DATA_VERSION``, which also refreshes the broker's liveness there)
+and sends the whole topic table only to those that do not: with 12,500 topics a registration is
+1.9 MiB of JSON every 30 s per NameServer, a query a few bytes (RocketMQ's ``needRegister``).
+Slaves always register: the answer names their master."""
 
 from __future__ import annotations
 
@@ -8,12 +14,13 @@ import zlib
 from collections.abc import Callable
 
 import attrs
+import orjson
 import trio
 
 from kernel.errors import RemotingError
 from plugins.remoting.outgoing import OutgoingConnections
 from plugins.remoting.topics import TopicConfigManager
-from wire.remoting import RemotingClient, RemotingCommand, RequestCode, ResponseCode
+from wire.remoting import RemotingClient, RemotingCommand, RequestCode, ResponseCode, parse_bool
 from wire.remoting.register_body import encode_register_body
 
 log = logging.getLogger(__name__)
@@ -47,6 +54,8 @@ class NameServerRegistration:
     """``brokerPermission``: without its write (or read) bit every topic registers without it,
     so clients route around this broker (RocketMQ does the same)."""
     registrations: int = 0
+    refreshes: int = 0
+    """Periodic registrations answered "unchanged" by a NameServer: the topic table was not sent."""
     failures: int = 0
     last_error: str = ""
     _client: RemotingClient | None = None
@@ -69,19 +78,46 @@ class NameServerRegistration:
             await self.register_all()
             task_status.started()
             while True:
-                with trio.move_on_after(self.period):
+                with trio.move_on_after(self.period) as periodic:
                     async with trio.open_nursery() as wait:
                         for event in (changed, self._poked):
                             wait.start_soon(_first, event, wait.cancel_scope)
                 changed = self.topics.changed
                 if self._poked.is_set():
                     self._poked = trio.Event()
-                await self.register_all()
+                await self.register_all(only_if_changed=periodic.cancelled_caught and self.broker_id == 0)
 
-    async def register_all(self) -> None:
+    async def register_all(self, *, only_if_changed: bool = False) -> None:
+        """Register with every NameServer; ``only_if_changed``: with those that do not hold
+        this broker's current data version (the others had their liveness refreshed)."""
         async with trio.open_nursery() as nursery:
             for addr in self.namesrv_addrs:
-                nursery.start_soon(self._register, addr)
+                nursery.start_soon(self._register_if_changed if only_if_changed else self._register, addr)
+
+    async def _register_if_changed(self, namesrv: str) -> None:
+        assert self._client is not None
+        request = RemotingCommand.request(
+            RequestCode.QUERY_DATA_VERSION,
+            {
+                "brokerAddr": self.broker_addr(),
+                "brokerId": self.broker_id,
+                "brokerName": self.broker_name,
+                "clusterName": self.cluster,
+            },
+            orjson.dumps(self.topics.version.to_json()),
+        )
+        try:
+            response = await self._client.invoke(namesrv, request, REQUEST_TIMEOUT)
+        except RemotingError:
+            response = None  # the registration says what is wrong
+        if (
+            response is not None
+            and response.code == ResponseCode.SUCCESS
+            and not parse_bool(response.ext.get("changed", "true"))
+        ):
+            self.refreshes += 1
+            return
+        await self._register(namesrv)
 
     async def _register(self, namesrv: str) -> None:
         assert self._client is not None
