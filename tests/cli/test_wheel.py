@@ -138,19 +138,20 @@ def test_an_example_plugin_and_the_pytest_plugin_work_from_the_wheel(installed: 
     pip = [str(installed / "python"), "-m", "pip", "install", "-q", "--disable-pip-version-check"]
     run([*pip, "pytest>=8", "pytest-trio>=0.8", "mypy>=1.10"], cwd=tmp_path)
     for name in ("acme_guard", "acme_audit"):
-        # A copy, as an author's checkout: building it leaves build/ beside the sources.
-        copy = tmp_path / name
+        # A copy, as an author's checkout (building it leaves build/ beside its sources).
+        package = tmp_path / "packages" / name
         shutil.copytree(
-            REPO / "examples" / name, copy / "package", ignore=shutil.ignore_patterns("build", "*.egg-info")
+            REPO / "examples" / name, package, ignore=shutil.ignore_patterns("build", "*.egg-info")
         )
-        run([*pip, str(copy / "package")], cwd=tmp_path)
-        shutil.copytree(copy / "package" / "tests", copy / "tests")
-        shutil.copy(copy / "package" / "pyproject.toml", copy / "pyproject.toml")  # its pytest settings
+        run([*pip, str(package)], cwd=tmp_path)
+        # Its tests and pytest settings in a directory of their own: they use the installed plugin.
+        copy = tmp_path / name
+        shutil.copytree(package / "tests", copy / "tests")
+        shutil.copy(package / "pyproject.toml", copy / "pyproject.toml")
         result = run([str(installed / "python"), "-m", "pytest", "-q", "-p", "no:cacheprovider"], cwd=copy)
         assert " passed" in result.stdout and "failed" not in result.stdout, result.stdout
         # Typed from outside: the plugin's source against the installed wheel's annotations.
-        shutil.copytree(copy / "package" / name, copy / "src" / name)
-        typed = run([str(installed / "python"), "-m", "mypy", "--strict", name], cwd=copy / "src")
+        typed = run([str(installed / "python"), "-m", "mypy", "--strict", name], cwd=package)
         assert "Success: no issues found" in typed.stdout, typed.stdout
     plugins = run([str(installed / "trocket"), "plugins", "--available"], cwd=tmp_path).stdout
     assert "acme_guard" in plugins and "acme_audit" in plugins
