@@ -45,18 +45,11 @@ from trocket.client.producer_heartbeat import HEARTBEAT_INTERVAL, ProducerHeartb
 from trocket.client.routes import RouteCache
 from trocket.client.selectors import QueueSelector
 from trocket.client.tls import resolve_tls
-from trocket.client.trace import (
-    DEFAULT_REGION,
-    TraceDispatcher,
-    message_type,
-    now_ms,
-    published,
-    trace_producer_group,
-)
+from trocket.client.trace import DEFAULT_REGION, TraceDispatcher, now_ms, published, trace_producer_group
 from wire.remoting import RemotingClient, RemotingCommand, RequestCode, ResponseCode, Router, code_name
 from wire.remoting.busy_poll import BusyPollSetting
 from wire.remoting.signature import SessionCredentials
-from wire.trace_data import TRACE_TOPIC, pub_text
+from wire.trace_data import TRACE_TOPIC
 
 RETRY_TOPIC_PREFIX = "%RETRY%"
 PROPERTY_RECONSUME_TIME = "RECONSUME_TIME"
@@ -365,28 +358,16 @@ class Producer:
         response: RemotingCommand,
         took: float,
     ) -> None:
-        """Queue the Pub records of a stored send (unless the broker says ``TRACE_ON=false``).
-        Runs once per traced send: the single message is written out here, without loops."""
-        tracer = self._tracer
-        assert tracer is not None
+        """Queue the Pub records of a stored send (unless the broker says ``TRACE_ON=false``)."""
+        assert self._tracer is not None
         ext = response.ext
         if ext.get("TRACE_ON") == "false":
             return
         cost_ms = int(took * 1000)
-        region = ext.get("MSG_REGION") or DEFAULT_REGION
-        began_ms = now_ms() - cost_ms
-        if len(traced) > 1:
-            tracer.append(published(self.group, traced, result, address, str(region), began_ms, cost_ms))
-            return
-        message = traced[0]
-        keys = " ".join(message.keys) if message.keys else ""
-        msg_id = result.msg_id
-        text = pub_text(
-            began_ms, region, self.group, message.topic, msg_id, message.tags or "", keys, address,
-            len(message.body), cost_ms, message_type(message), result.offset_msg_id,
-            result.status is SendStatus.SEND_OK,
-        )  # fmt: skip
-        tracer.add((text, msg_id, keys))
+        region = str(ext.get("MSG_REGION") or DEFAULT_REGION)
+        self._tracer.append(
+            published(self.group, traced, result, address, region, now_ms() - cost_ms, cost_ms)
+        )
 
     def _pick(self, queues: Sequence[MessageQueue], avoid: str | None) -> MessageQueue:
         """Round robin, skipping isolated brokers and (on a retry) the broker that just failed."""

@@ -83,16 +83,6 @@ class TraceDispatcher:
     _done: trio.Event = attrs.field(factory=trio.Event, init=False)
     _scope: trio.CancelScope = attrs.field(factory=trio.CancelScope, init=False)
 
-    def add(self, entry: TraceEntry) -> None:
-        """:meth:`append` of one entry (a traced send's: the common case, kept short)."""
-        pending = self._pending
-        if len(pending) < QUEUE_LIMIT and not self._closing:
-            pending.append(entry)
-            if len(pending) == 1:
-                self._arrived.set()
-        else:
-            self.append((entry,))
-
     def append(self, entries: Sequence[TraceEntry]) -> None:
         """Queue ``entries`` for writing; never blocks (beyond :data:`QUEUE_LIMIT` they are
         dropped, counted and logged every thousand)."""
