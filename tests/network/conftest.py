@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import socket
 import ssl
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -17,16 +16,11 @@ from kernel import Broker
 from kernel.testing import make_config
 from plugins.remoting import NETWORK, BrokerNetwork
 from tests.network.wire import pull_request
+from trocket.testing.embedded import free_port
 from wire import record
 from wire.remoting import RemotingClient, RemotingCommand
 
 MEMORY_STORE = "kernel.testing.memory_store"
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 @attrs.define
