@@ -97,10 +97,15 @@ class SlaveConnection:
             nursery.start_soon(self._housekeep, nursery.cancel_scope)
 
     def _close(self, scope: trio.CancelScope, reason: str, *, error: bool = False) -> None:
+        self._record_close(reason, error=error)
+        scope.cancel()
+
+    def _record_close(self, reason: str, *, error: bool = False) -> None:
+        """The first reason wins and is logged once; recorded before a last frame is sent, so the
+        slave closing on that frame cannot replace the reason with "closed by the slave"."""
         if not self.close_reason:
             self.close_reason = reason
             (log.error if error else log.info)("HA connection from slave %s closed: %s", self.address, reason)
-        scope.cancel()
 
     async def _read_reports(self, scope: trio.CancelScope) -> None:
         decoder = ReportDecoder(expect_hello=self.server.expect_hello)
@@ -155,8 +160,9 @@ class SlaveConnection:
         if refusal:
             # No data for this slave: tell it where the master's log is (the slave logs the
             # mismatch on its side), then close.
+            self._record_close(refusal, error=True)
             await self._send_quietly(encode_header(start, 0))
-            self._close(scope, refusal, error=True)
+            scope.cancel()
             return
         log.info(
             "HA: slave %s reported offset %d; transferring from %d", self.address, self.ack_offset, start
