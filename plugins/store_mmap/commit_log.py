@@ -32,6 +32,7 @@ from wire import record
 from wire.dispatch_batch import AppendedWire, DispatchBatch, as_batch
 from wire.dispatch_record import pack_host
 from wire.record_run import check_at, check_run
+from wire.stored_records import StoredRecords
 from wire.wire_batch import WireBatch
 
 log = logging.getLogger(__name__)
@@ -43,7 +44,8 @@ MAX_HANDED_BATCHES = 4096
 MAX_HANDED_BYTES = 64 << 20
 """Appended batches whose columns or messages wait for the dispatch loop (each holds its
 request body or message objects, where the properties are), at most this many and spanning at
-most this much of the log; more means dispatch is far behind, and it reads the log instead."""
+most this much of the log; more means dispatch is far behind, and it reads the oldest back from
+the log instead."""
 HAND_OVER_MESSAGES = 16
 """Appends of message objects up to this many messages (single sends, small internal puts)
 hand their messages to the dispatch loop; larger ones are read back, where the bulk check of a
@@ -180,8 +182,11 @@ class CommitLog:
         when dispatch falls this far behind it reads the log."""
         handed = self._handed
         end = run.offsets[-1] + run.sizes[-1]
-        if handed and (len(handed) >= MAX_HANDED_BATCHES or end - handed[0][0] > MAX_HANDED_BYTES):
-            handed.clear()
+        # Dispatch this far behind reads the oldest batches back from the log; the newer ones
+        # stay, so it takes them again once past the gap (dropping them all made a loop that
+        # fell behind under a burst read everything back and stay behind).
+        while handed and (len(handed) >= MAX_HANDED_BATCHES or end - handed[0][0] > MAX_HANDED_BYTES):
+            handed.popleft()
         if run.arrays is not None:
             assert isinstance(messages, WireBatch)
             offsets, sizes = run.arrays
@@ -421,10 +426,10 @@ class CommitLog:
 
     # --- reading ----------------------------------------------------------------------------
 
-    def read_entries(self, entries: QueueEntries) -> list[bytes]:
+    def read_entries(self, entries: QueueEntries) -> StoredRecords:
         """Stored records for consume-queue entries, each checked (magic, lengths, its stored
         offset and size, body CRC, NUL-free text) in bulk, file by file
-        (:func:`~wire.record_run.check_at`), then copied out of the mapping.
+        (:func:`~wire.record_run.check_at`), then copied out of the mapping in one piece.
 
         :raises CorruptRecord: a record fails its check; it is never served.
         """
@@ -432,21 +437,19 @@ class CommitLog:
         files = self.files.files
         starts = np.fromiter((f.start for f in files), dtype=np.int64, count=len(files))
         which = np.searchsorted(starts, physical, side="right") - 1
-        out: list[bytes] = []
+        out: list[StoredRecords] = []
         cuts = np.flatnonzero(which[1:] != which[:-1]) + 1
         for rows in np.split(np.arange(len(physical)), cuts):
             if not len(rows):
                 continue
             mapped = self.files.find(int(physical[rows[0]]))
             positions = physical[rows] - mapped.start
-            ends = positions + sizes[rows]
             limit = min(mapped.committed, self.positions.wrote.value - mapped.start)
             problem = check_at(mapped.buffer, positions, sizes[rows], limit, base=mapped.start)
             if problem is not None:
                 raise CorruptRecord(mapped.start + problem.offset, problem.reason, str(mapped.path))
-            getitem = mapped.buffer.__getitem__
-            out.extend(map(getitem, map(slice, positions.tolist(), ends.tolist())))
-        return out
+            out.append(StoredRecords.gather(mapped.buffer, positions, sizes[rows]))
+        return StoredRecords.concat(out)
 
     def read_at(self, offset: int) -> bytes:
         """The record starting at commit-log ``offset`` (lookup by offset message id)."""

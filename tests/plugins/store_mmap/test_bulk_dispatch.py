@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 from kernel import Message
 from kernel.model import SCHEDULE_TOPIC, SYSFLAG_BORNHOST_V6, SYSFLAG_STOREHOST_V6
 from kernel.testing import dispatch_all
+from plugins.store_mmap import commit_log as commit_log_module
 from plugins.store_mmap.index_file import IndexFile, key_hash, key_hashes
 from tests.kernel.test_wire_batch import batch_body
 from wire import record
@@ -244,6 +245,29 @@ async def test_views_built_from_handed_columns_equal_views_rebuilt_from_the_log(
     rebuilt = tmp_path / "rebuilt"
     shutil.copytree(live / "commitlog", rebuilt / "commitlog")
     async with opened(rebuilt, clean=False) as (store, _):
+        await clean_close(store)
+    assert _view_files(live) == _view_files(rebuilt)
+
+
+async def test_dispatch_far_behind_reads_the_oldest_batches_back_and_takes_the_newer_ones(
+    tmp_path, monkeypatch
+):
+    """Past the hand-over bound the oldest batches are dropped (read back from the log), the
+    newest kept: a dispatch loop that fell behind under a burst takes them again once past
+    the gap, and the views are the same as a store that read everything back."""
+    monkeypatch.setattr(commit_log_module, "MAX_HANDED_BATCHES", 5)
+    live = tmp_path / "live"
+    async with opened(live, commit_log_file_size="1MiB") as (store, _):
+        for i in range(12):
+            entries = [(f"b-{i}-{j}".encode() * 30, {"UNIQ_KEY": f"{i:016X}{j:016X}"}, 0) for j in range(8)]
+            await store.append(WireBatch.decode(batch_body(entries), topic="TopicA", queue_id=i % 3))
+        kept = list(store.commit_log._handed)
+        assert len(kept) == 5, "the newest batches stay handed over"
+        assert kept[-1][1] == store.positions.wrote.value
+        await clean_close(store)
+    rebuilt = tmp_path / "rebuilt"
+    shutil.copytree(live / "commitlog", rebuilt / "commitlog")
+    async with opened(rebuilt, clean=False, commit_log_file_size="1MiB") as (store, _):
         await clean_close(store)
     assert _view_files(live) == _view_files(rebuilt)
 
