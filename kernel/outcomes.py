@@ -5,12 +5,14 @@ per-record ones (:class:`QueueEntry`, :class:`DispatchRecord`) plain ``attrs.def
 from __future__ import annotations
 
 import enum
+from collections.abc import Sequence
 
 import attrs
 
 from wire.dispatch_record import DispatchRecord as DispatchRecord  # re-exported
 from wire.record import offset_msg_ids
 from wire.remoting.codes import ResponseCode
+from wire.stored_records import StoredRecords
 
 
 class PutStatus(enum.Enum):
@@ -174,11 +176,12 @@ class GetResult:
     """The outcome of one pull: stored records as they are on disk, plus offsets.
 
     ``records`` are complete stored units (RocketMQ v1 layout), so a network layer can send
-    ``b"".join(records)`` as a PULL_MESSAGE body without re-encoding.
+    them back to back (:func:`wire.stored_records.joined`) as a PULL_MESSAGE body without
+    re-encoding.
     """
 
     status: GetStatus
-    records: list[bytes]
+    records: Sequence[bytes]
     next_begin_offset: int
     min_offset: int
     max_offset: int
@@ -186,6 +189,8 @@ class GetResult:
 
     @property
     def total_size(self) -> int:
+        if isinstance(self.records, StoredRecords):
+            return len(self.records.data)
         return sum(len(r) for r in self.records)
 
 

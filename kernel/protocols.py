@@ -80,8 +80,9 @@ class MessageStore(Protocol):
     def max_queue_offset(self, topic: str, queue_id: int) -> int:
         """One past the last dispatched entry (0 for an unknown queue)."""
 
-    async def read_records(self, entries: Sequence[QueueEntry]) -> list[bytes]:
-        """The stored records for ``entries``, each verified and copied out of the log."""
+    async def read_records(self, entries: Sequence[QueueEntry]) -> Sequence[bytes]:
+        """The stored records for ``entries``, each verified and copied out of the log (a list,
+        or a :class:`~wire.stored_records.StoredRecords` read in one piece)."""
 
     async def read_log(
         self, offset: int, *, end: int, max_bytes: int

@@ -302,7 +302,7 @@ class MmapStore:
         """:meth:`lookup` as columns (the pull path's form, see :mod:`kernel.queue_entries`)."""
         return self.queues.lookup_columns(topic, queue_id, queue_offset, max_entries)
 
-    async def read_records(self, entries: Sequence[QueueEntry]) -> list[bytes]:
+    async def read_records(self, entries: Sequence[QueueEntry]) -> Sequence[bytes]:
         await trio.lowlevel.checkpoint()
         return self.commit_log.read_entries(QueueEntries.of(entries))
 

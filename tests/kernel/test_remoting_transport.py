@@ -20,7 +20,8 @@ from wire.remoting import (
     Router,
     TransportLimits,
 )
-from wire.remoting.command import FLAG_ONEWAY, FrameDecoder
+from wire.remoting.command import FLAG_ONEWAY, SEPARATE_BODY_BYTES, FrameDecoder
+from wire.remoting.connection import IOV_MAX, _unsent
 
 ECHO, SLOW, BOOM, NOTIFY = 900, 901, 902, 903
 
@@ -353,3 +354,64 @@ async def test_inline_alone_handlers_run_in_the_read_loop_only_for_a_lone_reques
     await stream.aclose()
     assert [answer.opaque for answer in together] == [101, 100], "the quick one was not held back"
     assert tasks[3] is not tasks[0] and tasks[4] is not tasks[0] and tasks[3] is not tasks[4]
+
+
+async def test_large_bodies_written_as_separate_buffers_arrive_whole_and_in_order(nursery):
+    """Answers with large bodies are written with ``writev`` (header and body as two buffers,
+    queued answers not joined first); with many of them in flight the socket takes them in
+    pieces, and every body must still arrive byte-exact with its own header."""
+    server = await start_server(nursery)
+    async with RemotingClient.open() as client:
+        answers = {}
+
+        async def call(i: int) -> None:
+            body = bytes([i]) * (SEPARATE_BODY_BYTES + i * 40_009)
+            response = await client.invoke(server.address, RemotingCommand.request(ECHO, {"i": i}, body))
+            answers[int(response.ext["i"])] = response.body == body
+
+        async with trio.open_nursery() as calls:
+            for i in range(60):
+                calls.start_soon(call, i)
+        assert answers == {i: True for i in range(60)}
+
+
+async def test_more_queued_frames_than_one_writev_takes_are_all_sent(nursery):
+    """The write loop hands its queued buffers to ``writev``, which takes at most IOV_MAX of
+    them per call: answers queued behind a peer that stopped reading, more of them than that,
+    must all arrive once it reads again."""
+    server = await start_server(nursery)
+    count = 3 * IOV_MAX
+    frames = []
+    for i in range(count):
+        request = RemotingCommand.request(ECHO, {"i": str(i)}, b"b" * 4000)
+        request.opaque = i
+        frames.append(request.encode())
+    stream = await raw_connection(server)
+    await stream.send_all(b"".join(frames))
+    await trio.sleep(0.5)  # not reading: the answers (12 MB) queue up behind the socket
+    decoder, answered = FrameDecoder(), []
+    with trio.fail_after(30):
+        while len(answered) < count:
+            answered += [int(c.ext["i"]) for c in decoder.feed(await stream.receive_some(1 << 20))]
+    assert sorted(answered) == list(range(count))
+    await stream.aclose()
+
+
+def test_what_is_left_after_a_partial_write():
+    parts = [b"abc", b"defgh", b"ij"]
+    assert _unsent(parts, 0) == parts
+    assert [bytes(p) for p in _unsent(parts, 2)] == [b"c", b"defgh", b"ij"]
+    assert [bytes(p) for p in _unsent(parts, 3)] == [b"defgh", b"ij"]
+    assert [bytes(p) for p in _unsent(parts, 6)] == [b"gh", b"ij"]
+    assert [bytes(p) for p in _unsent(parts, 7)] == [b"h", b"ij"]
+    assert _unsent(parts, 10) == []
+
+
+def test_a_frame_in_parts_is_the_same_bytes_as_the_whole_frame():
+    for body in (b"", b"small", b"x" * SEPARATE_BODY_BYTES):
+        command = RemotingCommand.request(ECHO, {"k": "v"}, body)
+        parts = command.encode_parts()
+        assert b"".join(parts) == command.encode()
+        assert len(parts) == (2 if len(body) >= SEPARATE_BODY_BYTES else 1)
+        decoded = FrameDecoder().feed(b"".join(parts))
+        assert decoded[0].body == body and decoded[0].ext == {"k": "v"}

@@ -24,6 +24,9 @@ FLAG_RESPONSE = 0x1
 FLAG_ONEWAY = 0x2
 
 DEFAULT_MAX_FRAME_SIZE = 16 * 1024 * 1024
+SEPARATE_BODY_BYTES = 16 * 1024
+"""Bodies at least this large stay a buffer of their own in :meth:`RemotingCommand.encode_parts`;
+smaller ones cost less to copy into the frame than a second buffer costs the write."""
 _LENGTHS = struct.Struct(">iI")
 _BINARY_FIXED = struct.Struct(">hBhii")
 
@@ -79,6 +82,20 @@ class RemotingCommand:
         )
 
     def encode(self) -> bytes:
+        """The whole frame in one ``bytes``."""
+        head = self._encode_head()
+        return head + self.body if self.body else head
+
+    def encode_parts(self) -> list[bytes]:
+        """The frame as the buffers to write in order: the length prefix and header, then a
+        large body on its own (a pull's megabyte of records is written with ``writev`` rather
+        than copied once more into one frame)."""
+        head = self._encode_head()
+        if len(self.body) >= SEPARATE_BODY_BYTES:
+            return [head, self.body]
+        return [head + self.body if self.body else head]
+
+    def _encode_head(self) -> bytes:
         if self.serialize_type == SERIALIZE_ROCKETMQ:
             header = _encode_binary_header(self)
         else:
@@ -94,11 +111,8 @@ class RemotingCommand:
             if self.remark is not None:
                 fields["remark"] = self.remark
             header = orjson.dumps(fields)  # compact UTF-8, as json.dumps(..., ensure_ascii=False)
-        return (
-            _LENGTHS.pack(4 + len(header) + len(self.body), (self.serialize_type << 24) | len(header))
-            + header
-            + self.body
-        )
+        lengths = _LENGTHS.pack(4 + len(header) + len(self.body), (self.serialize_type << 24) | len(header))
+        return lengths + header
 
 
 def string_fields(values: Mapping[str, object]) -> dict[str, str]:
@@ -156,8 +170,10 @@ class FrameDecoder:
             if header_length > total - 4:
                 raise FrameError(f"header length {header_length} exceeds frame length {total}")
             start = position + 8
-            header = bytes(buffer[start : start + header_length])
-            body = bytes(buffer[start + header_length : position + 4 + total])
+            view = memoryview(buffer)  # slices of a view copy once, a bytearray's twice
+            header = bytes(view[start : start + header_length])
+            body = bytes(view[start + header_length : position + 4 + total])
+            view.release()  # the buffer cannot be resized while a view exists
             commands.append(decode_header(serialize_type, header, body))
             position += 4 + total
         if position:

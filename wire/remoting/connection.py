@@ -49,6 +49,8 @@ does not read cannot make the broker buffer without bound)."""
 DIRECT_SEND_LIMIT = 60.0
 """Longest a task may spend writing a frame itself (see ``Connection._send``) when the
 connection has no frame timeout."""
+IOV_MAX = 1024
+"""Most buffers one ``writev`` takes on Linux; the rest go in the next call."""
 ONEWAY_DRAIN_LIMIT = 10.0
 """Longest a connection whose peer closed it waits for oneway requests it already read to be
 handled before cancelling them (see ``Connection.run``)."""
@@ -262,6 +264,7 @@ class Connection:
     busy_poller: BusyPoller | None = None
     """Told of every receive and every frame sent, when the process busy-polls."""
     _outbox: list[bytes] = attrs.field(factory=list, init=False)
+    """Buffers of queued frames, in order (a frame may be several: see ``encode_parts``)."""
     _outbox_bytes: int = attrs.field(default=0, init=False)
     _written: trio.Event = attrs.field(factory=trio.Event, init=False)
     """Set after each completed write (and at close), for :meth:`flush`."""
@@ -455,7 +458,7 @@ class Connection:
                 else:
                     nursery.start_soon(self._serve_group, run, limiter, tokens)
             if answers:
-                await self._send(answers[0] if len(answers) == 1 else b"".join(answers))
+                await self._send(answers)
 
     async def _receive_stream(self, deadline: float) -> bytes | None:
         """The next bytes of a TLS (or replayed) stream; None when ``deadline`` passed first."""
@@ -490,7 +493,7 @@ class Connection:
 
     async def _serve_inline(self, request: RemotingCommand, answers: list[bytes]) -> None:
         """Handle ``request`` in the read loop (its code is registered inline); its response
-        joins ``answers``, which the read loop writes in one piece once every request of the
+        joins ``answers``, which the read loop writes in one go once every request of the
         receive was handled."""
         assert self.router is not None
         self._in_flight += 1
@@ -500,7 +503,7 @@ class Connection:
             self._in_flight -= 1
         self.requests_handled += 1
         if response is not None and not request.is_oneway:
-            answers.append(response.encode())
+            answers += response.encode_parts()
 
     def _runs(self, requests: list[RemotingCommand]) -> list[list[RemotingCommand]]:
         """``requests`` in order, consecutive ones sharing a group handler kept together, at
@@ -529,13 +532,14 @@ class Connection:
             assert self.router is not None
             responses = await self.router.handle_group(self, requests)
             self.requests_handled += len(requests)
-            frames = [
-                response.encode()
+            parts = [
+                part
                 for request, response in zip(requests, responses, strict=True)
                 if response is not None and not request.is_oneway
+                for part in response.encode_parts()
             ]
-            if frames:
-                await self._send(b"".join(frames))
+            if parts:
+                await self._send(parts)
         finally:
             self._in_flight -= len(requests)
             self._oneway_finished(oneway)
@@ -556,7 +560,7 @@ class Connection:
                 response = await self.router.handle(self, request)
             self.requests_handled += 1
             if response is not None and not request.is_oneway:
-                await self._send(response.encode())
+                await self._send(response.encode_parts())
         finally:
             self._in_flight -= 1
             self._oneway_finished(oneway)
@@ -569,26 +573,27 @@ class Connection:
             if not self._oneway_in_flight:
                 self._oneway_done.set()
 
-    async def _send(self, data: bytes) -> None:
-        """Send one frame. When nothing else is being written (an idle connection: one request
-        in flight) the calling task writes it itself, which saves the round trip a wake-up of
-        the write loop and a task switch on each side; otherwise it joins the outbox, which the
-        write loop sends coalesced. The direct write is shielded from the caller's cancellation
-        (a frame cut short would corrupt the stream) and bounded by the frame timeout instead:
-        a peer that does not read for that long loses the connection."""
+    async def _send(self, parts: list[bytes]) -> None:
+        """Send frames (``parts``: their buffers in order). When nothing else is being written
+        (an idle connection: one request in flight) the calling task writes them itself, which
+        saves the round trip a wake-up of the write loop and a task switch on each side;
+        otherwise they join the outbox, which the write loop sends coalesced. The direct write
+        is shielded from the caller's cancellation (a frame cut short would corrupt the stream)
+        and bounded by the frame timeout instead: a peer that does not read for that long
+        loses the connection."""
         if self.busy_poller is not None:
             self.busy_poller.touch()  # an answer (or the next request) may follow soon
         if self._writing or self._outbox or self.closed:
             await self._wait_writable()
-            self._enqueue(data)
+            self._enqueue(parts)
             return
         self._writing = True
         try:
-            rest = self._write_now(data)
-            if rest is not None:
+            rest = self._write_now(parts)
+            if rest:
                 limit = min(self.limits.frame_timeout, DIRECT_SEND_LIMIT)
                 with trio.CancelScope(shield=True, deadline=trio.current_time() + limit) as scope:
-                    await self.stream.send_all(rest)
+                    await self._write_rest(rest)
                 if scope.cancelled_caught:
                     self.close(f"a frame could not be sent within {limit:g}s (the peer does not read)")
         except (trio.BrokenResourceError, trio.ClosedResourceError, trio.BusyResourceError, OSError) as error:
@@ -600,32 +605,44 @@ class Connection:
                 self._wakeup.set()
         self._last_activity = trio.current_time()
 
-    def _write_now(self, data: bytes) -> bytes | memoryview | None:
-        """Write what the socket takes at once, without trio; what is left for ``send_all``
-        (all of it for a TLS stream or a full socket buffer), None when nothing is. A frame
-        usually fits the socket buffer whole; trio's ``send_all`` costs two scheduler passes
-        and a cancel scope even then, about a quarter of the broker's time per single-message
-        round trip.
+    def _write_now(self, parts: list[bytes]) -> list[bytes]:
+        """Write what the socket takes at once, without trio; what is left for
+        :meth:`_write_rest` (all of it for a TLS stream or a full socket buffer), empty when
+        nothing is. A frame usually fits the socket buffer whole; trio's ``send_all`` costs
+        two scheduler passes and a cancel scope even then, about a quarter of the broker's
+        time per single-message round trip. Several buffers go in one ``writev``, not joined
+        first (a pull's answers are megabytes).
 
         :raises OSError: the peer is gone (the caller closes the connection).
         """
         if self._fd < 0:
-            return data
+            return parts
         try:
-            sent = os.write(self._fd, data)
+            sent = os.write(self._fd, parts[0]) if len(parts) == 1 else os.writev(self._fd, parts[:IOV_MAX])
         except BlockingIOError:
-            return data
-        return None if sent == len(data) else memoryview(data)[sent:]
+            return parts
+        return _unsent(parts, sent)
+
+    async def _write_rest(self, rest: list[bytes]) -> None:
+        """Write ``rest`` entirely, waiting for the socket to take it."""
+        if self._fd < 0:
+            await self.stream.send_all(rest[0] if len(rest) == 1 else b"".join(rest))
+            return
+        while rest:
+            if self._fd < 0:
+                raise trio.ClosedResourceError("the connection closed while writing")
+            await trio.lowlevel.wait_writable(self._fd)
+            rest = self._write_now(rest)
 
     async def _wait_writable(self) -> None:
         while self._outbox_bytes > OUTBOX_HIGH_WATER and not self.closed:
             await self._drained.wait()
 
-    def _enqueue(self, data: bytes) -> None:
+    def _enqueue(self, parts: list[bytes]) -> None:
         if self.closed:
             return
-        self._outbox.append(data)
-        self._outbox_bytes += len(data)
+        self._outbox += parts
+        self._outbox_bytes += sum(map(len, parts))
         self._wakeup.set()
 
     async def _write_loop(self) -> None:
@@ -639,11 +656,10 @@ class Connection:
             self._drained.set()
             self._drained = trio.Event()
             self._writing = True
-            data = chunks[0] if len(chunks) == 1 else b"".join(chunks)
             try:
-                rest = self._write_now(data)
-                if rest is not None:
-                    await self.stream.send_all(rest)
+                rest = self._write_now(chunks)
+                if rest:
+                    await self._write_rest(rest)
             except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as error:
                 self.close(f"send failed: {error}")
                 return
@@ -667,7 +683,7 @@ class Connection:
         pending = _Pending()
         self._pending[command.opaque] = pending
         try:
-            await self._send(command.encode())
+            await self._send(command.encode_parts())
             with trio.move_on_after(timeout):
                 await pending.done.wait()
         finally:
@@ -687,7 +703,18 @@ class Connection:
         """Queue a request that expects no response (flag ``ONEWAY``)."""
         command.opaque = next(self._opaque) & 0x7FFFFFFF
         command.flag = FLAG_ONEWAY
-        self._enqueue(command.encode())
+        self._enqueue(command.encode_parts())
+
+
+def _unsent(parts: list[bytes], sent: int) -> list[bytes]:
+    """What of ``parts`` is left after the first ``sent`` bytes were written."""
+    for index, part in enumerate(parts):
+        if sent < len(part):
+            if not sent:
+                return parts[index:]
+            return [memoryview(part)[sent:], *parts[index + 1 :]]  # type: ignore[list-item]
+        sent -= len(part)
+    return []
 
 
 __all__ = ["Connection", "Guard", "Handler", "RequestCode", "Router", "TransportLimits"]

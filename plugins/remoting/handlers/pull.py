@@ -17,6 +17,7 @@ from plugins.remoting.handlers.common import RequestProblem, int_field, required
 from plugins.remoting.topics import PERM_READ
 from wire import record
 from wire.remoting import Connection, RemotingCommand, ResponseCode
+from wire.stored_records import joined
 from wire.subscription import Subscription
 
 if TYPE_CHECKING:
@@ -136,7 +137,7 @@ async def handle_pull(
         if not long_polling and not woken:
             deadline = trio.current_time()  # short polling: one more look, then answer
     net.offsets.record_pull(group, topic, queue_id, result.next_begin_offset)
-    body = b"".join(result.records)
+    body = joined(result.records)
     if result.records:
         net.messages_pulled += len(result.records)
         net.stats.got(topic, group, len(result.records), len(body), trio.current_time())

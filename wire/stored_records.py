@@ -1,0 +1,84 @@
+"""Stored records copied out of the log back to back, in one ``bytes``.
+
+A pull answers with up to a thousand records whose bytes go to the network as they are (a
+PULL_MESSAGE body is the records concatenated). Copying each one out of the mapping as its own
+``bytes`` and joining them again cost about 1 µs a record for 1 KiB records (two allocations
+and copies of every byte, one Python object per record); one gather into a single ``bytes``
+costs 25 µs for the thousand, and the pull sends it without another copy. Callers that look at
+records one by one still can: indexing slices the record out on demand.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from typing import overload
+
+import attrs
+import numpy as np
+
+from wire import batch_codec
+from wire.record_run import Buffer
+
+
+@attrs.frozen(eq=False)
+class StoredRecords(Sequence[bytes]):
+    """Records ``data[ends[i-1]:ends[i]]`` (the first from 0), as a read-only sequence of bytes."""
+
+    data: bytes
+    ends: np.ndarray
+    """Cumulative end of each record in ``data`` (``int64``)."""
+
+    @classmethod
+    def gather(cls, buffer: Buffer, positions: np.ndarray, sizes: np.ndarray) -> StoredRecords:
+        """The records at ``positions`` of ``buffer`` with ``sizes``, copied in one pass."""
+        positions = np.ascontiguousarray(positions, dtype=np.int64)
+        sizes = np.ascontiguousarray(sizes, dtype=np.int64)
+        return cls(batch_codec.gather(buffer, positions, positions + sizes), np.cumsum(sizes))
+
+    @classmethod
+    def concat(cls, parts: Sequence[StoredRecords]) -> StoredRecords:
+        """One sequence of ``parts`` in order (records read from several log files)."""
+        if len(parts) == 1:
+            return parts[0]
+        if not parts:
+            return cls(b"", np.zeros(0, dtype=np.int64))
+        shifts = np.cumsum([0] + [len(part.data) for part in parts[:-1]])
+        ends = np.concatenate([part.ends + shift for part, shift in zip(parts, shifts, strict=True)])
+        return cls(b"".join(part.data for part in parts), ends)
+
+    def __len__(self) -> int:
+        return len(self.ends)
+
+    @overload
+    def __getitem__(self, index: int) -> bytes: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> list[bytes]: ...
+
+    def __getitem__(self, index: int | slice) -> bytes | list[bytes]:
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(len(self)))]
+        count = len(self.ends)
+        if index < 0:
+            index += count
+        if not 0 <= index < count:
+            raise IndexError("stored record index out of range")
+        start = int(self.ends[index - 1]) if index else 0
+        return self.data[start : int(self.ends[index])]
+
+    def __iter__(self) -> Iterator[bytes]:
+        data = self.data
+        start = 0
+        for end in self.ends.tolist():
+            yield data[start:end]
+            start = end
+
+
+def joined(records: Sequence[bytes]) -> bytes:
+    """The records back to back (a pull's body): without a copy when they were read together."""
+    if isinstance(records, StoredRecords):
+        return records.data
+    return b"".join(records)
+
+
+__all__ = ["StoredRecords", "joined"]
