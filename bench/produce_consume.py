@@ -35,16 +35,38 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
+import attrs
 import trio
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from bench.trocket_process import free_port, running_trocket  # noqa: E402
+from bench.trocket_process import cpu_seconds, free_port, trocket_process  # noqa: E402
 from trocket import ConsumeFromWhere, LitePullConsumer, Message, Producer  # noqa: E402
 
 Figures = dict[str, float]
+"""Each row's figure, and ``cpu <row>``: the server's CPU microseconds per message in it."""
+
+
+@attrs.frozen
+class Server:
+    """A server under test: where to reach it, and its process for CPU figures."""
+
+    address: Any
+    """The NameServer address (Trocket) or the port (Redis)."""
+    pid: int
+
+    def cpu(self) -> float:
+        return cpu_seconds(self.pid)
+
+
+def cpu_per_message(server: Server, since: float, messages: int) -> float:
+    """Server CPU microseconds per message since the CPU reading ``since``."""
+    return (server.cpu() - since) / max(1, messages) * 1e6
+
+
 TARGET_PIPELINED = 200_000
 TARGET_CONSUME = 500_000
 TARGET_P50_MS = 0.15
@@ -90,19 +112,19 @@ def ensure_redis() -> str | None:
 
 
 @contextmanager
-def trocket_server(root: Path, flush: str, busy_poll: str | None = None) -> Iterator[str]:
+def trocket_server(root: Path, flush: str, busy_poll: str | None = None) -> Iterator[Server]:
     """A NameServer and broker; ``busy_poll`` as given, else the broker's default."""
     polling = f'busy_poll = "{busy_poll}"\n' if busy_poll is not None else ""
     tables = (
         f'[remoting]\nmax_pull_messages = 1000\nmax_pull_bytes = "4MiB"\n{polling}'
         '[store_mmap]\ncommit_log_file_size = "512MiB"\n'
     )
-    with running_trocket(root, f'flush = "{flush}"', tables) as namesrv:
-        yield namesrv
+    with trocket_process(root, f'flush = "{flush}"', tables) as process:
+        yield Server(process.namesrv, process.pid)
 
 
 @contextmanager
-def redis_server(path: str, root: Path, flush: str) -> Iterator[int]:
+def redis_server(path: str, root: Path, flush: str) -> Iterator[Server]:
     port = free_port()
     fsync = "everysec" if flush == "async" else "always"
     process = subprocess.Popen(
@@ -123,7 +145,7 @@ def redis_server(path: str, root: Path, flush: str) -> Iterator[int]:
                 raise SystemExit("redis-server did not start") from None
             time.sleep(0.05)
     try:
-        yield port
+        yield Server(port, process.pid)
     finally:
         client.close()
         process.terminate()
@@ -134,11 +156,12 @@ def redis_server(path: str, root: Path, flush: str) -> Iterator[int]:
 
 
 async def one_in_flight(
-    producer: Producer, topic: str, body: bytes, round_trips: int, suffix: str = ""
+    producer: Producer, server: Server, topic: str, body: bytes, round_trips: int, suffix: str = ""
 ) -> Figures:
     """Sends one after another: messages/s and p50/p99 latency (rows named with ``suffix``)."""
     await producer.send(Message(topic, body))  # route and connection warm
     latencies = []
+    cpu = server.cpu()
     started = time.perf_counter()
     for _ in range(round_trips):
         sent = time.perf_counter()
@@ -148,33 +171,37 @@ async def one_in_flight(
         f"1 in flight{suffix}": round_trips / (time.perf_counter() - started),
         f"p50 ms{suffix}": percentile(latencies, 0.50) * 1000,
         f"p99 ms{suffix}": percentile(latencies, 0.99) * 1000,
+        f"cpu 1 in flight{suffix}": cpu_per_message(server, cpu, round_trips),
     }
 
 
-async def trocket_workloads(namesrv: str, size: int, args: argparse.Namespace, tag: str) -> Figures:
+async def trocket_workloads(server: Server, size: int, args: argparse.Namespace, tag: str) -> Figures:
     body = os.urandom(size // 2).hex().encode()[:size]
     polling = {} if args.busy_poll is None else {"busy_poll": args.busy_poll}
+    namesrv = server.address
     async with Producer("PG_bench", namesrv, send_timeout=30, **polling) as producer:
         topic = f"Bench{tag}"
-        out = await one_in_flight(producer, topic, body, args.round_trips)
+        out = await one_in_flight(producer, server, topic, body, args.round_trips)
 
         async def sender(count: int) -> None:
             for _ in range(count):
                 await producer.send(Message(topic, body))
 
         total = args.concurrent_messages
-        started = time.perf_counter()
+        cpu, started = server.cpu(), time.perf_counter()
         async with trio.open_nursery() as nursery:
             for _ in range(64):
                 nursery.start_soon(sender, total // 64)
         out["64 in flight"] = (total // 64 * 64) / (time.perf_counter() - started)
+        out["cpu 64 in flight"] = cpu_per_message(server, cpu, total // 64 * 64)
 
         batch = [Message(topic, body) for _ in range(32)]
         rounds = args.batch_messages // 32
-        started = time.perf_counter()
+        cpu, started = server.cpu(), time.perf_counter()
         for _ in range(rounds):
             await producer.send_batch(batch)
         out["batch 32"] = rounds * 32 / (time.perf_counter() - started)
+        out["cpu batch 32"] = cpu_per_message(server, cpu, rounds * 32)
 
         backlog = f"Backlog{tag}"
         await producer.send(Message(backlog, body))
@@ -186,11 +213,12 @@ async def trocket_workloads(namesrv: str, size: int, args: argparse.Namespace, t
                 await producer.send_batch(batch_for_backlog)
 
         batch_for_backlog = [Message(backlog, body) for _ in range(32)]
-        started = time.perf_counter()
+        cpu, started = server.cpu(), time.perf_counter()
         async with trio.open_nursery() as nursery:
             for _ in range(16):
                 nursery.start_soon(batcher)
         out["pipelined 512"] = per_task * 16 * 32 / (time.perf_counter() - started)
+        out["cpu pipelined 512"] = cpu_per_message(server, cpu, per_task * 16 * 32)
         expected = 1 + per_task * 16 * 32
 
     async with LitePullConsumer(
@@ -199,7 +227,7 @@ async def trocket_workloads(namesrv: str, size: int, args: argparse.Namespace, t
     ) as consumer:  # fmt: skip
         consumer.subscribe(backlog)
         got = 0
-        started = time.perf_counter()
+        cpu, started = server.cpu(), time.perf_counter()
         next_report = started + 5
         while got < expected:
             messages = await consumer.poll(timeout=30)
@@ -210,29 +238,33 @@ async def trocket_workloads(namesrv: str, size: int, args: argparse.Namespace, t
                 print(f"    consumed {got:,}/{expected:,}", flush=True)
                 next_report += 5
         out["consume backlog"] = got / (time.perf_counter() - started)
+        out["cpu consume backlog"] = cpu_per_message(server, cpu, got)
     return out
 
 
-async def trocket_polling_off(namesrv: str, size: int, args: argparse.Namespace, tag: str) -> Figures:
+async def trocket_polling_off(server: Server, size: int, args: argparse.Namespace, tag: str) -> Figures:
     """One message in flight again, with neither the broker nor the producer polling."""
     body = os.urandom(size // 2).hex().encode()[:size]
-    async with Producer("PG_bench", namesrv, send_timeout=30, busy_poll=0) as producer:
-        return await one_in_flight(producer, f"BenchOff{tag}", body, args.round_trips, ", polling off")
+    async with Producer("PG_bench", server.address, send_timeout=30, busy_poll=0) as producer:
+        return await one_in_flight(
+            producer, server, f"BenchOff{tag}", body, args.round_trips, ", polling off"
+        )
 
 
 # --- Redis workloads --------------------------------------------------------------------------
 
 
-def redis_workloads(port: int, size: int, args: argparse.Namespace, tag: str) -> Figures:
+def redis_workloads(server: Server, size: int, args: argparse.Namespace, tag: str) -> Figures:
     import redis
 
     body = os.urandom(size // 2).hex().encode()[:size]
     out: Figures = {}
+    port = server.address
     client = redis.Redis(port=port)
     stream = f"bench{tag}"
     client.xadd(stream, {"body": body})
     latencies = []
-    started = time.perf_counter()
+    cpu, started = server.cpu(), time.perf_counter()
     for _ in range(args.round_trips):
         sent = time.perf_counter()
         client.xadd(stream, {"body": body})
@@ -240,32 +272,38 @@ def redis_workloads(port: int, size: int, args: argparse.Namespace, tag: str) ->
     out["1 in flight"] = args.round_trips / (time.perf_counter() - started)
     out["p50 ms"] = percentile(latencies, 0.50) * 1000
     out["p99 ms"] = percentile(latencies, 0.99) * 1000
+    out["cpu 1 in flight"] = cpu_per_message(server, cpu, args.round_trips)
+    cpu = server.cpu()
     out["64 in flight"] = asyncio.run(_redis_concurrent(port, stream, body, args.concurrent_messages))
+    out["cpu 64 in flight"] = cpu_per_message(server, cpu, args.concurrent_messages)
     rounds = args.batch_messages // 32
-    started = time.perf_counter()
+    cpu, started = server.cpu(), time.perf_counter()
     for _ in range(rounds):
         pipe = client.pipeline(transaction=False)
         for _ in range(32):
             pipe.xadd(stream, {"body": body})
         pipe.execute()
     out["batch 32"] = rounds * 32 / (time.perf_counter() - started)
+    out["cpu batch 32"] = cpu_per_message(server, cpu, rounds * 32)
     backlog = f"backlog{tag}"
     rounds = args.messages // 512
-    started = time.perf_counter()
+    cpu, started = server.cpu(), time.perf_counter()
     for _ in range(rounds):
         pipe = client.pipeline(transaction=False)
         for _ in range(512):
             pipe.xadd(backlog, {"body": body})
         pipe.execute()
     out["pipelined 512"] = rounds * 512 / (time.perf_counter() - started)
+    out["cpu pipelined 512"] = cpu_per_message(server, cpu, rounds * 512)
     expected, got, last = rounds * 512, 0, "0"
-    started = time.perf_counter()
+    cpu, started = server.cpu(), time.perf_counter()
     while got < expected:
         reply = client.xread({backlog: last}, count=1000)
         entries = reply[0][1]
         got += len(entries)
         last = entries[-1][0]
     out["consume backlog"] = got / (time.perf_counter() - started)
+    out["cpu consume backlog"] = cpu_per_message(server, cpu, got)
     client.close()
     return out
 
@@ -299,17 +337,21 @@ def report(results: dict[tuple[str, str, int], Figures], sizes: list[int], flush
         for size in sizes:
             ours = results[("trocket", flush, size)]
             theirs = results.get(("redis", flush, size))
-            print(f"\n{flush} flush, {size} B bodies")
-            print(f"  {'workload':<24}{'Trocket':>14}{'Redis':>14}{'ratio':>9}")
+            print(f"\n{flush} flush, {size} B bodies (CPU: the server process's µs per message)")
+            print(f"  {'workload':<26}{'Trocket':>14}{'Redis':>14}{'ratio':>8}{'CPU ours':>10}{'Redis':>8}")
             for row in ROWS + [r for r in BUSY_ROWS if r in ours]:
-                unit = "" if "ms" in row else " msgs/s"
                 mine = ours[row]
                 other = theirs[row.removesuffix(", polling off")] if theirs else None
+                cpu_row = "cpu " + row.replace("p50 ms", "1 in flight").replace("p99 ms", "1 in flight")
+                my_cpu = ours.get(cpu_row) if not row.startswith("p") else None
+                other_cpu = theirs.get(cpu_row.removesuffix(", polling off")) if theirs and my_cpu else None
+                cpu = f"{my_cpu:>10.1f}" if my_cpu is not None else f"{'':>10}"
+                cpu += f"{other_cpu:>8.1f}" if other_cpu is not None else ""
                 if other is None:
-                    print(f"  {row:<24}{mine:>14,.2f}{'-':>14}")
+                    print(f"  {row:<26}{mine:>14,.2f}{'-':>14}{'':>8}{cpu}")
                     continue
                 ratio = other / mine if "ms" in row else mine / other  # >1 means Trocket better
-                print(f"  {row:<24}{mine:>14,.2f}{other:>14,.2f}{ratio:>9.2f}{unit and ''}")
+                print(f"  {row:<26}{mine:>14,.2f}{other:>14,.2f}{ratio:>8.2f}{cpu}")
     print("\nratio > 1.0 means Trocket is faster (for latency rows: Redis latency / Trocket latency)")
     for size in sizes:
         if ("trocket", "async", size) in results:
@@ -348,26 +390,27 @@ def main() -> None:
     results: dict[tuple[str, str, int], Figures] = {}
     for flush in flushes:
         with tempfile.TemporaryDirectory(prefix="trocket-bench-") as tmp:
-            with trocket_server(Path(tmp), flush, args.busy_poll) as namesrv:
+            with trocket_server(Path(tmp), flush, args.busy_poll) as server:
                 for size in sizes:
                     print(f"Trocket, {flush} flush, {size} B ...", flush=True)
                     results[("trocket", flush, size)] = trio.run(
-                        trocket_workloads, namesrv, size, args, f"{flush}{size}"
+                        trocket_workloads, server, size, args, f"{flush}{size}"
                     )
         if flush == "async" and not args.skip_polling_off:
             with tempfile.TemporaryDirectory(prefix="trocket-bench-") as tmp:
-                with trocket_server(Path(tmp), flush, POLLING_OFF) as namesrv:
+                with trocket_server(Path(tmp), flush, POLLING_OFF) as server:
                     for size in sizes:
                         print(f"Trocket, {flush} flush, {size} B, busy_poll = {POLLING_OFF} ...", flush=True)
                         results[("trocket", flush, size)].update(
-                            trio.run(trocket_polling_off, namesrv, size, args, f"{flush}{size}")
+                            trio.run(trocket_polling_off, server, size, args, f"{flush}{size}")
                         )
         if redis_path:
             with tempfile.TemporaryDirectory(prefix="redis-bench-") as tmp:
-                with redis_server(redis_path, Path(tmp), flush) as port:
+                with redis_server(redis_path, Path(tmp), flush) as server:
                     for size in sizes:
                         print(f"Redis, {flush} flush, {size} B ...", flush=True)
-                        results[("redis", flush, size)] = redis_workloads(port, size, args, f"{flush}{size}")
+                        tag = f"{flush}{size}"
+                        results[("redis", flush, size)] = redis_workloads(server, size, args, tag)
     report(results, sizes, flushes)
 
 

@@ -11,15 +11,37 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+import attrs
+
 from trocket.testing.embedded import free_port
 
 REPO = Path(__file__).resolve().parent.parent
+
+
+@attrs.frozen
+class TrocketProcess:
+    namesrv: str
+    """The NameServer's address."""
+    pid: int
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU a process (all its threads) has used so far, from ``/proc``."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 @contextmanager
 def running_trocket(root: Path, broker_keys: str = "", tables: str = "") -> Iterator[str]:
     """NameServer + broker with data under ``root``; ``broker_keys`` are added to ``[broker]``,
     ``tables`` after it. Yields the NameServer address; SIGTERM (a clean stop) at the end."""
+    with trocket_process(root, broker_keys, tables) as process:
+        yield process.namesrv
+
+
+@contextmanager
+def trocket_process(root: Path, broker_keys: str = "", tables: str = "") -> Iterator[TrocketProcess]:
+    """As :func:`running_trocket`, yielding the process id too (for its CPU figures)."""
     namesrv_port, broker_port = free_port(), free_port()
     config = root / "trocket.toml"
     config.write_text(
@@ -40,7 +62,7 @@ def running_trocket(root: Path, broker_keys: str = "", tables: str = "") -> Iter
             raise SystemExit("trocket up did not start:\n" + log.read_text())
         time.sleep(0.05)
     try:
-        yield f"127.0.0.1:{namesrv_port}"
+        yield TrocketProcess(f"127.0.0.1:{namesrv_port}", process.pid)
     finally:
         process.send_signal(signal.SIGTERM)
         process.wait(timeout=120)
