@@ -28,6 +28,7 @@ from plugins.store_mmap.checkpoint import Checkpoint
 from plugins.store_mmap.commit_log import CommitLog
 from plugins.store_mmap.config import StoreMmapConfig
 from plugins.store_mmap.consume_queue import ConsumeQueues
+from plugins.store_mmap.flush_thread import FlushThread
 from plugins.store_mmap.index_file import IndexService
 from plugins.store_mmap.lock import StoreLock
 from plugins.store_mmap.mapped_file import PAGE_SIZE
@@ -69,6 +70,8 @@ class MmapStore:
     index: IndexService | None = None
     retention: RetentionService = attrs.field(init=False)
     _flush_lock: trio.Lock = attrs.field(factory=trio.Lock, init=False)
+    _flusher: FlushThread | None = attrs.field(default=None, init=False)
+    """The thread that commits and flushes the log (started on first use)."""
 
     def __attrs_post_init__(self) -> None:
         self.retention = RetentionService(self, self.config)
@@ -166,7 +169,7 @@ class MmapStore:
             return
         ok = False
         try:
-            await trio.to_thread.run_sync(self.commit_log.commit_blocking, work)
+            await self._flush_thread().run(self.commit_log.commit_blocking, work)
             ok = True
         except FlushError as error:
             self._fail(error)
@@ -174,13 +177,18 @@ class MmapStore:
         finally:
             self.commit_log.end_commit(work, ok=ok)
 
+    def _flush_thread(self) -> FlushThread:
+        if self._flusher is None:
+            self._flusher = FlushThread()
+        return self._flusher
+
     def _fail(self, error: FlushError) -> None:
         self.commit_log.read_only_reason = f"store is read-only after a flush failure: {error}"
         log.error("%s", self.commit_log.read_only_reason)
         self.positions.flushed.fail(error)
 
     async def flush(self, *, least_pages: int = 0) -> int:
-        """Commit staged bytes, then flush the commit log (fdatasync or msync in a worker thread).
+        """Commit staged bytes, then flush the commit log (fdatasync or msync on the flush thread).
 
         :raises FlushError: the flushed position stays, the store turns read-only and every
             waiter on ``positions.flushed`` is failed.
@@ -191,7 +199,7 @@ class MmapStore:
         async with self._flush_lock:
             await self._commit_locked()
             try:
-                flushed, covered_ts = await trio.to_thread.run_sync(self.commit_log.flush_blocking)
+                flushed, covered_ts = await self._flush_thread().run(self.commit_log.flush_blocking)
             except FlushError as error:
                 self._fail(error)
                 raise
@@ -393,6 +401,9 @@ class MmapStore:
         )
 
     def close(self) -> None:
+        if self._flusher is not None:
+            self._flusher.close()
+            self._flusher = None
         self.commit_log.files.close()
         self.queues.close()
         if self.index is not None:
