@@ -34,6 +34,11 @@ BATCH_RECORDS = 1024
 previous batch's mean. With a fixed 256 KiB, a batch held 220 records of 1 KiB, and a broker
 taking pipelined 1 KiB puts fell behind them for good (consumers waited on dispatch)."""
 MAX_BATCH_BYTES = 4 * 1024 * 1024
+STEP_RECORDS = 8
+STEPPED_ROUND_RECORDS = 64
+"""Records per step of a light round (see ``DispatchService._dispatch_round``): 30 single sends
+gathered over 4 ms cost 250 µs to dispatch at once on this project's machines, and a send
+arriving then waited for all of it (the p99 of one message in flight)."""
 GATHER_BYTES = BATCH_BYTES
 GATHER_INTERVAL = 0.004
 """Pacing of a busy loop: a batch has a fixed cost (tens of µs of array set-up in the views),
@@ -90,6 +95,8 @@ class DispatchService:
     _batches: int = attrs.field(default=0, init=False)
     _records: int = attrs.field(default=0, init=False)
     _batch_bytes: int = attrs.field(default=BATCH_BYTES, init=False)
+    _record_bytes: int = attrs.field(default=BATCH_BYTES // BATCH_RECORDS, init=False)
+    """Mean size of the records of the last batch."""
     _errors: int = attrs.field(default=0, init=False)
     _dispatched_hook: Any = attrs.field(init=False)
 
@@ -140,16 +147,15 @@ class DispatchService:
                     # first (its response is ready or nearly), then dispatch.
                     await trio.lowlevel.checkpoint()
                     continue
-                if end - offset < GATHER_BYTES:
+                light = end - offset < GATHER_BYTES
+                if light:
                     resume = last_batch + GATHER_INTERVAL
                     if trio.current_time() < resume:
                         await trio.sleep_until(resume)
                         end = limit.value
                 last_batch = trio.current_time()
                 try:
-                    async with self._lock:
-                        if self._rewound is None:
-                            offset = await self.dispatch_once(offset, end)
+                    offset = await self._dispatch_round(offset, end, light)
                 except OSError as error:
                     # A view could not be written (disk full, I/O error). Dispatching is
                     # idempotent, so the same batch is retried; the log itself is intact.
@@ -159,12 +165,32 @@ class DispatchService:
                     )
                     await trio.sleep(RETRY_DELAY)
 
-    async def dispatch_once(self, offset: int, end: int) -> int:
-        """Dispatch one batch from ``offset`` (not past ``end``); return the next offset."""
-        records, next_offset = await self.store.read_log(offset, end=end, max_bytes=self._batch_bytes)
+    async def _dispatch_round(self, offset: int, end: int, light: bool) -> int:
+        """Dispatch up to ``end``: in one batch, or, when the round holds at most
+        ``STEPPED_ROUND_RECORDS`` records (what a few ms of sends one at a time left), in steps
+        of ``STEP_RECORDS`` with a turn for the network between them: a request arriving
+        meanwhile waits for one step, not for the round. Busier rounds go in one batch, whose
+        per-record cost is lower (steps cost batches of 32 a third of their throughput)."""
+        light = light and end - offset <= self._record_bytes * STEPPED_ROUND_RECORDS
+        while True:
+            async with self._lock:
+                if self._rewound is not None:
+                    return offset
+                step = min(self._batch_bytes, self._record_bytes * STEP_RECORDS) if light else None
+                offset = await self.dispatch_once(offset, end, max_bytes=step)
+            if not light or offset >= end:
+                return offset
+            await trio.lowlevel.checkpoint()
+
+    async def dispatch_once(self, offset: int, end: int, *, max_bytes: int | None = None) -> int:
+        """Dispatch one batch from ``offset`` (not past ``end``, about ``max_bytes`` of log,
+        by default what ``BATCH_RECORDS`` records take); return the next offset."""
+        records, next_offset = await self.store.read_log(
+            offset, end=end, max_bytes=max_bytes or self._batch_bytes
+        )
         if records:
-            mean = (next_offset - offset) // len(records)
-            self._batch_bytes = min(MAX_BATCH_BYTES, max(BATCH_BYTES, mean * BATCH_RECORDS))
+            self._record_bytes = max(1, (next_offset - offset) // len(records))
+            self._batch_bytes = min(MAX_BATCH_BYTES, max(BATCH_BYTES, self._record_bytes * BATCH_RECORDS))
         turns = len(records) > TURN_RECORDS
         for dispatcher in self.dispatchers:
             if turns:

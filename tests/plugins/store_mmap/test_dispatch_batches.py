@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from kernel.dispatch import BATCH_BYTES, BATCH_RECORDS, MAX_BATCH_BYTES, DispatchService
+from kernel.dispatch import BATCH_BYTES, BATCH_RECORDS, MAX_BATCH_BYTES, STEP_RECORDS, DispatchService
 
 from .helpers import messages, opened, store_context
 
@@ -43,3 +43,22 @@ async def test_a_batch_holds_about_batch_records_records_within_its_byte_bounds(
         wanted = expected if expected is not None else record_size * BATCH_RECORDS
         assert abs(asked[-1] - wanted) <= wanted // 50
         assert BATCH_BYTES <= asked[-1] <= MAX_BATCH_BYTES
+
+
+@pytest.mark.parametrize(("count", "steps"), [(30, 4), (200, 1)])
+async def test_a_light_round_of_few_records_goes_in_steps_a_busier_one_at_once(tmp_path, count, steps):
+    """Sends one at a time leave a few dozen records per gathering interval: they are
+    dispatched ``STEP_RECORDS`` at a time with a turn in between, so a request arriving meanwhile
+    waits for one step; a round of more records goes as one batch (cheaper per record)."""
+    async with opened(tmp_path) as (store, _):
+        for i in range(count):
+            await store.append(messages("TopicA", i % 2, 1, start=i, size=100))
+        recording = RecordingStore(store)
+        service = DispatchService(store_context(tmp_path), recording, list(store.dispatchers()))  # type: ignore[arg-type]
+        service._record_bytes = store.positions.wrote.value // count  # as learnt from earlier batches
+        end = store.positions.wrote.value
+        assert await service._dispatch_round(service.start_offset(), end, light=True) == end
+        assert len(recording.asked) == steps
+        if steps > 1:
+            assert max(recording.asked) < STEP_RECORDS * 2 * (end // count)
+        assert all(d.dispatched_offset() == end for d in store.dispatchers())
