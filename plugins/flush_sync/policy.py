@@ -72,7 +72,8 @@ class GroupCommitFlush:
 
     async def wait_durable(self, result: AppendResult, *, wait: bool) -> Durability:
         flushed = self.store.positions.flushed
-        self._wanted.set()
+        if flushed.value < result.end_offset:
+            self._wanted.set()  # a flush already past this put (an earlier one of its group) needs no other
         if not wait:
             return Durability.IN_PAGE_CACHE
         try:
