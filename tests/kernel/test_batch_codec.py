@@ -65,6 +65,17 @@ def same(a, b) -> None:
 @pytest.mark.skipif(os.environ.get("CI") != "true", reason="CI checks that the install built the codec")
 def test_ci_install_builds_the_compiled_codec():
     assert batch_codec.ACCELERATED
+    assert batch_codec.CRC32_BACKEND == "isa-l", "./run installs libisal-dev before it builds the codec"
+
+
+@given(st.binary(max_size=3000), st.lists(st.tuples(st.integers(0, 3000), st.integers(0, 3000)), max_size=20))
+@settings(max_examples=200, deadline=None)
+def test_region_crcs_are_zlibs_crc32_whichever_library_computes_them(data, spans):
+    begin = np.array([min(a, b, len(data)) for a, b in spans], dtype=np.int64)
+    end = np.array([min(max(a, b), len(data)) for a, b in spans], dtype=np.int64)
+    expected = [zlib.crc32(data[x:y]) & 0x7FFFFFFF for x, y in zip(begin.tolist(), end.tolist(), strict=True)]
+    assert batch_codec.region_crcs(data, begin, end).tolist() == expected
+    assert pure.region_crcs(data, begin, end).tolist() == expected
 
 
 @given(st.lists(_ENTRY, max_size=30), st.data())

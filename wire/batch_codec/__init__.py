@@ -11,7 +11,7 @@ So these loops exist twice, with one signature and one answer:
 
 - :mod:`wire.batch_codec.pure`: numpy and the standard library, the definition;
 - ``wire.batch_codec._compiled``: the same loops in Cython, built by pip at install time
-  (``setup.py``; gcc and the Python headers, zlib for CRC-32).
+  (``setup.py``; gcc and the Python headers, and for CRC-32 ISA-L when installed, else zlib).
 
 The compiled one is used when it was built and ``TROCKET_PURE_CODEC`` is not set (to ``1``);
 :data:`ACCELERATED` says which. ``tests/kernel/test_batch_codec.py`` holds both to the same
@@ -40,6 +40,9 @@ Pairs = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
 
 ACCELERATED: bool = _compiled is not None
 """Whether the compiled loops are in use."""
+CRC32_BACKEND: str = _compiled.CRC32_BACKEND if _compiled is not None else "zlib"
+"""What computes body CRCs: ``"isa-l"`` (the compiled codec built with Debian's libisal-dev)
+or ``"zlib"``; the same function either way."""
 
 _impl = _compiled if _compiled is not None else pure
 
@@ -81,6 +84,7 @@ def java_hashes_at(buffer: Buffer, start: np.ndarray, end: np.ndarray, prefix: i
 
 __all__ = [
     "ACCELERATED",
+    "CRC32_BACKEND",
     "Pairs",
     "dispatch_properties",
     "encode_entries",

@@ -17,8 +17,12 @@ import numpy as np
 from wire.errors import MalformedBatch
 
 
-cdef extern from "zlib.h" nogil:
-    unsigned long crc32(unsigned long crc, const unsigned char *buf, unsigned int len)
+cdef extern from "crc32.h" nogil:
+    unsigned long trocket_crc32(unsigned long crc, const unsigned char *buf, unsigned int len)
+    const char *TROCKET_CRC32_BACKEND
+
+CRC32_BACKEND = TROCKET_CRC32_BACKEND.decode()
+"""Which library computes the body CRCs here: ``"isa-l"`` or ``"zlib"`` (see crc32.h)."""
 
 
 cdef enum:
@@ -147,7 +151,7 @@ def encode_records(
             length = body_len[i]
             memcpy(w, shared, HEADER_SIZE)
             write_i32(w, sizes[i])
-            write_i32(w + 8, crc32(0, src + body_at[i], <unsigned int>length) & 0x7FFFFFFF)
+            write_i32(w + 8, trocket_crc32(0, src + body_at[i], <unsigned int>length) & 0x7FFFFFFF)
             write_i32(w + 16, flag[i])
             write_i64(w + 20, first_queue_offset + i)
             write_i64(w + 28, offsets[i])
@@ -379,7 +383,7 @@ def encode_entries(list bodies, list properties, const int64_t[::1] flag):
         props_len = len(<bytes?>properties[i])
         write_i32(w, ENTRY_HEADER + body_len + 2 + props_len)
         write_i32(w + 4, 0)
-        write_i32(w + 8, crc32(0, body, <unsigned int>body_len) & 0x7FFFFFFF)
+        write_i32(w + 8, trocket_crc32(0, body, <unsigned int>body_len) & 0x7FFFFFFF)
         write_i32(w + 12, flag[i])
         write_i32(w + 16, body_len)
         w += ENTRY_HEADER
@@ -425,7 +429,7 @@ def region_crcs(const uint8_t[::1] buffer, const int64_t[::1] begin, const int64
     cdef int64_t[::1] out = out_a
     with nogil:
         for i in range(count):
-            out[i] = crc32(0, p + begin[i], <unsigned int>(end[i] - begin[i])) & 0x7FFFFFFF
+            out[i] = trocket_crc32(0, p + begin[i], <unsigned int>(end[i] - begin[i])) & 0x7FFFFFFF
     return out_a
 
 
