@@ -35,10 +35,11 @@ previous batch's mean. With a fixed 256 KiB, a batch held 220 records of 1 KiB, 
 taking pipelined 1 KiB puts fell behind them for good (consumers waited on dispatch)."""
 MAX_BATCH_BYTES = 4 * 1024 * 1024
 STEP_RECORDS = 8
-STEPPED_ROUND_RECORDS = 64
 """Records per step of a light round (see ``DispatchService._dispatch_round``): 30 single sends
 gathered over 4 ms cost 250 µs to dispatch at once on this project's machines, and a send
 arriving then waited for all of it (the p99 of one message in flight)."""
+STEPPED_ROUND_RECORDS = 64
+"""Rounds of at most this many records go in steps; busier ones in one batch."""
 GATHER_BYTES = BATCH_BYTES
 GATHER_INTERVAL = 0.004
 """Pacing of a busy loop: a batch has a fixed cost (tens of µs of array set-up in the views),
