@@ -40,9 +40,10 @@ class StoreMmapConfig:
     only then, and a process crash loses staged bytes even if acknowledged under async flush.
     All are read through the mapping. See bench/store_append.py for the measured choice."""
     max_open_queue_files: int = fields.integer(0, minimum=0)
-    """Consume-queue files open at once at most (each holds two file descriptors); the least
-    recently used are closed and reopened on their next use. 0: a quarter of the process's
-    open-files limit (which the broker raises to the hard limit at start)."""
+    """Consume-queue files open at once at most (each holds one file descriptor); the least
+    recently used are closed and reopened on their next use. 0: 1,024, or a quarter of the
+    process's open-files limit (which the broker raises to the hard limit at start) if that is
+    smaller."""
     flush_consume_queue_least_pages: int = fields.integer(2, minimum=0)
     """``flushConsumeQueueLeastPages``: a periodic persist flushes a consume-queue file once this
     many 4 KiB pages are dirty (a thorough persist flushes all; see ``[broker]``

@@ -2,7 +2,8 @@
 
 Positions inside the file: ``wrote`` (bytes appended), ``committed`` (bytes in the file, so
 visible to readers), ``flushed`` (bytes known durable). Readers copy bytes out of a
-read-only-in-spirit ``mmap`` of the file; writers use ``pwrite`` or the mapping, or stage bytes
+read-only-in-spirit ``mmap`` of the file (``pread`` for a sparse one, which is never mapped);
+writers use ``pwrite`` or the mapping, or stage bytes
 in memory until a commit writes them (RocketMQ's transient store pool; see
 :class:`~plugins.store_mmap.config.StoreMmapConfig.write_path`). Without staging ``committed``
 is ``wrote``.
@@ -48,6 +49,10 @@ class MappedFile:
     """Bytes from the file's start known to have disk space (all of it unless sparse)."""
     budget: OpenFileBudget | None = None
     """The open-file bound this file counts against (None: always open)."""
+    sparse: bool = False
+    """Sized, not allocated (consume queues): written with ``pwrite`` and read with ``pread``,
+    never mapped, so an open one holds one descriptor, not two (Python's ``mmap`` keeps a
+    duplicate of the file's descriptor)."""
     _committed: int = attrs.field(default=0, init=False)
     _staged: bytearray = attrs.field(factory=bytearray, init=False)
     _staged_at: int = attrs.field(default=0, init=False)
@@ -78,7 +83,8 @@ class MappedFile:
         only sized; its writer allocates each range with :meth:`allocate_to` before writing, and
         writes with ``pwrite`` (never through the mapping), so a full disk is still an ENOSPC,
         never a SIGBUS. ``start`` defaults to the offset in the file's 20-digit name. With a
-        ``budget`` the file may be parked (closed) while unused and is reopened on demand.
+        ``budget`` the file may be parked (closed) while unused and is reopened on demand. A
+        sparse file is not mapped at all: it is read with ``pread``.
 
         :raises OSError: with the path in the message, e.g. ENOSPC while allocating.
         """
@@ -96,7 +102,9 @@ class MappedFile:
                     os.ftruncate(fd, size)
                 else:
                     os.posix_fallocate(fd, 0, size)
-            mapping = mmap.mmap(fd, size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+            mapping = (
+                None if sparse else mmap.mmap(fd, size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+            )
         except BaseException:
             os.close(fd)
             if create:
@@ -107,6 +115,7 @@ class MappedFile:
             path=path, start=start, size=size, use_mmap_writes=use_mmap_writes, stage_writes=stage_writes
         )
         mapped.allocated = 0 if sparse else size
+        mapped.sparse = sparse
         mapped._fd = fd
         mapped._map = mapping
         mapped.budget = budget
@@ -117,7 +126,7 @@ class MappedFile:
     @classmethod
     def parked(cls, path: Path, size: int, *, sparse: bool, budget: OpenFileBudget) -> MappedFile:
         """An existing file of ``size`` bytes, not opened until its first use (pwrite writes)."""
-        mapped = cls(path=path, start=int(path.name), size=size)
+        mapped = cls(path=path, start=int(path.name), size=size, sparse=sparse)
         mapped.allocated = 0 if sparse else size
         mapped.budget = budget
         mapped._parked = True
@@ -164,6 +173,8 @@ class MappedFile:
 
     @property
     def buffer(self) -> mmap.mmap:
+        if self.sparse:
+            raise ValueError(f"{self.path} is not mapped (a sparse file): read it with read()")
         self._in_use(mapped=True)
         if self._map is None:
             raise ValueError(f"{self.path} is closed")
@@ -240,7 +251,15 @@ class MappedFile:
         self._committed = max(self._committed, end)
 
     def read(self, position: int, size: int) -> bytes:
-        return self.buffer[position : position + size]
+        if not self.sparse:
+            return self.buffer[position : position + size]
+        self._in_use()
+        if self._fd < 0:
+            raise ValueError(f"{self.path} is closed")
+        data = os.pread(self._fd, size, position)
+        if len(data) != size:
+            raise OSError(f"short read of {self.path} at {position}: {len(data)} of {size} bytes")
+        return data
 
     def flush_blocking(self) -> int:
         """Make ``[flushed, wrote)`` durable; runs in a worker thread. Returns the new ``flushed``.

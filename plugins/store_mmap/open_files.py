@@ -1,10 +1,11 @@
 """A bound on the store files open at once (consume queues: one or more per queue).
 
-Every open store file costs two file descriptors (its own and its mapping's), and a broker
-with tens of thousands of queues would otherwise hold them all, past any ``ulimit -n``. The
-budget keeps the most recently used files open and *parks* the rest: a parked file keeps its
-positions and is opened and mapped again on its next use (a cold queue's read or write costs an
-``open`` and an ``mmap``, some tens of µs). A file in use by a flush (held) is never parked.
+Every open consume-queue file costs a file descriptor (they are written with ``pwrite`` and
+read with ``pread``, never mapped), and a broker with tens of thousands of queues would
+otherwise hold them all, past any ``ulimit -n``. The budget keeps the most recently used files
+open and *parks* the rest: a parked file keeps its positions and is opened again on its next
+use (a cold queue's read or write costs an ``open``, some µs). A file in use by a flush (held)
+is never parked.
 """
 
 from __future__ import annotations

@@ -18,7 +18,7 @@ BOUND = 10
 
 
 def _open_queue_descriptors(root) -> int:
-    """Descriptors of this process on files under ``root/consumequeue`` (a file and its mapping)."""
+    """Descriptors of this process on files under ``root/consumequeue``."""
     queues = str(root / "consumequeue")
     targets = []
     for fd in os.listdir("/proc/self/fd"):
@@ -39,11 +39,12 @@ async def test_many_queues_stay_within_the_bound_and_read_back_after_a_restart(t
         budget = store.queues.budget
         assert budget is not None and budget.open_files <= BOUND
         assert budget.parked > QUEUES
-        assert _open_queue_descriptors(root) <= 2 * BOUND
+        assert _open_queue_descriptors(root) <= BOUND  # one each: queue files are never mapped
         for queue_id in range(QUEUES):  # cold reads reopen
             got = await pull.get_messages(store, "Many", queue_id, 0)
             assert got.status is GetStatus.FOUND
             assert got.queue_offsets == [0, 1, 2]
+        assert _open_queue_descriptors(root) <= BOUND  # reads (pread) take no second one
         await clean_close(store)  # flushes every dirty queue file, parked or not
         assert all(f.flushed == f.wrote for q in store.queues.queues.values() for f in q.files.files)
     async with opened(root, max_open_queue_files=BOUND, commit_log_file_size="1MiB") as (store, report):
@@ -53,3 +54,13 @@ async def test_many_queues_stay_within_the_bound_and_read_back_after_a_restart(t
         assert got.status is GetStatus.FOUND and record.decode_record(got.records[0]).body.startswith(
             b"Many-"
         )
+
+
+def test_the_default_bound_is_1024_queue_files_or_a_quarter_of_the_limit_if_smaller(monkeypatch):
+    from plugins.store_mmap import store as store_module
+
+    monkeypatch.setattr(store_module.resource, "getrlimit", lambda _: (1 << 20, 1 << 20))
+    assert store_module.queue_file_bound(0) == store_module.DEFAULT_QUEUE_FILE_BOUND == 1024
+    monkeypatch.setattr(store_module.resource, "getrlimit", lambda _: (256, 1 << 20))
+    assert store_module.queue_file_bound(0) == 64
+    assert store_module.queue_file_bound(5000) == 5000  # configured: as given
