@@ -125,7 +125,9 @@ class MappedFile:
 
     @classmethod
     def parked(cls, path: Path, size: int, *, sparse: bool, budget: OpenFileBudget) -> MappedFile:
-        """An existing file of ``size`` bytes, not opened until its first use (pwrite writes)."""
+        """An existing sparse file of ``size`` bytes, not opened until its first use."""
+        if not sparse:
+            raise ValueError(f"{path}: only sparse (consume-queue) files are parked")
         mapped = cls(path=path, start=int(path.name), size=size, sparse=sparse)
         mapped.allocated = 0 if sparse else size
         mapped.budget = budget
@@ -133,25 +135,18 @@ class MappedFile:
         return mapped
 
     def park(self) -> bool:
-        """Close the descriptor and the mapping until the next use (see :mod:`.open_files`);
-        whether it was parked (not while held by a flush, or with a buffer of it exported)."""
-        if self._refs or self._fd < 0:
+        """Close the descriptor until the next use (see :mod:`.open_files`); whether it was
+        parked (not while held by a flush; only sparse files, which are never mapped)."""
+        if self._refs or self._fd < 0 or not self.sparse:
             return False
-        if self._map is not None:
-            try:
-                self._map.close()
-            except BufferError:
-                return False
-            self._map = None
         os.close(self._fd)
         self._fd = -1
         self._parked = True
         return True
 
-    def _in_use(self, *, mapped: bool = False) -> None:
-        """Reopen a parked file (its descriptor; the mapping too when ``mapped``: reads need it,
-        ``pwrite`` writes do not, and a cold queue's write then costs an ``open`` and no
-        ``mmap``/``munmap``); tell the budget it is the most recent."""
+    def _in_use(self) -> None:
+        """Reopen a parked file (only consume-queue files are parked, and they are never
+        mapped: reopening is one ``open``); tell the budget it is the most recent."""
         if self._parked:
             self._fd = os.open(self.path, os.O_RDWR)
             self._parked = False
@@ -159,8 +154,6 @@ class MappedFile:
             self.budget.opened(self)
         elif self.budget is not None:
             self.budget.touched(self)
-        if mapped and self._map is None and self._fd >= 0:
-            self._map = mmap.mmap(self._fd, self.size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
 
     @property
     def end(self) -> int:
@@ -175,7 +168,6 @@ class MappedFile:
     def buffer(self) -> mmap.mmap:
         if self.sparse:
             raise ValueError(f"{self.path} is not mapped (a sparse file): read it with read()")
-        self._in_use(mapped=True)
         if self._map is None:
             raise ValueError(f"{self.path} is closed")
         return self._map
