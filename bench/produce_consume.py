@@ -342,8 +342,8 @@ def report(results: dict[tuple[str, str, int], Figures], sizes: list[int], flush
             for row in ROWS + [r for r in BUSY_ROWS if r in ours]:
                 mine = ours[row]
                 other = theirs[row.removesuffix(", polling off")] if theirs else None
-                cpu_row = "cpu " + row.replace("p50 ms", "1 in flight").replace("p99 ms", "1 in flight")
-                my_cpu = ours.get(cpu_row) if not row.startswith(("p50", "p99")) else None
+                cpu_row = "cpu " + row  # latency rows have none: their CPU is the "1 in flight" row's
+                my_cpu = ours.get(cpu_row)
                 other_cpu = theirs.get(cpu_row.removesuffix(", polling off")) if theirs and my_cpu else None
                 cpu = f"{my_cpu:>10.1f}" if my_cpu is not None else f"{'':>10}"
                 cpu += f"{other_cpu:>8.1f}" if other_cpu is not None else ""
