@@ -44,6 +44,15 @@ class StoreMmapConfig:
     recently used are closed and reopened on their next use. 0: 1,024, or a quarter of the
     process's open-files limit (which the broker raises to the hard limit at start) if that is
     smaller."""
+    pooled_queue_entries: int = fields.integer(204, minimum=0, maximum=100_000)
+    """A queue's first entries (up to this many) are held in memory and journaled together
+    with every other small queue's in ``consumequeue_pool/``, so a queue with a few messages
+    costs no file, no descriptor and no 4 KiB block; past it the queue gets its own files in
+    RocketMQ's layout. 204 entries fill one 4 KiB page. 0: every queue has its own files from
+    its first message, as in RocketMQ."""
+    queue_pool_memory: int = fields.size("64MiB", minimum=0)
+    """Entry bytes the pool holds at most (20 per message); beyond it the queues holding the
+    most get their own files."""
     flush_consume_queue_least_pages: int = fields.integer(2, minimum=0)
     """``flushConsumeQueueLeastPages``: a periodic persist flushes a consume-queue file once this
     many 4 KiB pages are dirty (a thorough persist flushes all; see ``[broker]``

@@ -1,15 +1,19 @@
 """Consume queues: per (topic, queue id), 20-byte entries (commit-log offset, size, tag hash).
 
 Entry *n* sits at byte ``n * 20`` of the queue's logical sequence, split into files of
-``consume_queue_file_size`` bytes under ``consumequeue/<topic>/<queueId>/``. Queues are a
-derived view: :class:`ConsumeQueues` is fed by the kernel's dispatch loop and can always be
-rebuilt from the commit log. Re-dispatching an entry that exists is a no-op (idempotent).
+``consume_queue_file_size`` bytes under ``consumequeue/<topic>/<queueId>/``. A queue's first
+``pooled_queue_entries`` entries are held by the pool instead (:mod:`.queue_pool`: in memory,
+journaled with every other small queue's), and it gets its own files once it grows past them.
+Queues are a derived view: :class:`ConsumeQueues` is fed by the kernel's dispatch loop and can
+always be rebuilt from the commit log. Re-dispatching an entry that exists is a no-op
+(idempotent).
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import shutil
 import struct
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -20,11 +24,13 @@ import trio
 
 from kernel.errors import StoreError
 from kernel.model import DispatchRecord, QueueEntry
+from kernel.open_files import explain_open_failure
 from kernel.queue_entries import QueueEntries
 from plugins.store_mmap.config import CQ_ENTRY_SIZE
-from plugins.store_mmap.mapped_file import PAGE_SIZE
+from plugins.store_mmap.mapped_file import PAGE_SIZE, MappedFile
 from plugins.store_mmap.mapped_file_queue import MappedFileQueue
 from plugins.store_mmap.open_files import OpenFileBudget
+from plugins.store_mmap.queue_pool import PooledQueue, QueuePool, flush_segments
 from plugins.store_mmap.view_failure import TracksDispatchFailure
 from wire.dispatch_batch import DispatchBatch
 
@@ -191,6 +197,17 @@ class ConsumeQueue:
             entries["tags"].astype(np.int64),
         )
 
+    def start_at(self, queue_offset: int, file_size: int) -> None:
+        """Begin an empty queue at ``queue_offset``: the file holding it is created and the
+        entries before it are RocketMQ's blank entries (offset 0, size MAX_INT), which readers
+        skip as removed."""
+        self.files.destroy_all()
+        start = (queue_offset * CQ_ENTRY_SIZE // file_size) * file_size
+        self.files.writable_file(start)
+        blanks = queue_offset - start // CQ_ENTRY_SIZE
+        self.append(BLANK_ENTRY * blanks, start // CQ_ENTRY_SIZE)
+        self.min_queue_offset = queue_offset
+
     def flush_blocking(self, least_pages: int = 0) -> None:
         """Flush files with unflushed entries: a full file always, the others once at least
         ``least_pages`` pages are dirty (0 = any)."""
@@ -202,6 +219,10 @@ class ConsumeQueue:
                     mapped.flush_blocking()
                 finally:
                     mapped.release()
+
+
+AnyQueue = ConsumeQueue | PooledQueue
+"""A queue with its own files, or one held by the pool: the same reads and maintenance calls."""
 
 
 @attrs.define(eq=False)
@@ -217,19 +238,38 @@ class ConsumeQueues(TracksDispatchFailure):
     only once this many pages are dirty."""
     budget: OpenFileBudget | None = None
     """The bound on open queue files (None: every file stays open)."""
-    queues: dict[tuple[str, int], ConsumeQueue] = attrs.field(factory=dict)
+    pool: QueuePool | None = None
+    """Holds small queues (None: every queue has its own files from its first entry)."""
+    log_end: Callable[[], int] | None = None
+    """Where the commit log's appends end (a dispatch that reached it settles the pool's
+    promises)."""
+    queues: dict[tuple[str, int], AnyQueue] = attrs.field(factory=dict)
     name: str = "consume_queue"
     failing: str = ""
     """Why the last dispatch failed ("" once one succeeds)."""
+    promotions_failed: int = 0
+    """Pooled queues that could not get their own files (they stay pooled; logged)."""
     _dispatched: int = 0
     _newest_timestamp: int = 0
 
     @classmethod
     def load(
-        cls, root: Path, file_size: int, *, least_pages: int = 2, budget: OpenFileBudget | None = None
+        cls,
+        root: Path,
+        file_size: int,
+        *,
+        least_pages: int = 2,
+        budget: OpenFileBudget | None = None,
+        pooled_entries: int = 0,
+        pool_memory: int = 64 << 20,
     ) -> ConsumeQueues:
+        """Name every queue's files (opened on first use with a ``budget``) and replay the
+        pool's journal (``<root>_pool``) when ``pooled_entries`` is set."""
         root.mkdir(parents=True, exist_ok=True)
-        queues = cls(root, file_size, least_pages=least_pages, budget=budget)
+        pool = None
+        if pooled_entries:
+            pool = QueuePool.load(pool_directory(root), pooled_entries, pool_memory)
+        queues = cls(root, file_size, least_pages=least_pages, budget=budget, pool=pool)
         for topic_dir in sorted(p for p in root.iterdir() if p.is_dir()):
             for queue_dir in sorted(p for p in topic_dir.iterdir() if p.is_dir() and p.name.isdigit()):
                 key = (topic_dir.name, int(queue_dir.name))
@@ -237,20 +277,45 @@ class ConsumeQueues(TracksDispatchFailure):
                 queue = ConsumeQueue(key[0], key[1], files)
                 queue.recover()
                 queues.queues[key] = queue
+        if pool is not None:
+            for key, pooled in list(pool.members.items()):
+                own = queues.queues.get(key)
+                if isinstance(own, ConsumeQueue):
+                    queues._settle_twice_held(own, pooled)
+                else:
+                    queues.queues[key] = pooled
+            pool.write()
         return queues
 
-    def queue(self, topic: str, queue_id: int, *, create: bool = False) -> ConsumeQueue | None:
+    def _settle_twice_held(self, own: ConsumeQueue, pooled: PooledQueue) -> None:
+        """A queue with files and pool entries (a stop between its promotion and the journal
+        record saying so): the files win, completed from the pool if it holds more."""
+        assert self.pool is not None
+        if pooled.max_queue_offset > own.max_queue_offset >= pooled.min_queue_offset:
+            rest = pooled.lookup_columns(own.max_queue_offset, pooled.max_queue_offset)
+            own.reserve(own.max_queue_offset, len(rest))
+            own.append(_encode(rest), own.max_queue_offset)
+        self.pool.drop(pooled)
+
+    def queue(self, topic: str, queue_id: int, *, create: bool = False) -> AnyQueue | None:
+        """The queue, or a new one when ``create`` (held by the pool if there is one)."""
         key = (topic, queue_id)
         queue = self.queues.get(key)
         if queue is None and create:
-            directory = self._queue_directory(topic, queue_id)
-            queue = ConsumeQueue(
-                topic,
-                queue_id,
-                MappedFileQueue.load(directory, self.file_size, sparse=True, budget=self.budget),
+            self._queue_directory(topic, queue_id)  # the name is checked even while pooled
+            queue = (
+                self.pool.add(topic, queue_id) if self.pool is not None else self._own_files(topic, queue_id)
             )
             self.queues[key] = queue
         return queue
+
+    def _own_files(self, topic: str, queue_id: int) -> ConsumeQueue:
+        directory = self._queue_directory(topic, queue_id)
+        return ConsumeQueue(
+            topic,
+            queue_id,
+            MappedFileQueue.load(directory, self.file_size, sparse=True, budget=self.budget),
+        )
 
     def _queue_directory(self, topic: str, queue_id: int) -> Path:
         """``root/<topic>/<queueId>``, or :class:`StorePathError` for a name that is not one plain
@@ -268,11 +333,94 @@ class ConsumeQueues(TracksDispatchFailure):
             )
         return self.root / topic / str(queue_id)
 
+    def reserve(self, topic: str, queue_id: int, next_queue_offset: int, count: int) -> None:
+        """Make sure ``count`` new entries of a queue, the first at ``next_queue_offset``, can be
+        indexed without opening or allocating anything at dispatch: their files exist and have
+        disk space, or the pool's journal has room (a put calls this before its append). A
+        pooled queue that would grow past ``pooled_queue_entries`` gets its own files here.
+
+        :raises OSError: a file could not be created or allocated (EMFILE, ENOSPC, EACCES ...).
+        :raises StorePathError: a name that cannot be a directory.
+        """
+        queue = self.queues.get((topic, queue_id))
+        if isinstance(queue, ConsumeQueue):
+            if not queue.has_room(next_queue_offset, count):
+                queue.reserve(next_queue_offset, count)
+            return
+        pool = self.pool
+        if pool is None:
+            queue = self.queue(topic, queue_id, create=True)
+            assert isinstance(queue, ConsumeQueue)
+            queue.reserve(next_queue_offset, count)
+            return
+        start = queue.min_queue_offset if queue is not None and queue.entries else next_queue_offset
+        if next_queue_offset + count - start > pool.max_entries:
+            if queue is None:
+                queue = self.queue(topic, queue_id, create=True)
+                assert isinstance(queue, PooledQueue)
+            own = self._promote(queue)
+            if own is not None:
+                own.reserve(next_queue_offset, count)
+                return
+        if not pool.promise(topic, count):
+            self.queue(topic, queue_id, create=True)  # the name is checked before any space
+            pool.reserve(topic, count)
+
+    def _promote(self, pooled: PooledQueue) -> ConsumeQueue | None:
+        """Give a pooled queue its own files, holding its entries; None (logged, it stays
+        pooled) when they cannot be created now."""
+        assert self.pool is not None
+        try:
+            own = self._own_files(pooled.topic, pooled.queue_id)
+            if pooled.entries:
+                if pooled.min_queue_offset:
+                    own.start_at(pooled.min_queue_offset, self.file_size)
+                count = len(pooled.entries) // CQ_ENTRY_SIZE
+                own.reserve(pooled.min_queue_offset, count)
+                own.append(bytes(pooled.entries), pooled.min_queue_offset)
+            elif pooled.min_queue_offset:
+                own.start_at(pooled.min_queue_offset, self.file_size)
+        except OSError as error:
+            self.promotions_failed += 1
+            log.warning(
+                "consume queue %s/%d stays in the pool: its own files could not be created (%s)",
+                pooled.topic,
+                pooled.queue_id,
+                explain_open_failure(error),
+            )
+            return None
+        own.min_queue_offset = pooled.min_queue_offset
+        self.pool.drop(pooled)
+        self.queues[pooled.key] = own
+        return own
+
     def destroy(self, key: tuple[str, int]) -> None:
-        """Delete a queue's files (it is rebuilt from the log by the dispatch loop)."""
+        """Delete a queue's files or pooled entries (it is rebuilt from the log by the dispatch
+        loop)."""
         queue = self.queues.pop(key, None)
-        if queue is not None:
+        if isinstance(queue, ConsumeQueue):
             queue.files.destroy_all()
+        elif isinstance(queue, PooledQueue):
+            assert self.pool is not None
+            self.pool.drop(queue)
+            self.pool.write()
+
+    def destroy_all(self) -> None:
+        """Delete every queue (the commit log is gone)."""
+        self.close()
+        for topic_dir in list(self.root.iterdir()):
+            shutil.rmtree(topic_dir, ignore_errors=True)
+        self.queues.clear()
+        if self.pool is not None:
+            self.pool.destroy_all()
+
+    def truncate_beyond(self, log_end: int) -> int:
+        """Drop every entry pointing at or past ``log_end`` (the log was cut there); returns how
+        many."""
+        dropped = sum(queue.truncate_beyond(log_end) for queue in self.queues.values())
+        if self.pool is not None:
+            self.pool.write()
+        return dropped
 
     def set_dispatched(self, offset: int) -> None:
         self._dispatched = offset
@@ -284,13 +432,12 @@ class ConsumeQueues(TracksDispatchFailure):
 
     def _dispatch(self, records: Sequence[DispatchRecord], end_offset: int) -> None:
         """Append the batch's entries, queue by queue, each queue's entries packed column-wise
-        into one buffer (20-byte big-endian rows) and written at once."""
+        into one buffer (20-byte big-endian rows) and written at once; the pool's journal
+        records of the batch are written together at the end."""
         if not isinstance(records, DispatchBatch):
             self._append_each(records)
-            self._dispatched = end_offset
-            return
-        batch = records
-        if len(batch):
+        elif len(records):
+            batch = records
             # Stable sort by (topic, queue id): each queue's records stay in log order.
             group_key = batch.topic_index * (1 << 32) + batch.queue_id
             order = np.argsort(group_key, kind="stable")
@@ -299,7 +446,24 @@ class ConsumeQueues(TracksDispatchFailure):
             for rows in np.split(order, cuts):
                 self._append_rows(batch, rows)
             self._newest_timestamp = int(batch.store_timestamp[-1])
+        if self.pool is not None:
+            self._after_pooled_appends(end_offset)
         self._dispatched = end_offset
+
+    def _after_pooled_appends(self, end_offset: int) -> None:
+        """Write the batch's journal records; promote the largest pooled queues while the pool
+        holds more than its memory bound; compact the journal when due."""
+        pool = self.pool
+        assert pool is not None
+        pool.write()
+        if pool.held_bytes > pool.memory_bound:
+            for pooled in pool.largest():
+                if pool.held_bytes <= pool.memory_bound * 3 // 4 or self._promote(pooled) is None:
+                    break
+            pool.write()
+        pool.compact_if_due()
+        if self.log_end is not None and self.log_end() <= end_offset:
+            pool.settle()
 
     def _append_each(self, records: Sequence[DispatchRecord]) -> None:
         """Records as objects (single sends, an idle broker's few): entries packed one by one,
@@ -338,6 +502,7 @@ class ConsumeQueues(TracksDispatchFailure):
             return
         if first < expected:
             entries = entries[(expected - first) * CQ_ENTRY_SIZE :]
+            count -= expected - first
             first = expected
         if first != expected:
             if queue.max_queue_offset == queue.min_queue_offset:
@@ -352,35 +517,42 @@ class ConsumeQueues(TracksDispatchFailure):
                     first,
                 )
                 return
+        if isinstance(queue, PooledQueue):
+            assert self.pool is not None
+            if first + count - queue.min_queue_offset > self.pool.max_entries:
+                queue = self._promote(queue) or queue
         queue.append(entries, first)
 
-    def _start_at(self, queue: ConsumeQueue, queue_offset: int) -> None:
-        """Begin an empty queue at ``queue_offset``: the file holding it is created and the
-        entries before it are RocketMQ's blank entries (offset 0, size MAX_INT), which readers
-        skip as removed."""
-        queue.files.destroy_all()
-        start = (queue_offset * CQ_ENTRY_SIZE // self.file_size) * self.file_size
-        queue.files.writable_file(start)
-        blanks = queue_offset - start // CQ_ENTRY_SIZE
-        queue.append(BLANK_ENTRY * blanks, start // CQ_ENTRY_SIZE)
-        queue.min_queue_offset = queue_offset
+    def _start_at(self, queue: AnyQueue, queue_offset: int) -> None:
+        if isinstance(queue, PooledQueue):
+            queue.start_at(queue_offset)
+        else:
+            queue.start_at(queue_offset, self.file_size)
 
     async def persist(self, *, thorough: bool) -> None:
-        """Flush queue files with at least ``least_pages`` dirty pages; when ``thorough``, flush
-        every queue and then (same worker thread) record the dispatched offset in the
-        checkpoint, so the checkpoint never claims entries that are not durable."""
+        """Flush queue files with at least ``least_pages`` dirty pages and the pool's journal;
+        when ``thorough``, flush every queue and then (same worker thread) record the dispatched
+        offset in the checkpoint, so the checkpoint never claims entries that are not durable."""
         dispatched, newest = self._dispatched, self._newest_timestamp
-        queues = list(self.queues.values())
+        queues = [q for q in self.queues.values() if isinstance(q, ConsumeQueue)]
         on_persist = self.on_persist if thorough else None
         least_pages = 0 if thorough else self.least_pages
+        pool_segments: list[MappedFile] = []
+        durable = 0
+        if self.pool is not None:
+            self.pool.write()
+            pool_segments, durable = self.pool.flush_plan()
 
         def flush_all() -> None:
             for queue in queues:
                 queue.flush_blocking(least_pages)
+            flush_segments(pool_segments)
             if on_persist is not None:
                 on_persist(dispatched, newest)
 
         await trio.to_thread.run_sync(flush_all)
+        if self.pool is not None:
+            self.pool.drop_obsolete(durable)
 
     # --- reads ------------------------------------------------------------------------------
 
@@ -404,4 +576,21 @@ class ConsumeQueues(TracksDispatchFailure):
 
     def close(self) -> None:
         for queue in self.queues.values():
-            queue.files.close()
+            if isinstance(queue, ConsumeQueue):
+                queue.files.close()
+        if self.pool is not None:
+            self.pool.close()
+
+
+def pool_directory(root: Path) -> Path:
+    """Where the pool's journal of the queues under ``root`` lives (beside it, so that
+    ``consumequeue/`` holds only topics, as in RocketMQ)."""
+    return root.with_name(root.name + "_pool")
+
+
+def _encode(entries: QueueEntries) -> bytes:
+    rows = np.empty(len(entries), dtype=ENTRY_DTYPE)
+    rows["offset"] = entries.physical_offset
+    rows["size"] = entries.size
+    rows["tags"] = entries.tags_code
+    return rows.tobytes()

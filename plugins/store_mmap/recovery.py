@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import logging
 import mmap
-import shutil
 import time
 from collections.abc import Callable
 
@@ -137,10 +136,7 @@ def recover_store(
     if not files.files:
         if queues.queues:
             notes.append(f"no commit-log files: destroyed {len(queues.queues)} consume queues")
-            queues.close()
-            for topic_dir in list(queues.root.iterdir()):
-                shutil.rmtree(topic_dir, ignore_errors=True)
-            queues.queues.clear()
+            queues.destroy_all()
         queues.set_dispatched(0)
         if index is not None:
             index.drop_beyond(0)
@@ -180,9 +176,8 @@ def recover_store(
     files.truncate(end)
     commit_log.reset_end(end)
 
-    dropped = 0
+    dropped = queues.truncate_beyond(end)
     for queue in queues.queues.values():
-        dropped += queue.truncate_beyond(end)
         queue.correct_min_offset(log_min)
     if dropped:
         notes.append(f"dropped {dropped} consume-queue entries beyond the log end")

@@ -126,17 +126,12 @@ class MmapStore:
                 self._reserve(topic, queue_id, count)
 
     def _reserve(self, topic: str, queue_id: int, count: int) -> None:
-        """The files ``count`` new entries of one queue go to exist and have disk space, or
-        StoreNotWritable."""
+        """The files (or pool journal space) ``count`` new entries of one queue go to exist and
+        have disk space, or StoreNotWritable."""
         key = (topic, queue_id)
-        queue = self.queues.queues.get(key)
         next_offset = self.commit_log.queue_offsets.get(key, 0)
-        if queue is not None and queue.has_room(next_offset, count):
-            return  # the common case: the queue's files have room
         try:
-            queue = self.queues.queue(topic, queue_id, create=True)
-            assert queue is not None
-            queue.reserve(next_offset, count)
+            self.queues.reserve(topic, queue_id, next_offset, count)
         except (OSError, StoreError) as error:
             raise StoreNotWritable(
                 f"cannot open the consume queue {topic}/{queue_id}: {explain_open_failure(error)}"
@@ -256,7 +251,7 @@ class MmapStore:
                 mapped.buffer.flush()
         files.truncate(offset)
         commit_log.reset_end(offset)
-        dropped = sum(queue.truncate_beyond(offset) for queue in self.queues.queues.values())
+        dropped = self.queues.truncate_beyond(offset)
         self.queues.set_dispatched(min(self.queues.dispatched_offset(), offset))
         if self.index is not None:
             self.index.drop_beyond(offset)
@@ -453,6 +448,8 @@ async def open_mmap_store(ctx: BrokerContext) -> AsyncIterator[MmapStore]:
                 config.consume_queue_file_size,
                 least_pages=config.flush_consume_queue_least_pages,
                 budget=OpenFileBudget(queue_file_bound(config.max_open_queue_files)),
+                pooled_entries=config.pooled_queue_entries,
+                pool_memory=config.queue_pool_memory,
             )
         except BaseException:
             files.close()
@@ -465,6 +462,7 @@ async def open_mmap_store(ctx: BrokerContext) -> AsyncIterator[MmapStore]:
         )
         store = MmapStore(root, config, commit_log, queues, Checkpoint.load(root / "checkpoint"), index)
         queues.on_persist = store._on_queues_persisted
+        queues.log_end = lambda: commit_log.append_end
         try:
             yield store
         finally:

@@ -31,7 +31,9 @@ def _open_queue_descriptors(root) -> int:
 
 async def test_many_queues_stay_within_the_bound_and_read_back_after_a_restart(tmp_path):
     root = tmp_path / "store"
-    async with opened(root, max_open_queue_files=BOUND, commit_log_file_size="1MiB") as (store, _):
+    async with opened(
+        root, max_open_queue_files=BOUND, commit_log_file_size="1MiB", pooled_queue_entries=0
+    ) as (store, _):
         for round_ in range(3):  # each queue written three times, parked in between
             for queue_id in range(QUEUES):
                 await store.append(messages("Many", queue_id, 1, start=round_))
@@ -47,7 +49,9 @@ async def test_many_queues_stay_within_the_bound_and_read_back_after_a_restart(t
         assert _open_queue_descriptors(root) <= BOUND  # reads (pread) take no second one
         await clean_close(store)  # flushes every dirty queue file, parked or not
         assert all(f.flushed == f.wrote for q in store.queues.queues.values() for f in q.files.files)
-    async with opened(root, max_open_queue_files=BOUND, commit_log_file_size="1MiB") as (store, report):
+    async with opened(
+        root, max_open_queue_files=BOUND, commit_log_file_size="1MiB", pooled_queue_entries=0
+    ) as (store, report):
         assert report.clean_shutdown
         assert all(store.max_queue_offset("Many", q) == 3 for q in range(QUEUES))
         got = await pull.get_messages(store, "Many", QUEUES - 1, 2)

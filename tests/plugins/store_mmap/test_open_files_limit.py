@@ -1,10 +1,12 @@
 """Out of file descriptors, nothing is acknowledged that cannot be delivered (issue 39, items 3
 and 4): at ``ulimit -n 1024`` a broker with a few hundred queues once answered SEND_OK while its
 dispatch failed with "Too many open files" and retried forever. A `trocket up` process at
-``ulimit -n 256`` with 2,000 queues: with the open queue files bounded (the default, a quarter
-of the limit) every send is acknowledged and consumable and the descriptors stay few; with the
-bound set past what the limit allows, the sends that cannot be indexed are refused naming the
-limit, and every SEND_OK is still consumable. The broker keeps serving either way."""
+``ulimit -n 256`` with 2,000 queues: with small queues pooled (the default) no queue opens a
+file at all; with every queue in its own files and the open queue files bounded (the default
+bound, a quarter of the limit) every send is acknowledged and consumable and the descriptors
+stay few; with the bound set past what the limit allows, the sends that cannot be indexed are
+refused naming the limit, and every SEND_OK is still consumable. The broker keeps serving
+either way."""
 
 from __future__ import annotations
 
@@ -22,9 +24,18 @@ TOPICS, QUEUES = 500, 4
 SMALL_QUEUE_FILES = "consume_queue_file_size = 2000\nmessage_index_enable = false\n"
 
 
-@pytest.mark.parametrize("bounded", [True, False], ids=["bounded", "unbounded"])
-async def test_at_ulimit_256_with_2000_queues_every_acknowledged_message_is_consumable(tmp_path, bounded):
-    store = SMALL_QUEUE_FILES + ("" if bounded else "max_open_queue_files = 100000\n")
+OWN_FILES = "pooled_queue_entries = 0\n"
+
+
+@pytest.mark.parametrize(
+    ("settings", "bounded"),
+    [("", True), (OWN_FILES, True), (OWN_FILES + "max_open_queue_files = 100000\n", False)],
+    ids=["pooled", "own-files-bounded", "own-files-unbounded"],
+)
+async def test_at_ulimit_256_with_2000_queues_every_acknowledged_message_is_consumable(
+    tmp_path, settings, bounded
+):
+    store = SMALL_QUEUE_FILES + settings
     broker = start_broker(tmp_path, store=store, open_files=(256, 256))
     try:
         assert "open files: limit 256 (hard 256)" in broker.log.read_text()
@@ -66,6 +77,8 @@ async def test_at_ulimit_256_with_2000_queues_every_acknowledged_message_is_cons
         assert figures["dispatchBehindBytes"] == "0"
         assert broker.process.poll() is None
         assert bool(refusals) is not bounded  # refused only when the bound lets files exhaust the limit
+        if not settings:  # pooled: one message per queue opened no queue file
+            assert not list((tmp_path / "data" / "consumequeue").rglob("0000*"))
     finally:
         broker.stop()
 

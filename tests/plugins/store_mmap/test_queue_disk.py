@@ -2,7 +2,9 @@
 was allocated whole up front (5.7 MiB each with RocketMQ's sizes: 1,000 topics x 8 queues took
 4.6 GB for one message per queue). Queue files are now sparse and each put allocates the pages
 its entries need before it is acknowledged, so a full disk still refuses the put (ENOSPC), never
-a SIGBUS and never an acknowledged message its queue cannot hold."""
+a SIGBUS and never an acknowledged message its queue cannot hold. Small queues are pooled by
+default (one shared journal, no file of their own): a message per queue costs its 20-byte entry
+and a record header there."""
 
 from __future__ import annotations
 
@@ -26,8 +28,10 @@ def _disk(root) -> tuple[int, int]:
     return sum(p.stat().st_blocks * 512 for p in files), sum(p.stat().st_size for p in files)
 
 
-async def test_a_message_per_queue_costs_a_page_not_a_whole_queue_file(tmp_path):
-    async with opened(tmp_path / "store", consume_queue_file_size=ROCKETMQ_QUEUE_FILE) as (store, _):
+async def test_with_own_files_a_message_per_queue_costs_a_page_not_a_whole_queue_file(tmp_path):
+    async with opened(
+        tmp_path / "store", consume_queue_file_size=ROCKETMQ_QUEUE_FILE, pooled_queue_entries=0
+    ) as (store, _):
         for queue_id in range(QUEUES):
             await store.append(messages("Wide", queue_id, 1))
         await dispatch_all(store)
@@ -39,19 +43,44 @@ async def test_a_message_per_queue_costs_a_page_not_a_whole_queue_file(tmp_path)
     assert real <= QUEUES * 8192, f"{real} bytes really allocated for {QUEUES} one-entry queues"
 
 
-async def test_a_full_disk_refuses_the_put_that_its_queue_could_not_hold(tiny_filesystem, tmp_path):  # noqa: F811
+async def test_pooled_a_message_per_queue_costs_its_entry_in_the_pool_and_no_file(tmp_path):
+    root = tmp_path / "store"
+    async with opened(root, consume_queue_file_size=ROCKETMQ_QUEUE_FILE) as (store, _):
+        for queue_id in range(QUEUES):
+            await store.append(messages("Wide", queue_id, 1))
+        await clean_close(store)
+        for queue_id in range(QUEUES):
+            got = await pull.get_messages(store, "Wide", queue_id, 0)
+            assert got.status is GetStatus.FOUND and len(got.records) == 1
+    assert not [p for p in (root / "consumequeue").rglob("*") if p.is_file()]
+    real, _ = _disk(root / "consumequeue_pool")
+    # The journal's records (about 50 bytes a queue) and its space allocated ahead (1 MiB).
+    assert real <= (1 << 20) + QUEUES * 64, f"{real} bytes for {QUEUES} one-entry queues"
+    async with opened(root, consume_queue_file_size=ROCKETMQ_QUEUE_FILE) as (store, report):
+        assert report.clean_shutdown
+        for queue_id in range(QUEUES):
+            got = await pull.get_messages(store, "Wide", queue_id, 0)
+            assert got.status is GetStatus.FOUND and len(got.records) == 1
+        assert (await store.append(messages("Wide", 7, 1, start=1))).queue_offsets == [1]
+
+
+@pytest.mark.parametrize("pooled", [0, 204], ids=["own-files", "pooled"])
+async def test_a_full_disk_refuses_the_put_that_its_queue_could_not_hold(tiny_filesystem, tmp_path, pooled):  # noqa: F811
     """The queues on a 40 KiB filesystem, the log elsewhere: puts to new queues fill it, then
     one is refused with ENOSPC, and every acknowledged message is readable from its queue."""
     root = tiny_filesystem / "store"
     acked: list[int] = []
     async with opened(
-        root, consume_queue_file_size=ROCKETMQ_QUEUE_FILE, commit_log_dir=str(tmp_path / "log")
+        root,
+        consume_queue_file_size=ROCKETMQ_QUEUE_FILE,
+        commit_log_dir=str(tmp_path / "log"),
+        pooled_queue_entries=pooled,
     ) as (
         store,
         _,
     ):
         with pytest.raises(StoreNotWritable, match="cannot open the consume queue Wide/") as refused:
-            for queue_id in range(1000):
+            for queue_id in range(5000):
                 await store.append(messages("Wide", queue_id, 1))
                 acked.append(queue_id)
         assert "the disk is full" in str(refused.value)
@@ -70,7 +99,7 @@ async def test_queue_files_allocated_whole_by_an_older_version_load_with_their_e
     from plugins.store_mmap.consume_queue import ENTRY
 
     root = tmp_path / "store"
-    async with opened(root, consume_queue_file_size=4000) as (store, _):
+    async with opened(root, consume_queue_file_size=4000, pooled_queue_entries=0) as (store, _):
         await store.append(messages("Old", 0, 3))
         await dispatch_all(store)
         await clean_close(store)
@@ -81,7 +110,7 @@ async def test_queue_files_allocated_whole_by_an_older_version_load_with_their_e
     os.posix_fallocate(fd, 0, 4000)  # as MappedFile.open did: no hole anywhere
     os.pwrite(fd, data[: 3 * ENTRY.size], 0)
     os.close(fd)
-    async with opened(root, consume_queue_file_size=4000) as (store, _):
+    async with opened(root, consume_queue_file_size=4000, pooled_queue_entries=0) as (store, _):
         assert store.max_queue_offset("Old", 0) == 3
         got = await pull.get_messages(store, "Old", 0, 0)
         assert got.queue_offsets == [0, 1, 2]

@@ -12,10 +12,13 @@ from wire import record
 
 from .helpers import clean_close, messages, opened
 
+OWN_FILES = {"pooled_queue_entries": 0}
+"""Every queue in its own files from its first entry (the tests that delete queue files)."""
 
-async def fill(root, queues=((("A", 0), 20), (("A", 1), 15), (("B", 0), 10))):
+
+async def fill(root, queues=((("A", 0), 20), (("A", 1), 15), (("B", 0), 10)), **store_table):
     """Write messages spread over several small files, then stop cleanly."""
-    async with opened(root) as (store, _):
+    async with opened(root, **store_table) as (store, _):
         for (topic, queue_id), count in queues:
             for start in range(0, count, 5):
                 await store.append(messages(topic, queue_id, 5, start=start))
@@ -104,20 +107,20 @@ async def test_corrupt_last_record_is_truncated_and_its_offset_reused(tmp_path, 
 
 
 async def test_as05_zeroed_checkpoint_crash_and_a_deleted_consume_queue_file(tmp_path):
-    await fill(tmp_path)
+    await fill(tmp_path, **OWN_FILES)
     (tmp_path / "checkpoint").write_bytes(bytes(4096))
     cq_dir = tmp_path / "consumequeue" / "A" / "0"
     first = sorted(cq_dir.iterdir())[0]
     first.unlink()
-    async with opened(tmp_path, clean=False) as (store, report):
+    async with opened(tmp_path, clean=False, **OWN_FILES) as (store, report):
         assert any("whole log" in note for note in report.notes)
         await assert_intact(store)
 
 
 async def test_as05_one_queue_directory_deleted_after_a_clean_stop(tmp_path):
-    await fill(tmp_path)
+    await fill(tmp_path, **OWN_FILES)
     shutil.rmtree(tmp_path / "consumequeue" / "A" / "1")
-    async with opened(tmp_path) as (store, report):
+    async with opened(tmp_path, **OWN_FILES) as (store, report):
         await assert_intact(store)
 
 
@@ -169,7 +172,7 @@ async def test_a_file_of_the_wrong_size_is_a_clear_error(tmp_path):
 
 async def test_a_half_created_newest_file_from_a_crash_is_removed(tmp_path):
     """SIGKILL between creating a file and allocating it leaves a short, empty file."""
-    end = await fill(tmp_path)
+    end = await fill(tmp_path, **OWN_FILES)
     files = sorted((tmp_path / "commitlog").iterdir())
     stub = tmp_path / "commitlog" / f"{int(files[-1].name) + 4096:020d}"
     stub.write_bytes(b"")
@@ -178,7 +181,7 @@ async def test_a_half_created_newest_file_from_a_crash_is_removed(tmp_path):
     (cq_dir / f"{int(cq_files[-1].name) + 200:020d}").write_bytes(bytes(64))
     index_files = sorted((tmp_path / "index").iterdir())
     (tmp_path / "index" / "99991231235959999").write_bytes(bytes(10))
-    async with opened(tmp_path, clean=False) as (store, report):
+    async with opened(tmp_path, clean=False, **OWN_FILES) as (store, report):
         assert report.log_max_offset == end
         assert not stub.exists()
         await assert_intact(store)

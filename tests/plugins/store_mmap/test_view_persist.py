@@ -10,7 +10,7 @@ from plugins.store_mmap.checkpoint import Checkpoint
 from .helpers import messages, opened
 
 # 4 KiB pages: 2 pages = 409.6 entries, so 100 entries stay below the threshold.
-BIG_QUEUE_FILE = {"consume_queue_file_size": 20 * 10_000}
+BIG_QUEUE_FILE = {"consume_queue_file_size": 20 * 10_000, "pooled_queue_entries": 0}
 
 
 def _queue_file(store, topic: str):
