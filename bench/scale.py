@@ -233,9 +233,17 @@ def main() -> None:
         default=0,
         help="[store_mmap] max_open_queue_files (0: the default)",
     )
+    parser.add_argument(
+        "--pooled-queue-entries",
+        type=int,
+        default=None,
+        help="[store_mmap] pooled_queue_entries (default: the store's, 204; 0: every queue in its own files)",
+    )
     args = parser.parse_args()
     root = Path(tempfile.mkdtemp(prefix="trocket-scale-", dir=os.environ.get("TROCKET_BENCH_DIR")))
-    keys = f"max_open_queue_files = {args.max_open_queue_files}" if args.max_open_queue_files else ""
+    keys = f"max_open_queue_files = {args.max_open_queue_files}\n" if args.max_open_queue_files else ""
+    if args.pooled_queue_entries is not None:
+        keys += f"pooled_queue_entries = {args.pooled_queue_entries}\n"
     broker = Broker(root, keys)
     broker.start()
     try:
@@ -245,7 +253,8 @@ def main() -> None:
     finally:
         broker.stop()
     data = root / "data"
-    usage = {part: disk(data / part) for part in ("commitlog", "consumequeue", "index", "config")}
+    parts = ("commitlog", "consumequeue", "consumequeue_pool", "index", "config")
+    usage = {part: disk(data / part) for part in parts}
     figures["restart_clean_s"] = broker.start()
     broker.stop(signal.SIGKILL)
     figures["restart_kill9_s"] = broker.start()
@@ -262,8 +271,11 @@ def main() -> None:
     print(f"first message/queue   {figures['first_message_per_s']:10.0f} msgs/s")
     for part, (real, apparent) in usage.items():
         print(f"disk {part:<16} {real:10.1f} MiB real, {apparent:10.1f} MiB apparent")
-    per_queue_kib = usage["consumequeue"][0] * 1024 / queues
-    print(f"consume queues        {per_queue_kib:10.1f} KiB real per queue")
+    queue_mib = usage["consumequeue"][0] + usage["consumequeue_pool"][0]
+    print(
+        f"consume queues        {queue_mib:10.1f} MiB real (files and pool), "
+        f"{queue_mib * 1024 * 1024 / queues:.0f} bytes per queue (target: data + 128 MiB)"
+    )
     print(f"open files            {figures['open_files']:10.0f} (target <= 2000)")
     print(f"broker RSS            {figures['rss_mib']:10.0f} MiB (target <= 1024)")
     print(f"restart, clean stop   {figures['restart_clean_s']:10.2f} s")

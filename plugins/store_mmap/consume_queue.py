@@ -267,8 +267,9 @@ class ConsumeQueues(TracksDispatchFailure):
         pool's journal (``<root>_pool``) when ``pooled_entries`` is set."""
         root.mkdir(parents=True, exist_ok=True)
         pool = None
-        if pooled_entries:
-            pool = QueuePool.load(pool_directory(root), pooled_entries, pool_memory)
+        retiring = not pooled_entries and any(pool_directory(root).glob("0*"))
+        if pooled_entries or retiring:
+            pool = QueuePool.load(pool_directory(root), pooled_entries or 1, pool_memory)
         queues = cls(root, file_size, least_pages=least_pages, budget=budget, pool=pool)
         for topic_dir in sorted(p for p in root.iterdir() if p.is_dir()):
             for queue_dir in sorted(p for p in topic_dir.iterdir() if p.is_dir() and p.name.isdigit()):
@@ -285,7 +286,29 @@ class ConsumeQueues(TracksDispatchFailure):
                 else:
                     queues.queues[key] = pooled
             pool.write()
+            if retiring:
+                queues._retire_pool()
         return queues
+
+    def _retire_pool(self) -> None:
+        """The pool was turned off (``pooled_queue_entries = 0``) with queues in it: each moves
+        to its own files, then the journal is deleted.
+
+        :raises StoreError: a queue's files could not be created (the journal is kept).
+        """
+        pool = self.pool
+        assert pool is not None
+        for pooled in list(pool.members.values()):
+            if self._promote(pooled) is None:
+                raise OSError(
+                    f"cannot move the pooled consume queue {pooled.topic}/{pooled.queue_id} to its own files"
+                )
+        for queue in self.queues.values():
+            queue.flush_blocking()
+        log.info("consume-queue pool turned off: every queue moved to its own files")
+        pool.destroy_all()
+        pool.close()
+        self.pool = None
 
     def _settle_twice_held(self, own: ConsumeQueue, pooled: PooledQueue) -> None:
         """A queue with files and pool entries (a stop between its promotion and the journal

@@ -221,3 +221,19 @@ async def test_when_its_own_files_cannot_be_created_a_queue_stays_pooled(tmp_pat
         assert isinstance(store.queues.queue("Stay", 0), PooledQueue)
         assert store.queues.promotions_failed >= 1
         assert await _bodies(store, "Stay", 0) == _expected("Stay", 0, 6)
+
+
+async def test_turning_the_pool_off_moves_its_queues_to_their_own_files(tmp_path):
+    async with opened(tmp_path) as (store, _):
+        for queue_id in range(4):
+            await store.append(messages("Off", queue_id, 2))
+        await clean_close(store)
+    async with opened(tmp_path, pooled_queue_entries=0) as (store, report):
+        assert store.queues.pool is None
+        assert all(isinstance(q, ConsumeQueue) for q in store.queues.queues.values())
+        for queue_id in range(4):
+            assert await _bodies(store, "Off", queue_id) == _expected("Off", queue_id, 2)
+        await clean_close(store)
+    assert not list((tmp_path / POOL).iterdir())
+    async with opened(tmp_path, pooled_queue_entries=0) as (store, _):
+        assert await _bodies(store, "Off", 3) == _expected("Off", 3, 2)
