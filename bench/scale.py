@@ -8,6 +8,11 @@ NameServer takes to route the last topic created, restart time after a clean sto
 kill -9, and produce / pull throughput spread over all queues against 8 queues.
 
     ./run bench scale [--topics 1000] [--queues-per-topic 8] [--seconds 5] [--in-flight 64]
+                      [--embedded-sizes] [--pooled-queue-entries N] [--max-open-queue-files N]
+
+``--embedded-sizes`` runs with the file sizes of ``trocket up`` without a config;
+``--pooled-queue-entries 0`` gives every queue its own files from its first message (RocketMQ's
+layout, the figures before the pool).
 
 Issue 39's targets (100,000 queues: ``--topics 12500``): disk <= data + 128 MiB (less the commit
 log's up-front file), open files <= 2,000, RSS <= 1 GiB, restart after kill -9 <= 10 s, topic
@@ -33,6 +38,7 @@ sys.path.insert(0, str(REPO))
 from bench.trocket_process import free_port  # noqa: E402
 from trocket import Message, Producer  # noqa: E402
 from trocket.admin import AdminClient  # noqa: E402
+from trocket.cli.assembly import EMBEDDED_TABLES  # noqa: E402
 from trocket.client.consumer.pulling import pull  # noqa: E402
 from wire.message import MessageQueue  # noqa: E402
 from wire.remoting import RemotingClient, RequestCode  # noqa: E402
@@ -234,6 +240,12 @@ def main() -> None:
         help="[store_mmap] max_open_queue_files (0: the default)",
     )
     parser.add_argument(
+        "--embedded-sizes",
+        action="store_true",
+        help="the file sizes of `trocket up` without a config (64 MiB log files, 30,000-entry queue "
+        "files, a 8 MiB index) instead of RocketMQ's",
+    )
+    parser.add_argument(
         "--pooled-queue-entries",
         type=int,
         default=None,
@@ -244,6 +256,8 @@ def main() -> None:
     keys = f"max_open_queue_files = {args.max_open_queue_files}\n" if args.max_open_queue_files else ""
     if args.pooled_queue_entries is not None:
         keys += f"pooled_queue_entries = {args.pooled_queue_entries}\n"
+    if args.embedded_sizes:
+        keys += "".join(f"{key} = {value!r}\n" for key, value in EMBEDDED_TABLES["store_mmap"].items())
     broker = Broker(root, keys)
     broker.start()
     try:
@@ -261,7 +275,8 @@ def main() -> None:
     broker.stop()
 
     queues = args.topics * args.queues_per_topic
-    print(f"\n{args.topics} topics x {args.queues_per_topic} queues = {queues} queues, 128 B bodies")
+    sizes = "the embedded default's file sizes" if args.embedded_sizes else "RocketMQ's file sizes"
+    print(f"\n{args.topics} topics x {args.queues_per_topic} queues = {queues} queues, 128 B bodies, {sizes}")
     print(
         f"topic creation        {figures['topics_per_s']:10.0f} topics/s in lists of 1,000 (target >= 1000)"
     )

@@ -74,9 +74,10 @@ class AutoSwitchReplicator:
     fenced_puts: int = 0
     alone_shows_flushed: bool = False
     """A master alone in its SyncStateSet lets consumers see only what it has flushed when it
-    acknowledges after fsync (sync flush, or ``visible_after_flush``): what it wrote but did not
-    flush is on no disk and no replica, and a consumer that read it would have read a message a
-    power cut then takes (fault scenario S8, two bodies at one offset)."""
+    acknowledges after fsync (sync flush, or ``visible_after_flush``) or acknowledges nothing
+    alone (``min_in_sync_replicas`` > 1): what it wrote but did not flush is on no disk and no
+    replica, and a consumer that read it would have read a message a power cut then takes
+    (fault scenario S8, two bodies at one offset)."""
 
     @classmethod
     def make(cls, ctx: BrokerContext, store: ReplicableStore) -> AutoSwitchReplicator:
@@ -93,7 +94,11 @@ class AutoSwitchReplicator:
             learner=config.async_learner,
         )
         replicator = cls(ctx.broker.broker_role, ctx.broker.broker_id, config, store, server, client)
-        replicator.alone_shows_flushed = ctx.broker.flush == "sync" or ctx.broker.visible_after_flush
+        replicator.alone_shows_flushed = (
+            ctx.broker.flush == "sync"
+            or ctx.broker.visible_after_flush
+            or (config.min_in_sync_replicas > 1 and ctx.broker.broker_role is BrokerRole.SYNC_MASTER)
+        )
         server.on_ack = replicator._acked
         return replicator
 
@@ -119,9 +124,14 @@ class AutoSwitchReplicator:
         deadline = min(started + self.config.sync_timeout, self.lease_deadline)
         confirmed = await self.confirmed.wait_reached_by(result.end_offset, deadline)
         self._latency.observe(trio.current_time() - started)
-        if confirmed and trio.current_time() <= self.lease_deadline:
-            return Replication.REPLICATED
-        return Replication.TIMEOUT
+        if not confirmed or trio.current_time() > self.lease_deadline:
+            return Replication.TIMEOUT
+        if len(self.sync_state_set | {self.broker_id}) < self.config.min_in_sync_replicas:
+            # The set shrank below minInSyncReplicas while this put waited: the confirm offset
+            # then follows this master alone, which is not the replication the put needs
+            # (RocketMQ fixes a put's needed acks when it is appended).
+            return Replication.TIMEOUT
+        return Replication.REPLICATED
 
     def ha_address(self) -> str:
         return self.server.address

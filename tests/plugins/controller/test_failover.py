@@ -10,7 +10,7 @@ import trio
 from tests.network.wire import send_request
 from tests.plugins.controller.replicas import replica_cluster
 from trocket import Message, Producer
-from wire.remoting import RemotingClient, ResponseCode
+from wire.remoting import RemotingClient, RemotingCommand, ResponseCode
 
 
 async def test_master_killed_new_master_serves(tmp_path: Path):
@@ -76,27 +76,39 @@ async def test_a_stalled_slave_leaves_the_sync_state_set_and_rejoins_and_a_learn
 async def test_min_in_sync_replicas_refuses_puts_while_the_master_is_alone_in_its_set(tmp_path: Path):
     """``minInSyncReplicas = 2``: with its only slave frozen out of the SyncStateSet, the
     SYNC_MASTER refuses sends ("in-sync replicas not enough", nothing stored) instead of
-    acknowledging what only its own disk holds; with the slave back, sends are acknowledged."""
+    acknowledging what only its own disk holds; a send already waiting for the slave when the
+    set shrank is not acknowledged either (it was appended with two replicas needed, and the
+    shrunken set's confirm offset is the master's alone: FLUSH_SLAVE_TIMEOUT, never SEND_OK);
+    with the slave back, sends are acknowledged."""
     with replica_cluster(tmp_path) as cluster:
         for broker_id in (1, 2):
-            cluster.start_replica(broker_id, ha="min_in_sync_replicas = 2")
+            cluster.start_replica(broker_id, ha="min_in_sync_replicas = 2", catchup="1s")
         master = await cluster.wait_master(in_set=2)
         slave = 2 if master == 1 else 1
         address = cluster.replicas[master].addr
+        while_frozen: list[RemotingCommand] = []
+
+        async def send_until_refused() -> None:
+            """One send after another, each waiting for the frozen slave until it times out,
+            until the master refuses: the last waits are cut short by the set shrinking."""
+            async with RemotingClient.open() as other:
+                while not while_frozen or "in-sync replicas not enough" not in (
+                    while_frozen[-1].remark or ""
+                ):
+                    while_frozen.append(await other.invoke(address, send_request("MinSync", b"frozen"), 40))
+
         async with RemotingClient.open() as client:
             first = await client.invoke(address, send_request("MinSync", b"with both"), 10)
             assert first.code == ResponseCode.SUCCESS, first.remark
             cluster.replicas[slave].process.send_signal(signal.SIGSTOP)
             try:
                 with trio.fail_after(30):
-                    while await cluster.sync_state_set() != [master]:  # noqa: ASYNC110 - polls the controller
-                        await trio.sleep(0.3)
-                with trio.fail_after(10):
-                    while True:  # the master learns the smaller set from the controller
-                        refused = await client.invoke(address, send_request("MinSync", b"alone"), 10)
-                        if refused.code != ResponseCode.SUCCESS:
-                            break
-                        await trio.sleep(0.2)
+                    await send_until_refused()
+                assert await cluster.sync_state_set() == [master]
+                codes = [answer.code for answer in while_frozen]
+                assert ResponseCode.SUCCESS not in codes, [(a.code, a.remark) for a in while_frozen]
+                assert ResponseCode.FLUSH_SLAVE_TIMEOUT in codes
+                refused = await client.invoke(address, send_request("MinSync", b"alone"), 10)
                 assert refused.code == ResponseCode.SYSTEM_ERROR
                 assert (
                     "in-sync replicas not enough" in refused.remark
