@@ -132,6 +132,40 @@ async def test_a_request_times_out_with_a_clear_error(nursery):
             await client.invoke(server.address, RemotingCommand.request(SLOW, {"seconds": 5}), timeout=0.1)
 
 
+async def test_each_request_keeps_its_own_timeout_and_late_or_abandoned_answers_harm_nothing(nursery):
+    """Timeouts are one sweep per connection, not a cancel scope per request: a short timeout
+    after a long one still fires on time, a caller cancelled while waiting leaves the
+    connection usable, an answer arriving after its request timed out is dropped, and requests
+    that are answered in time are unaffected."""
+    server = await start_server(nursery)
+    address = server.address
+    async with RemotingClient.open() as client:
+        outcomes: dict[str, object] = {}
+
+        async def call(name: str, seconds: float, timeout: float) -> None:
+            try:
+                answer = await client.invoke(
+                    address, RemotingCommand.request(SLOW, {"seconds": seconds}), timeout
+                )
+                outcomes[name] = answer.ext["slept"]
+            except RemotingTimeoutError as error:
+                outcomes[name] = error
+
+        async with trio.open_nursery() as calls:
+            calls.start_soon(call, "long", 0.3, 10)  # answered in time
+            await trio.sleep(0.05)
+            started = trio.current_time()
+            calls.start_soon(call, "short", 5, 0.2)  # an earlier deadline than the sweep's
+            with trio.move_on_after(0.1):  # a caller that gives up while waiting
+                await client.invoke(address, RemotingCommand.request(SLOW, {"seconds": 0.4}), 10)
+        assert outcomes["long"] == "0.3"
+        assert isinstance(outcomes["short"], RemotingTimeoutError)
+        assert trio.current_time() - started < 4, "the short timeout fired on its own deadline"
+        await trio.sleep(0.5)  # the abandoned request's answer arrives and is dropped
+        echoed = await client.invoke(address, RemotingCommand.request(ECHO, {"k": "v"}, b"after"), 5)
+        assert echoed.body == b"after"
+
+
 async def test_connecting_to_a_closed_port_fails_clearly():
     with trio.socket.socket() as sock:
         await sock.bind(("127.0.0.1", 0))
