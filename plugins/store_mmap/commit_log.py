@@ -46,10 +46,13 @@ MAX_HANDED_BYTES = 64 << 20
 request body or message objects, where the properties are), at most this many and spanning at
 most this much of the log; more means dispatch is far behind, and it reads the oldest back from
 the log instead."""
-HAND_OVER_MESSAGES = 16
-"""Appends of message objects up to this many messages (single sends, small internal puts)
-hand their messages to the dispatch loop; larger ones are read back, where the bulk check of a
-long run costs less per record than building records from objects one by one."""
+HAND_OVER_MESSAGES = 64
+"""Appends of message objects up to this many messages (single sends, and the groups of single
+sends one connection's read delivers at once) hand their messages to the dispatch loop; larger
+ones are read back, where the bulk check of a long run costs less per record than building
+records from objects one by one. 16 made most groups of 64 sends in flight read back: 13 % of
+the broker's time went to checking records it had just written (broker CPU 37 -> 28 µs a
+message at 64 in flight async, 71 -> 65 sync)."""
 
 
 class AppendedMessages(NamedTuple):
