@@ -20,8 +20,9 @@ the room and never fails the dispatch of an acknowledged one. A record::
 
 Kinds: ENTRIES (entries from the queue offset on: a replay skips those the queue holds, and a
 queue offset past its end restarts it there, as retention does), END (the queue ends at the
-offset: the log was truncated), DROP (the queue left the pool). A zero length ends a segment's
-records; replay stops at the first record whose length or CRC is wrong (a torn tail) and the
+offset: the log was truncated), DROP (the queue left the pool). A length of FILE_END says the
+records go on in the next file; replay stops at anything else that is not a valid record (a
+zero length, a length or CRC that is wrong: a torn tail, or a page a power cut lost) and the
 journal is cut there. Compaction writes the live state again at the tail once the journal has
 grown COMPACT_FACTOR times past it (and past COMPACT_MIN); the segments before the rewrite are
 deleted at the next persist that flushed it.
@@ -58,6 +59,9 @@ COMPACT_FACTOR = 4
 """... and is compacted once it is this many times the size of the live state."""
 
 ENTRIES, END, DROP = 1, 2, 3
+FILE_END = 0xFFFFFFFF
+"""In place of a record's length: the next record did not fit, it is in the next file."""
+_LENGTH = struct.Struct(">I")
 _LENGTH_CRC = struct.Struct(">II")
 _KIND_TOPIC = struct.Struct(">BH")
 _QUEUE = struct.Struct(">iq")
@@ -313,7 +317,10 @@ class QueuePool:
                 if end == at:
                     if tail.wrote == 0:
                         raise ValueError(f"a {len(records[at])}-byte pool record exceeds a journal file")
-                    tail.fill_to_end()  # its zero length ends this file's records
+                    if free >= _LENGTH.size:
+                        tail.allocate_to(tail.wrote + _LENGTH.size)
+                        tail.write(_LENGTH.pack(FILE_END))
+                    tail.fill_to_end()
                     continue
                 tail.allocate_to(tail.wrote + size)
                 tail.write(b"".join(records[at:end]))
@@ -388,31 +395,46 @@ class QueuePool:
 
     def _replay(self) -> int:
         """Rebuild the members from the journal; returns the offset just past the last valid
-        record."""
+        record. A file goes on in the next only where it says so (FILE_END, or no room left for
+        a length): anything else that is not a valid record (zeros where a power cut lost a
+        page, a torn or damaged record) ends the replay there, and the journal is cut."""
         end = self.segments.min_offset
         records = 0
         for mapped in self.segments.files:
             data = _read_written(mapped)
-            position, valid = 0, True
-            while position + _FIXED <= len(data):
-                length, crc = _LENGTH_CRC.unpack_from(data, position)
+            position, going_on, torn = 0, False, False
+            while True:
+                if mapped.size - position < _LENGTH.size:
+                    going_on = True
+                    break
+                if position + _LENGTH.size > len(data):
+                    break
+                (length,) = _LENGTH.unpack_from(data, position)
+                if length == FILE_END:
+                    going_on = True
+                    break
                 if length == 0:
-                    break  # the rest of this file is unused
+                    break
+                if length < _FIXED or position + length > len(data):
+                    torn = True
+                    break
+                (crc,) = _LENGTH.unpack_from(data, position + _LENGTH.size)
                 body = data[position + _LENGTH_CRC.size : position + length]
-                if length < _FIXED or position + length > len(data) or zlib.crc32(body) != crc:
-                    valid = False
+                if zlib.crc32(body) != crc:
+                    torn = True
                     break
                 self._apply(body)
                 records += 1
                 position += length
+            if going_on:
+                end = mapped.end
+                continue
             end = mapped.start + position
-            if not valid:
+            if torn:
                 log.warning(
                     "consume-queue pool: %s ends in a torn record at %d; cut there", mapped.path, position
                 )
-                break
-            if position < mapped.size and mapped is not self.segments.files[-1]:
-                end = mapped.end  # ended early (the next record did not fit): go on in the next
+            break
         if records:
             log.info("consume-queue pool: %d records replayed, %d queues", records, len(self.members))
         return end

@@ -148,6 +148,40 @@ async def test_a_torn_journal_tail_after_a_crash_is_cut_and_rebuilt_from_the_log
             assert await _bodies(store, "Torn", queue_id) == _expected("Torn", queue_id, 3), queue_id
 
 
+async def test_a_page_lost_in_the_middle_of_the_journal_ends_its_replay_there(tmp_path, monkeypatch):
+    """A power cut keeps any subset of unflushed pages: zeros in the middle of a journal file
+    (records after the checkpoint) must end the replay, not skip to the next file, whose
+    records would then restart queues past their lost entries. The log re-dispatches from the
+    checkpoint; no queue needs rebuilding from the log's start."""
+    monkeypatch.setattr(queue_pool, "SEGMENT_SIZE", 4096)
+    monkeypatch.setattr(queue_pool, "ALLOCATE_STEP", 4096)
+    table = {"commit_log_file_size": 8192}  # the checkpoint lies past the first log file
+    async with opened(tmp_path, **table) as (store, _):
+        for queue_id in range(4):
+            await store.append(messages("Hole", queue_id, 20))
+        await clean_close(store)  # the checkpoint covers these
+        for round_ in range(20, 80):  # after it: ~15 KiB of records, three more journal files
+            for queue_id in range(4):
+                await store.append(messages("Hole", queue_id, 1, start=round_))
+            await dispatch_all(store)
+        await store.flush()
+        store.queues.pool.write()
+    segments = sorted((tmp_path / POOL).iterdir())
+    assert len(segments) >= 3
+    middle = segments[1]
+    # Lost from a record's start on (where a page boundary may fall): zeros read as "no record".
+    lost_at = [at for at, _, _, _ in _journal_records(tmp_path) if at > int(middle.name)][5] - int(
+        middle.name
+    )
+    data = bytearray(middle.read_bytes())
+    data[lost_at : lost_at + 2048] = bytes(2048)
+    middle.write_bytes(bytes(data))
+    async with opened(tmp_path, clean=False, **table) as (store, report):
+        assert not any("rebuilding from the first file" in note for note in report.notes), report.notes
+        for queue_id in range(4):
+            assert await _bodies(store, "Hole", queue_id) == _expected("Hole", queue_id, 80), queue_id
+
+
 async def test_a_lost_journal_is_rebuilt_from_the_log(tmp_path):
     async with opened(tmp_path, commit_log_file_size=8192) as (store, _):
         for round_ in range(10):  # several log files
