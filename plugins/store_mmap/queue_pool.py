@@ -127,10 +127,10 @@ class PooledQueue:
     def lookup_columns(self, queue_offset: int, max_entries: int) -> QueueEntries:
         first = max(queue_offset, self.min_queue_offset) - self.min_queue_offset
         last = min(len(self.entries) // CQ_ENTRY_SIZE, first + max(max_entries, 0))
-        rows = np.frombuffer(self.entries, dtype=_ENTRY_DTYPE)[first:last] if last > first else None
-        if rows is None:
+        if last <= first:
             empty = np.zeros(0, dtype=np.int64)
             return QueueEntries(empty, empty, empty, empty)
+        rows = np.frombuffer(self.entries, dtype=_ENTRY_DTYPE)[first:last]
         begin = self.min_queue_offset + first
         return QueueEntries(
             np.arange(begin, begin + len(rows), dtype=np.int64),
@@ -205,7 +205,6 @@ class QueuePool:
         end = pool._replay()
         if segments.files:
             segments.truncate(end)
-        pool._rewrite_at = segments.min_offset
         return pool
 
     # --- members ------------------------------------------------------------------------------
@@ -265,7 +264,7 @@ class QueuePool:
         if tail is None or tail is files[-1]:
             start = files[-1].end if files else 0
             self.segments.extend_to(start + 1, start)
-        self.segments.files[-1].allocate_to(min(need, SEGMENT_SIZE))
+        self.segments.files[-1].allocate_to(min(need, self.segments.file_size))
 
     def settle(self) -> None:
         """Every accepted put is dispatched: nothing is owed (a put promised to a queue that
