@@ -28,6 +28,12 @@ def _disk(root) -> tuple[int, int]:
     return sum(p.stat().st_blocks * 512 for p in files), sum(p.stat().st_size for p in files)
 
 
+async def _each_queue_holds_one(store) -> None:
+    for queue_id in range(QUEUES):
+        got = await pull.get_messages(store, "Wide", queue_id, 0)
+        assert got.status is GetStatus.FOUND and len(got.records) == 1, queue_id
+
+
 async def test_with_own_files_a_message_per_queue_costs_a_page_not_a_whole_queue_file(tmp_path):
     async with opened(
         tmp_path / "store", consume_queue_file_size=ROCKETMQ_QUEUE_FILE, pooled_queue_entries=0
@@ -35,9 +41,7 @@ async def test_with_own_files_a_message_per_queue_costs_a_page_not_a_whole_queue
         for queue_id in range(QUEUES):
             await store.append(messages("Wide", queue_id, 1))
         await dispatch_all(store)
-        for queue_id in range(QUEUES):
-            got = await pull.get_messages(store, "Wide", queue_id, 0)
-            assert got.status is GetStatus.FOUND and len(got.records) == 1
+        await _each_queue_holds_one(store)
     real, apparent = _disk(tmp_path / "store" / "consumequeue")
     assert apparent == QUEUES * ROCKETMQ_QUEUE_FILE  # RocketMQ's file size and names are kept
     assert real <= QUEUES * 8192, f"{real} bytes really allocated for {QUEUES} one-entry queues"
@@ -49,18 +53,14 @@ async def test_pooled_a_message_per_queue_costs_its_entry_in_the_pool_and_no_fil
         for queue_id in range(QUEUES):
             await store.append(messages("Wide", queue_id, 1))
         await clean_close(store)
-        for queue_id in range(QUEUES):
-            got = await pull.get_messages(store, "Wide", queue_id, 0)
-            assert got.status is GetStatus.FOUND and len(got.records) == 1
+        await _each_queue_holds_one(store)
     assert not [p for p in (root / "consumequeue").rglob("*") if p.is_file()]
     real, _ = _disk(root / "consumequeue_pool")
     # The journal's records (about 50 bytes a queue) and its space allocated ahead (1 MiB).
     assert real <= (1 << 20) + QUEUES * 64, f"{real} bytes for {QUEUES} one-entry queues"
     async with opened(root, consume_queue_file_size=ROCKETMQ_QUEUE_FILE) as (store, report):
         assert report.clean_shutdown
-        for queue_id in range(QUEUES):
-            got = await pull.get_messages(store, "Wide", queue_id, 0)
-            assert got.status is GetStatus.FOUND and len(got.records) == 1
+        await _each_queue_holds_one(store)
         assert (await store.append(messages("Wide", 7, 1, start=1))).queue_offsets == [1]
 
 
