@@ -365,29 +365,19 @@ class ConsumeQueues(TracksDispatchFailure):
         :raises OSError: a file could not be created or allocated (EMFILE, ENOSPC, EACCES ...).
         :raises StorePathError: a name that cannot be a directory.
         """
-        queue = self.queues.get((topic, queue_id))
-        if isinstance(queue, ConsumeQueue):
-            if not queue.has_room(next_queue_offset, count):
-                queue.reserve(next_queue_offset, count)
-            return
-        pool = self.pool
-        if pool is None:
-            queue = self.queue(topic, queue_id, create=True)
-            assert isinstance(queue, ConsumeQueue)
-            queue.reserve(next_queue_offset, count)
-            return
-        start = queue.min_queue_offset if queue is not None and queue.entries else next_queue_offset
-        if next_queue_offset + count - start > pool.max_entries:
-            if queue is None:
-                queue = self.queue(topic, queue_id, create=True)
-                assert isinstance(queue, PooledQueue)
-            own = self._promote(queue)
-            if own is not None:
-                own.reserve(next_queue_offset, count)
+        queue = self.queue(topic, queue_id, create=True)  # a lookup when it exists
+        if isinstance(queue, PooledQueue):
+            assert self.pool is not None
+            start = queue.min_queue_offset if queue.entries else next_queue_offset
+            outgrown = next_queue_offset + count - start > self.pool.max_entries
+            own = self._promote(queue) if outgrown else None
+            if own is None:  # pooled still (a failed move is logged): the journal takes them
+                self.pool.make_room(topic, count)
                 return
-        if not pool.promise(topic, count):
-            self.queue(topic, queue_id, create=True)  # the name is checked before any space
-            pool.reserve(topic, count)
+            queue = own
+        assert queue is not None
+        if not queue.has_room(next_queue_offset, count):
+            queue.reserve(next_queue_offset, count)
 
     def _promote(self, pooled: PooledQueue) -> ConsumeQueue | None:
         """Give a pooled queue its own files, holding its entries; None (logged, it stays

@@ -128,8 +128,7 @@ class MappedFile:
         """An existing sparse file of ``size`` bytes, not opened until its first use."""
         if not sparse:
             raise ValueError(f"{path}: only sparse (consume-queue) files are parked")
-        mapped = cls(path=path, start=int(path.name), size=size, sparse=sparse)
-        mapped.allocated = 0 if sparse else size
+        mapped = cls(path=path, start=int(path.name), size=size, sparse=True)
         mapped.budget = budget
         mapped._parked = True
         return mapped

@@ -229,6 +229,15 @@ class QueuePool:
     def emit(self, record: bytes) -> None:
         self._pending.append(record)
 
+    def make_room(self, topic: str, count: int) -> None:
+        """Journal space for a put of ``count`` entries to a pooled queue of ``topic``: promised
+        from what is allocated, or allocated now.
+
+        :raises OSError: ENOSPC and the like; nothing is promised.
+        """
+        if not self.promise(topic, count):
+            self.reserve(topic, count)
+
     def promise(self, topic: str, count: int) -> bool:
         """Whether the journal has disk space for a put of ``count`` entries to a pooled queue
         of ``topic`` on top of what earlier puts were promised; if so it is promised too."""

@@ -388,8 +388,8 @@ class Connection:
         self._closed.set()
         self._fd = -1  # the stream closes next; its number may then name another socket
         self._written.set()
-        for pending in list(self._pending.values()):
-            pending.finish()
+        for pending in self._pending.values():
+            pending.finish()  # only marks and reschedules: the dict is left as it is
         for callback in self.on_close:
             try:
                 callback(self)
