@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import trio
+
 from kernel.model import MessageQueue
 from tests.client.consumer_helpers import produce
 from trocket import ConsumeFromWhere, LitePullConsumer
@@ -95,3 +97,17 @@ async def test_overlapping_subscriptions_never_deliver_a_message_twice(broker):
         got = await poll_all(consumer, len(sent))
         got += await consumer.poll(timeout=1.0)
     assert sorted(got) == sorted(sent)
+
+
+async def test_a_shutdown_at_any_point_after_subscribing_ends_cleanly(broker):
+    """Subscribing starts background work (announcing the topic, then one pull loop per queue
+    taken); a shutdown may come before any of it first runs, and must neither fail nor leave
+    a task behind. The consumer is closed after 0, 1, 2, ... scheduler passes."""
+    await produce(broker.namesrv, "LiteQuick", 8)
+    for passes in (0, 1, 2, 3, 5, 8, 13, 21, 34, 55, 89):
+        async with LitePullConsumer(
+            "CG_quick", broker.namesrv, consume_from_where=ConsumeFromWhere.FIRST_OFFSET
+        ) as consumer:
+            consumer.subscribe("LiteQuick")
+            for _ in range(passes):
+                await trio.lowlevel.checkpoint()

@@ -102,7 +102,7 @@ class LitePullConsumer(ConsumerBase):
             raise
         self._stack = stack
         if self._subscriptions:
-            await self._subscribe_all()
+            await self._subscribe_all(self._started())
 
     async def _run(self, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Background tasks live in a nursery of their own so shutdown can cancel them without
@@ -147,7 +147,7 @@ class LitePullConsumer(ConsumerBase):
         self._subscriptions[topic] = new_subscription(topic, expression)
         if self._stack is not None:
             assert self._nursery is not None
-            self._nursery.start_soon(self._subscribe_all)
+            self._nursery.start_soon(self._subscribe_all, self._started())
 
     async def assign(self, queues: Iterable[MessageQueue], expression: str = "*") -> None:
         """Consume exactly ``queues`` (replacing an earlier assignment)."""
@@ -253,10 +253,13 @@ class LitePullConsumer(ConsumerBase):
         owned.version += 1
         owned.next_pull = owned.consumed = offset
         owned.pulling = trio.CancelScope()
-        self._nursery.start_soon(self._pull_loop, owned)
+        self._nursery.start_soon(self._pull_loop, self._started(), owned)
 
-    async def _subscribe_all(self) -> None:
-        self._started().subscriptions.update(self._subscriptions)
+    async def _subscribe_all(self, session: ConsumerSession) -> None:
+        """Takes the session from its caller: as a background task it may first run after a
+        shutdown began (its nursery cancelled, the consumer no longer started), and must then
+        end at its first checkpoint instead of failing the shutdown."""
+        session.subscriptions.update(self._subscriptions)
         await self._announce(self._subscriptions)
 
     async def _rebalance(self) -> None:
@@ -300,10 +303,10 @@ class LitePullConsumer(ConsumerBase):
                     continue
                 owned = _Owned(queue, session.subscriptions[topic], offset, offset)
                 self._owned[queue] = owned
-                self._nursery.start_soon(self._pull_loop, owned)
+                self._nursery.start_soon(self._pull_loop, session, owned)
 
-    async def _pull_loop(self, owned: _Owned) -> None:
-        session = self._started()
+    async def _pull_loop(self, session: ConsumerSession, owned: _Owned) -> None:
+        """Takes the session from its starter, as :meth:`_subscribe_all` does."""
         version = owned.version
         with owned.pulling:
             while True:
