@@ -13,6 +13,7 @@ import pytest
 from tests.interop.conftest import RunningBroker, start_broker
 from tests.network.wire import pull_request, send_request
 from wire.remoting import RemotingClient, ResponseCode
+from wire.remoting.command import FrameDecoder
 
 TIMEOUTS = 'channel_max_idle_time = "3s"\nframe_read_timeout = "1s"'
 
@@ -85,3 +86,23 @@ async def test_a_pull_held_longer_than_the_idle_time_is_answered(broker: Running
         assert held.code == ResponseCode.PULL_NOT_FOUND and time.monotonic() - started > 4
         again = await client.invoke(broker.broker, pull_request("Held", 0, 0), 10)
         assert again.code == ResponseCode.SUCCESS
+
+
+async def test_a_connection_silent_after_its_held_pull_is_answered_is_closed_after_the_idle_time(
+    broker: RunningBroker,
+):
+    """A held pull keeps its connection open past the idle time; once it is answered and the
+    client says nothing more, the idle time counts from the answer."""
+    async with RemotingClient.open() as client:
+        await client.invoke(broker.broker, send_request("HeldThenIdle", b"first", queue_id=0), 10)
+        first = await client.invoke(broker.broker, pull_request("HeldThenIdle", 0, 0, suspend_ms=5000), 15)
+        assert first.code == ResponseCode.SUCCESS
+    with _connect(broker.broker) as sock:
+        sock.sendall(pull_request("HeldThenIdle", 0, 1, suspend_ms=4000).encode())
+        decoder = FrameDecoder()
+        answers = []
+        while not answers:
+            answers = decoder.feed(sock.recv(65536))
+        assert answers[0].code == ResponseCode.PULL_NOT_FOUND
+        waited = _seconds_until_closed(sock)
+    assert 2 < waited < 9, waited
