@@ -315,12 +315,20 @@ class PopService:
             # Registered before reading, so a message dispatched while the queues are read
             # still wakes this pop.
             with self._arrival((request.topic, retry)) as arrival:
-                answer = await self._pop_once(request, retry)
+                busy: list[trio.Lock] = []
+                answer = await self._pop_once(request, retry, busy)
                 remaining = deadline - trio.current_time()
                 if answer.found or remaining <= 0:
                     break
                 with trio.move_on_after(remaining):
-                    await arrival.wait()
+                    if busy:
+                        # Another pop of the group was reading a queue this one skipped: it may
+                        # leave messages there, and none may ever arrive to wake this pop (a
+                        # backlog read by many receivers), so look again once it is done.
+                        async with busy[0]:
+                            pass
+                    else:
+                        await arrival.wait()
         self.stats.pops += 1
         if answer.found:
             self.stats.popped += len(answer.records)
@@ -328,10 +336,11 @@ class PopService:
             self.stats.empty_pops += 1
         return answer
 
-    async def _pop_once(self, request: PopRequest, retry: str) -> PopAnswer:
+    async def _pop_once(self, request: PopRequest, retry: str, busy: list[trio.Lock]) -> PopAnswer:
         """Read the queues, then write every checkpoint of the pop in one grouped put, then move
         the group's offsets: the queues read stay locked until then, so no other pop of the
-        group reads the same offsets."""
+        group reads the same offsets. The locks of queues skipped because another pop held
+        them join ``busy``."""
         pop_time = now_ms()
         revive_qid = (
             ORDER_REVIVE_QUEUE
@@ -352,7 +361,9 @@ class PopService:
             for queue_id in queue_ids:
                 if wanted <= 0:
                     return
-                got = await self._read_queue(request, topic, queue_id, wanted, pop_time, revive_qid, held)
+                got = await self._read_queue(
+                    request, topic, queue_id, wanted, pop_time, revive_qid, held, busy
+                )
                 if got is not None:
                     reads.append(got)
                     wanted -= len(got.records)
@@ -439,12 +450,14 @@ class PopService:
         pop_time: int,
         revive_qid: int,
         held: list[trio.Lock],
+        busy: list[trio.Lock],
     ) -> _Read | None:
         """Read one queue for a pop; its lock joins ``held`` when something was read (the
-        caller releases it once the checkpoint is written)."""
+        caller releases it once the checkpoint is written), ``busy`` when another pop held it."""
         key = (request.group, topic, queue_id)
         lock = self._lock(key)
         if lock.locked():
+            busy.append(lock)
             return None  # another pop of this group reads the queue now: take the next one
         await lock.acquire()
         keep = False

@@ -136,6 +136,30 @@ async def test_long_polling_pop_is_woken_by_a_send(cluster_factory):
         assert service.waiting_topics == 0
 
 
+async def test_a_pop_that_skipped_a_queue_being_read_looks_again_when_the_read_ends(cluster_factory):
+    """Pops of one group skip a queue another pop of the group is reading (its lock is held
+    from the read to the checkpoint). One that found nothing else used to wait for a new
+    message to arrive, which in a backlog read by many receivers may never come, while the
+    queue it skipped still held messages: here the only message is in the queue being read,
+    and the pop must deliver it once that read ends, long before its poll time."""
+    async with pop_cluster(cluster_factory) as cluster:
+        await send(cluster, "T", b"behind-a-reader", queue_id=0)
+        service = cluster.broker.ctx.stash[POP_SERVICE]
+        reading = service._lock((GROUP, "T", 0))  # as a pop of the group reading queue 0 holds it
+        got: list[Popped] = []
+
+        async def waiting_pop():
+            got.extend(await pop(cluster, poll_ms=15_000))
+
+        with trio.fail_after(10):
+            async with trio.open_nursery() as nursery:
+                await reading.acquire()
+                nursery.start_soon(waiting_pop)
+                await until(lambda: service.waiting_topics >= 1 or reading.statistics().tasks_waiting > 0)
+                reading.release()
+        assert [item.body for item in got] == [b"behind-a-reader"]
+
+
 async def test_tag_filter_and_queue_choice(cluster_factory):
     async with pop_cluster(cluster_factory) as cluster:
         await send(cluster, "T", b"red-1", tags="red")
