@@ -64,6 +64,25 @@ from wire.subscription import Subscription
 log = logging.getLogger(__name__)
 
 POP_SERVICE = StashKey["PopService"]("pop.service")
+
+
+async def _arrival_or_release(arrival: trio.Event, lock: trio.Lock) -> None:
+    """Wait until a message arrives or ``lock`` is free. A pop that skipped a queue another
+    pop of its group was reading waits for both: that read may leave messages in the queue,
+    and none may ever arrive to wake it (a backlog read by more receivers than it has
+    queues)."""
+
+    async def released() -> None:
+        async with lock:
+            pass
+        nursery.cancel_scope.cancel()
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(released)
+        await arrival.wait()
+        nursery.cancel_scope.cancel()
+
+
 INIT_MIN, INIT_MAX = 0, 1
 """RocketMQ's ``ConsumeInitMode``: where a group without an offset starts."""
 READ_BATCH = 256
@@ -322,11 +341,7 @@ class PopService:
                     break
                 with trio.move_on_after(remaining):
                     if busy:
-                        # Another pop of the group was reading a queue this one skipped: it may
-                        # leave messages there, and none may ever arrive to wake this pop (a
-                        # backlog read by many receivers), so look again once it is done.
-                        async with busy[0]:
-                            pass
+                        await _arrival_or_release(arrival, busy[0])
                     else:
                         await arrival.wait()
         self.stats.pops += 1

@@ -159,6 +159,19 @@ async def test_a_pop_that_skipped_a_queue_being_read_looks_again_when_the_read_e
                 reading.release()
         assert [item.body for item in got] == [b"behind-a-reader"]
 
+        # While it waits for the read to end, a message arriving elsewhere still wakes it.
+        await send(cluster, "T", b"also-behind", queue_id=0)
+        got.clear()
+        with trio.fail_after(10):
+            async with trio.open_nursery() as nursery:
+                await reading.acquire()
+                nursery.start_soon(waiting_pop)
+                await until(lambda: reading.statistics().tasks_waiting > 0)
+                await send(cluster, "T", b"arrived-elsewhere", queue_id=1)
+                await until(lambda: bool(got))
+                reading.release()
+        assert [item.body for item in got] == [b"arrived-elsewhere"]
+
 
 async def test_tag_filter_and_queue_choice(cluster_factory):
     async with pop_cluster(cluster_factory) as cluster:
