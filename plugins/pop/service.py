@@ -65,6 +65,13 @@ log = logging.getLogger(__name__)
 
 POP_SERVICE = StashKey["PopService"]("pop.service")
 
+INIT_MIN, INIT_MAX = 0, 1
+"""RocketMQ's ``ConsumeInitMode``: where a group without an offset starts."""
+READ_BATCH = 256
+IN_MEMORY_RATIO = 0.4
+"""RocketMQ's ``accessMessageInMemoryMaxRatio`` default: what counts as still in memory when
+a new group decides whether to start at the queue's first message."""
+
 
 async def _arrival_or_release(arrival: trio.Event, lock: trio.Lock) -> None:
     """Wait until a message arrives or ``lock`` is free. A pop that skipped a queue another
@@ -81,14 +88,6 @@ async def _arrival_or_release(arrival: trio.Event, lock: trio.Lock) -> None:
         nursery.start_soon(released)
         await arrival.wait()
         nursery.cancel_scope.cancel()
-
-
-INIT_MIN, INIT_MAX = 0, 1
-"""RocketMQ's ``ConsumeInitMode``: where a group without an offset starts."""
-READ_BATCH = 256
-IN_MEMORY_RATIO = 0.4
-"""RocketMQ's ``accessMessageInMemoryMaxRatio`` default: what counts as still in memory when
-a new group decides whether to start at the queue's first message."""
 
 
 @attrs.frozen
