@@ -410,17 +410,18 @@ class Connection:
             deadline = min(deadline, self._frame_started + limits.frame_timeout)
         return deadline
 
-    def _expired(self, decoder: FrameDecoder) -> str | None:
-        now = trio.current_time()
+    def _expired(self, decoder: FrameDecoder, now: float) -> str | None:
+        """Why the connection gives up on its peer at ``now`` (:meth:`_read_deadline` passed),
+        or None."""
+        if now < self._read_deadline():
+            return None
         started = self._frame_started
         if started is not None and now >= started + self.limits.frame_timeout:
             return (
                 f"a frame did not complete within {self.limits.frame_timeout:g}s "
                 f"({decoder.buffered} bytes of it received)"
             )
-        if not self._in_flight and now >= self._last_activity + self.limits.idle_timeout:
-            return f"idle for {self.limits.idle_timeout:g}s (serverChannelMaxIdleTimeSeconds)"
-        return None
+        return f"idle for {self.limits.idle_timeout:g}s (serverChannelMaxIdleTimeSeconds)"
 
     async def _watch_reads(self, decoder: FrameDecoder) -> None:
         """Close the connection once :meth:`_read_deadline` passes. One task per connection
@@ -430,16 +431,14 @@ class Connection:
         flight (no idle deadline) it looks once per idle timeout; a partial frame moves its
         sleep earlier (see :meth:`_frame_began`)."""
         while True:
-            deadline = self._read_deadline()
             now = trio.current_time()
-            if now >= deadline:
-                expired = self._expired(decoder)
-                if expired is not None:
-                    log.warning("closing connection from %s: %s", self.peer, expired)
-                    self.close(expired)
-                    return
-                deadline = math.inf  # the same conditions: only a clock this coarse gets here
-            with trio.CancelScope(deadline=min(deadline, now + self.limits.idle_timeout)) as self._read_watch:
+            expired = self._expired(decoder, now)
+            if expired is not None:
+                log.warning("closing connection from %s: %s", self.peer, expired)
+                self.close(expired)
+                return
+            wake = min(self._read_deadline(), now + self.limits.idle_timeout)
+            with trio.CancelScope(deadline=wake) as self._read_watch:
                 await trio.sleep_forever()
             self._read_watch = None
 
