@@ -45,3 +45,12 @@ def test_message_ids_are_unique_32_hex_digits():
     assert len(set(ids)) == len(ids)
     assert all(len(i) == 32 and int(i, 16) >= 0 for i in ids[:100])
     assert len({i[:20] for i in ids}) == 1, "ip, pid and the per-process random are a fixed prefix"
+
+
+def test_a_single_id_and_a_batch_of_ids_share_one_sequence():
+    """next_id (a single send's path) and next_ids (a batch's) format the same counter."""
+    generator = MessageIdGenerator()
+    single, (first, second), last = generator.next_id(), generator.next_ids(2), generator.next_id()
+    counters = [int(i[-4:], 16) for i in (single, first, second, last)]
+    assert counters == [(counters[0] + step) & 0xFFFF for step in range(4)]
+    assert len({i[:20] for i in (single, first, second, last)}) == 1

@@ -41,6 +41,11 @@ class LatencyFaultTolerance:
     def record(self, broker_name: str, latency_ms: float, *, failed: bool = False) -> None:
         if not self.enabled:
             return
+        if not failed and latency_ms < LATENCY_STEPS_MS[0]:
+            # The usual send: no isolation, so the broker is simply available (no entry), which
+            # costs a dict operation per send instead of an object and a walk of the steps.
+            self._faults.pop(broker_name, None)
+            return
         latency = FAILURE_LATENCY_MS if failed else latency_ms
         self._faults[broker_name] = _Fault(latency, self.clock() + isolation_for(latency) / 1000)
 

@@ -40,7 +40,15 @@ class MessageIdGenerator:
         self._next_month = self._month_start + 32 * 86_400_000
 
     def next_id(self) -> str:
-        return self.next_ids(1)[0]
+        """One id (:meth:`next_ids` without the list: a single send's path)."""
+        now_ms = int(time.time() * 1000)
+        with self._lock:
+            if now_ms >= self._next_month:
+                self._month_start = _month_start_ms(now_ms / 1000)
+                self._next_month = self._month_start + 32 * 86_400_000
+            number = next(self._counter)
+            elapsed = (now_ms - self._month_start) & 0xFFFFFFFF
+        return f"{(self._prefix + struct.pack('>I', elapsed)).hex().upper()}{number & 0xFFFF:04X}"
 
     def next_ids(self, count: int) -> list[str]:
         """``count`` consecutive ids: the clock read and the counter reserved once, each id
