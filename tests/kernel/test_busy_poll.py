@@ -7,7 +7,15 @@ import pytest
 import trio
 
 from wire.remoting import RemotingClient, RemotingCommand, RemotingServer, Router
-from wire.remoting.busy_poll import AUTO, MAX_BACK_OFF, BusyPoller, parse_busy_poll, start_busy_poll
+from wire.remoting.busy_poll import (
+    AUTO,
+    MAX_BACK_OFF,
+    MAX_WINDOW,
+    STRETCH,
+    BusyPoller,
+    parse_busy_poll,
+    start_busy_poll,
+)
 
 ECHO = 900
 
@@ -94,6 +102,55 @@ async def test_an_adaptive_poller_backs_off_after_windows_that_catch_nothing():
         await trio.sleep(0.001)
         poller.touch()
         assert poller._back_off == 1
+        nursery.cancel_scope.cancel()
+
+
+async def test_an_adaptive_window_stretches_to_a_peer_that_answers_a_little_later(mock_clock):
+    """A sync-flush put is answered after about 0.45 ms, past the 0.2 ms window: the first
+    activity after the miss says how late it came, and the window stretches to a quarter more
+    than that (so the next answer lands while polling); an activity later than the cap allows
+    puts the window back to its base. Virtual time: the poller is driven by clock jumps."""
+    base = 200e-6
+    poller = BusyPoller(base, adaptive=True)
+
+    async def passes() -> None:
+        """Let the poller look at the clock (it parks once its window has passed)."""
+        for _ in range(3):
+            await trio.lowlevel.checkpoint()
+
+    async def activity_after(seconds: float, request: bool = False) -> None:
+        mock_clock.jump(seconds)
+        poller.touch(answer_due=request)
+        await passes()
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(poller.run)
+        await activity_after(1.0)  # an answer after a quiet second: sparse, stays parked
+        await activity_after(50e-6, request=True)  # the next request: polls the base window
+        assert not poller.parked and poller.current_window == base
+        mock_clock.jump(base + 1e-6)
+        await passes()
+        assert poller.misses == 1 and poller.parked, "the answer did not come within the window"
+        await activity_after(450e-6 - base - 1e-6)  # the answer, 0.45 ms after the request
+        assert poller.current_window == pytest.approx(450e-6 * STRETCH)
+        await activity_after(50e-6, request=True)  # the next request polls longer ...
+        assert not poller.parked
+        await activity_after(450e-6)  # ... and its answer lands while polling
+        assert poller.hits == 1 and poller.misses == 1
+        await activity_after(50e-6, request=True)  # a request whose answer comes too late
+        mock_clock.jump(poller.current_window + 1e-6)
+        await passes()
+        assert poller.misses == 2 and poller.parked
+        await activity_after(MAX_WINDOW)  # later than any stretched window may be: back to base
+        assert poller.current_window == base
+        # A window started by an answer (a server waiting for the next request) never
+        # stretches, however soon after it ran out the request came.
+        await activity_after(50e-6)
+        mock_clock.jump(base + 1e-6)
+        await passes()
+        assert poller.misses == 3 and poller.parked
+        await activity_after(100e-6, request=True)
+        assert poller.current_window == base
         nursery.cancel_scope.cancel()
 
 

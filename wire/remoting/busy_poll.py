@@ -19,10 +19,18 @@ Two modes:
   window (traffic this dense: the next activity is likely to come while polling; sparser
   traffic sleeps as usual and costs nothing). A window that runs out with nothing arriving is
   a miss, and the next 1, 2, 4 ... 64 chances to poll are passed up, so a peer that answers
-  slower than the window (a sync-flush put, a held pull) costs at most one window per 64
-  requests; an activity arriving while polling is a hit and clears the back-off. While
-  traffic is that dense, sleeping costs a wake-up per gap, which on these machines is most of
-  what polling through the gap costs.
+  slower than the window (a held pull) costs at most one window per 64 requests; an activity
+  arriving while polling is a hit and clears the back-off. While traffic is that dense,
+  sleeping costs a wake-up per gap, which on these machines is most of what polling through
+  the gap costs. The window stretches to a peer that answers a request a little later than
+  it, up to :data:`MAX_WINDOW`: when a window started by a request (``touch(answer_due=True)``)
+  ran out, the next activity tells how late the answer came, and if a window a quarter longer
+  than that fits under the cap, the window becomes that and the back-off is cleared (a
+  sync-flush put answered after 0.45 ms: a client that slept through every wait paid a
+  wake-up per send; polling through it took one message in flight from 2.1k to 2.6k sends a
+  second). A later answer puts the window back to its base length. Only answers stretch it:
+  a server waiting for a client's next request keeps the base window, so a client sending
+  every millisecond does not keep a broker's core spinning.
 - **fixed** (a duration): always poll for the window after each activity.
 
 Off with ``0``: the loop sleeps in epoll as it always did.
@@ -43,6 +51,11 @@ AUTO = "auto"
 AUTO_WINDOW = 200e-6
 """Window of adaptive polling: a few single-message round trips of this machine kind, well
 under the 1 ms at which the loop's timers start to matter."""
+MAX_WINDOW = 1e-3
+"""Longest an adaptive window stretches (see the module docstring): about twice a sync-flush
+put's answer on this machine kind, and where the loop's timers start to matter."""
+STRETCH = 1.25
+"""A stretched window is this many times the lateness of the activity it missed."""
 MAX_BACK_OFF = 64
 """Most chances to poll an adaptive poller passes up after consecutive misses."""
 
@@ -77,6 +90,12 @@ class BusyPoller:
     _passing: int = attrs.field(default=0, init=False)
     """Chances to poll still to pass up after a miss (adaptive)."""
     _back_off: int = attrs.field(default=1, init=False)
+    _waits_for_answer: bool = attrs.field(default=False, init=False)
+    """The current window was started by a request (its answer is due)."""
+    _missed: bool = attrs.field(default=False, init=False)
+    """A window waiting for an answer ran out; the next activity says how late it came."""
+    current_window: float = attrs.field(default=0.0, init=False)
+    """The window polled after an activity now: ``window``, or longer once stretched."""
     spins: int = attrs.field(default=0, init=False)
     """Scheduler passes spent polling (for tests and statistics)."""
     hits: int = attrs.field(default=0, init=False)
@@ -87,15 +106,17 @@ class BusyPoller:
     def __attrs_post_init__(self) -> None:
         if self.window <= 0:
             raise ValueError(f"a busy-poll window must be positive, got {self.window!r}")
+        self.current_window = self.window
 
     @property
     def parked(self) -> bool:
         """Whether the loop sleeps as usual now (no activity within the window)."""
         return self._parked is not None
 
-    def touch(self) -> None:
+    def touch(self, answer_due: bool = False) -> None:
         """Activity now: keep polling for another window (wakes the parked loop), unless the
-        adaptive rules say polling would not pay."""
+        adaptive rules say polling would not pay. ``answer_due``: the activity was a request
+        sent, whose answer the window waits for (only such windows stretch)."""
         now = trio.current_time()
         gap = now - self._last_touch
         self._last_touch = now
@@ -103,12 +124,24 @@ class BusyPoller:
             self.hits += 1
             self._back_off = 1
         elif self.adaptive:
+            if self._missed:
+                # The first activity after a window that caught nothing: ``gap`` is how late
+                # it came after the activity that started that window.
+                self._missed = False
+                stretched = gap * STRETCH
+                if stretched <= MAX_WINDOW:
+                    self.current_window = max(self.current_window, stretched)
+                    self._passing = 0
+                    self._back_off = 1
+                    return  # the wait is over: poll again from the next activity on
+                self.current_window = self.window
             if self._passing:
                 self._passing -= 1
                 return
-            if gap > self.window:
+            if gap > self.current_window:
                 return  # traffic this sparse would not arrive while polling: sleep as usual
-        self._hot_until = now + self.window
+        self._hot_until = now + self.current_window
+        self._waits_for_answer = answer_due
         parked = self._parked
         if parked is not None:
             self._parked = None
@@ -130,6 +163,7 @@ class BusyPoller:
                 # The window ran out with nothing arriving: a miss.
                 self.misses += 1
                 if self.adaptive:
+                    self._missed = self._waits_for_answer
                     self._passing = self._back_off
                     self._back_off = min(self._back_off * 2, MAX_BACK_OFF)
             self._hot_until = 0.0

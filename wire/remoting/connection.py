@@ -624,7 +624,7 @@ class Connection:
             if not self._oneway_in_flight:
                 self._oneway_done.set()
 
-    async def _send(self, parts: list[bytes]) -> None:
+    async def _send(self, parts: list[bytes], *, answer_due: bool = False) -> None:
         """Send frames (``parts``: their buffers in order). When nothing else is being written
         (an idle connection: one request in flight) the calling task writes them itself, which
         saves the round trip a wake-up of the write loop and a task switch on each side;
@@ -633,7 +633,7 @@ class Connection:
         and bounded by the frame timeout instead: a peer that does not read for that long
         loses the connection."""
         if self.busy_poller is not None:
-            self.busy_poller.touch()  # an answer (or the next request) may follow soon
+            self.busy_poller.touch(answer_due)  # an answer (or the next request) may follow soon
         if self._writing or self._outbox or self.closed:
             await self._wait_writable()
             self._enqueue(parts)
@@ -737,7 +737,7 @@ class Connection:
         if sweep is not None and pending.deadline < sweep.deadline:
             sweep.deadline = pending.deadline  # rare: requests mostly share one timeout
         try:
-            await self._send(command.encode_parts())
+            await self._send(command.encode_parts(), answer_due=True)
             await pending.wait()
         finally:
             self._pending.pop(command.opaque, None)
