@@ -13,10 +13,13 @@ The same workloads run against Redis Streams (Debian's ``redis-server``, AOF wit
 ``appendfsync everysec`` for async and ``always`` for sync; redis-py with hiredis): XADD one per
 round trip, 64 concurrent clients, pipelines of 32 and of 512 XADDs, XREAD COUNT 1000. Ratios are
 Trocket / Redis. The broker answers pulls of up to 1000 messages here (``max_pull_messages``;
-RocketMQ's default is 32) so both sides move 1000 messages per consume round trip.
+RocketMQ's default is 32) so both sides move 1000 messages per consume round trip. Under sync
+flush it writes zeros ahead of its appends (``[store_mmap] warm_mapped_file``, RocketMQ's
+``warmMapedFileEnable``, off by default), as a deployment that acknowledges after the disk
+would: ``--warm-mapped-file never`` measures without (``always``: under async flush too).
 
     ./run bench produce_consume [--messages 1000000] [--sizes 128,1024] [--flush async,sync]
-                                [--busy-poll auto|off|200us]
+                                [--busy-poll auto|off|200us] [--warm-mapped-file sync|always|never]
 
 The script installs what it needs when it can (``apt-get install redis-server`` as root, pip
 ``redis[hiredis]``) and says clearly when it cannot (then only Trocket's figures are printed).
@@ -45,6 +48,7 @@ sys.path.insert(0, str(REPO))
 
 from bench.trocket_process import cpu_seconds, free_port, trocket_process  # noqa: E402
 from trocket import ConsumeFromWhere, LitePullConsumer, Message, Producer  # noqa: E402
+from trocket.admin import AdminClient  # noqa: E402
 
 Figures = dict[str, float]
 """Each row's figure, and ``cpu <row>``: the server's CPU microseconds per message in it."""
@@ -112,12 +116,16 @@ def ensure_redis() -> str | None:
 
 
 @contextmanager
-def trocket_server(root: Path, flush: str, busy_poll: str | None = None) -> Iterator[Server]:
-    """A NameServer and broker; ``busy_poll`` as given, else the broker's default."""
+def trocket_server(
+    root: Path, flush: str, busy_poll: str | None = None, *, warm: bool = False
+) -> Iterator[Server]:
+    """A NameServer and broker; ``busy_poll`` as given, else the broker's default; ``warm``:
+    ``[store_mmap] warm_mapped_file``."""
     polling = f'busy_poll = "{busy_poll}"\n' if busy_poll is not None else ""
     tables = (
         f'[remoting]\nmax_pull_messages = 1000\nmax_pull_bytes = "4MiB"\n{polling}'
         '[store_mmap]\ncommit_log_file_size = "512MiB"\n'
+        f"warm_mapped_file = {'true' if warm else 'false'}\n"
     )
     with trocket_process(root, f'flush = "{flush}"', tables) as process:
         yield Server(process.namesrv, process.pid)
@@ -155,11 +163,24 @@ def redis_server(path: str, root: Path, flush: str) -> Iterator[Server]:
 # --- Trocket workloads ------------------------------------------------------------------------
 
 
+async def warming_done(server: Server) -> None:
+    """Wait until the broker wrote the zeros of ``warm_mapped_file`` into the log file the first
+    send created (``warmMappedPending`` in its runtime figures): measured rows must not share
+    the disk with it (a deployment warms a new file once per file)."""
+    async with AdminClient.open([server.address]) as admin:
+        for broker in (await admin.master_addrs(None)).values():
+            for _ in range(600):  # a remote figure, polled; a minute at most
+                if not int((await admin.broker_runtime_info(broker)).get("warmMappedPending", "0")):
+                    break
+                await trio.sleep(0.1)
+
+
 async def one_in_flight(
     producer: Producer, server: Server, topic: str, body: bytes, round_trips: int, suffix: str = ""
 ) -> Figures:
     """Sends one after another: messages/s and p50/p99 latency (rows named with ``suffix``)."""
     await producer.send(Message(topic, body))  # route and connection warm
+    await warming_done(server)
     latencies = []
     cpu = server.cpu()
     started = time.perf_counter()
@@ -385,16 +406,24 @@ def main() -> None:
     parser.add_argument(
         "--skip-polling-off", action="store_true", help="skip the single-message rows without polling"
     )
+    parser.add_argument(
+        "--warm-mapped-file",
+        choices=("sync", "always", "never"),
+        default="sync",
+        help="[store_mmap] warm_mapped_file under which flush policies (default: sync)",
+    )
     args = parser.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")]
     flushes = [f.strip() for f in args.flush.split(",")]
     redis_path = None if args.skip_redis else ensure_redis()
     results: dict[tuple[str, str, int], Figures] = {}
     for flush in flushes:
+        warm = args.warm_mapped_file == "always" or (args.warm_mapped_file == "sync" and flush == "sync")
         with tempfile.TemporaryDirectory(prefix="trocket-bench-") as tmp:
-            with trocket_server(Path(tmp), flush, args.busy_poll) as server:
+            with trocket_server(Path(tmp), flush, args.busy_poll, warm=warm) as server:
                 for size in sizes:
-                    print(f"Trocket, {flush} flush, {size} B ...", flush=True)
+                    warmed = ", warm_mapped_file = true" if warm else ""
+                    print(f"Trocket, {flush} flush, {size} B{warmed} ...", flush=True)
                     results[("trocket", flush, size)] = trio.run(
                         trocket_workloads, server, size, args, f"{flush}{size}"
                     )

@@ -10,6 +10,7 @@ from kernel.context import BrokerContext
 from plugins.store_mmap.config import PROPERTIES, StoreMmapConfig
 from plugins.store_mmap.index_file import IndexFile
 from plugins.store_mmap.store import open_mmap_store
+from plugins.store_mmap.warm import WARMER
 
 
 @hookimpl
@@ -27,6 +28,12 @@ def trocket_register_stores() -> list[StoreProvider]:
             disk_reservation,
         )
     ]
+
+
+@hookimpl
+def trocket_runtime_figures(ctx: BrokerContext) -> dict[str, str]:
+    warmer = ctx.stash.get(WARMER, None)
+    return warmer.statistics().figures() if warmer is not None else {}
 
 
 def disk_reservation(ctx: BrokerContext) -> dict[str, str]:

@@ -39,6 +39,11 @@ class StoreMmapConfig:
     commit (the flush policy's commit loop, or any flush); they become visible to consumers
     only then, and a process crash loses staged bytes even if acknowledged under async flush.
     All are read through the mapping. See bench/store_append.py for the measured choice."""
+    warm_mapped_file: bool = fields.boolean(False)
+    """``warmMapedFileEnable``: write zeros into each commit-log file ahead of the appends
+    (a background thread), so a flush writes data into blocks written before instead of
+    converting fresh ones: sync-flush batches 20-30 % faster here, at the price of writing the
+    log twice (``plugins.store_mmap.warm``). Not with ``write_path = "mmap"``."""
     max_open_queue_files: int = fields.integer(0, minimum=0)
     """Consume-queue files open at once at most (each holds one file descriptor); the least
     recently used are closed and reopened on their next use. 0: 1,024, or a quarter of the
@@ -101,6 +106,8 @@ PROPERTIES = {
         "write_path", _write_path, "true (buffered writes) or false"
     ),
     "flushConsumeQueueLeastPages": rocketmq.integer_alias("flush_consume_queue_least_pages", "pages"),
+    "warmMapedFileEnable": rocketmq.boolean_alias("warm_mapped_file"),
+    "warmMappedFileEnable": rocketmq.boolean_alias("warm_mapped_file"),
 }
 """The RocketMQ ``broker.properties`` keys of ``[store_mmap]``."""
 

@@ -23,6 +23,7 @@ from pathlib import Path
 import attrs
 
 from plugins.store_mmap.open_files import OpenFileBudget
+from plugins.store_mmap.warm import WarmJob
 
 log = logging.getLogger(__name__)
 
@@ -53,6 +54,9 @@ class MappedFile:
     """Sized, not allocated (consume queues): written with ``pwrite`` and read with ``pread``,
     never mapped, so an open one holds one descriptor, not two (Python's ``mmap`` keeps a
     duplicate of the file's descriptor)."""
+    warming: WarmJob | None = attrs.field(default=None, init=False)
+    """Zeros being written ahead of the appends (``plugins.store_mmap.warm``): a write that
+    would reach them halts the job first."""
     _committed: int = attrs.field(default=0, init=False)
     _staged: bytearray = attrs.field(factory=bytearray, init=False)
     _staged_at: int = attrs.field(default=0, init=False)
@@ -178,11 +182,15 @@ class MappedFile:
 
     def set_positions(self, position: int) -> None:
         """Everything up to ``position`` is written, committed and flushed (load, recovery)."""
+        self._stop_warming()
         self.wrote = self.flushed = self._committed = position
         self._staged = bytearray()
 
     def write(self, data: bytes | bytearray | memoryview) -> None:
         """Append ``data`` at ``wrote``; the caller checked it fits."""
+        job = self.warming
+        if job is not None and self.wrote + len(data) > job.position:
+            self._stop_warming()
         if self.stage_writes:
             if not self._staged:
                 self._staged_at = self.wrote
@@ -209,6 +217,33 @@ class MappedFile:
         os.posix_fallocate(self._fd, self.allocated, end - self.allocated)
         self.allocated = end
 
+    def write_zeros(self, position: int, zeros: bytes) -> bool:
+        """Write ``zeros`` at ``position`` (the warmer's thread, under its job's lock); False
+        when the file is closed.
+
+        :raises OSError: as ``pwrite``.
+        """
+        fd = self._fd
+        if fd < 0 or self._destroy_pending:
+            return False
+        written = os.pwrite(fd, zeros, position)
+        if written != len(zeros):
+            raise OSError(f"short write of zeros to {self.path}: {written} of {len(zeros)} bytes")
+        return True
+
+    def datasync(self) -> None:
+        """``fdatasync`` the file if open (the warmer's thread, under its job's lock)."""
+        if self._fd >= 0:
+            os.fdatasync(self._fd)
+
+    def _stop_warming(self) -> None:
+        """Halt the warming job, if any: it ends after the chunk in progress, and never writes
+        into the file again."""
+        job = self.warming
+        if job is not None:
+            job.halt()
+            self.warming = None
+
     def fill_to_end(self) -> None:
         """Mark the file full after its end-of-file record (the rest is allocated zeros)."""
         self.wrote = self.size
@@ -230,6 +265,9 @@ class MappedFile:
 
         :raises OSError: naming the file; nothing counts as committed.
         """
+        job = self.warming
+        if job is not None and position + len(data) > job.position:
+            self._stop_warming()
         view = memoryview(data)
         while view:
             written = os.pwrite(self._fd, view, position)
@@ -286,6 +324,7 @@ class MappedFile:
 
     def close(self) -> None:
         """Unmap and close (shutdown). Unwritten space stays allocated, as in RocketMQ."""
+        self._stop_warming()
         if self._refs:
             self._destroy_pending = False
             log.warning("%s closed while held %d times", self.path, self._refs)
@@ -293,6 +332,7 @@ class MappedFile:
 
     def destroy(self) -> None:
         """Delete the file once nobody holds it (immediately if nobody does)."""
+        self._stop_warming()
         self._destroy_pending = True
         if self._refs == 0:
             self._close()

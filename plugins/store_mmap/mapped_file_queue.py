@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import re
+from collections.abc import Callable
 from pathlib import Path
 
 import attrs
@@ -32,6 +33,9 @@ class MappedFileQueue:
     """Files are sized, not allocated (see :meth:`MappedFile.open`); writers allocate ranges."""
     budget: OpenFileBudget | None = None
     """The bound on open files these count against (None: always open)."""
+    on_created: Callable[[MappedFile, bool], object] | None = None
+    """Called with each file the queue creates (not those it loads), and whether appends go
+    into it right away (the commit log's warmer starts such a file a margin in)."""
 
     @classmethod
     def load(
@@ -124,7 +128,7 @@ class MappedFileQueue:
         if index < len(files):
             return files[index]
         start = self.files[-1].end if self.files else start_if_empty
-        mapped = self._create(start)
+        mapped = self._create(start, appends_now=True)
         return mapped
 
     def extend_to(self, end: int, start_if_empty: int = 0) -> None:
@@ -166,7 +170,7 @@ class MappedFileQueue:
         while len(self.files) - 1 - index < files_after:
             self._create(self.files[-1].end)
 
-    def _create(self, start: int) -> MappedFile:
+    def _create(self, start: int, *, appends_now: bool = False) -> MappedFile:
         path = self.directory / file_name(start)
         mapped = MappedFile.open(
             path,
@@ -179,6 +183,8 @@ class MappedFileQueue:
         )
         self.files.append(mapped)
         log.info("created %s", path)
+        if self.on_created is not None:
+            self.on_created(mapped, appends_now)
         return mapped
 
     def truncate(self, offset: int) -> None:

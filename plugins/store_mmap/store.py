@@ -36,6 +36,7 @@ from plugins.store_mmap.mapped_file_queue import MappedFileQueue
 from plugins.store_mmap.open_files import OpenFileBudget
 from plugins.store_mmap.recovery import recover_store
 from plugins.store_mmap.retention import RetentionService
+from plugins.store_mmap.warm import MARGIN, WARMER, FileWarmer
 from wire import record
 from wire.wire_batch import WireBatch
 
@@ -72,6 +73,8 @@ class MmapStore:
     _flush_lock: trio.Lock = attrs.field(factory=trio.Lock, init=False)
     _flusher: FlushThread | None = attrs.field(default=None, init=False)
     """The thread that commits and flushes the log (started on first use)."""
+    warmer: FileWarmer | None = attrs.field(default=None, init=False)
+    """Writes zeros into log files ahead of the appends (``warm_mapped_file``), from recovery on."""
 
     def __attrs_post_init__(self) -> None:
         self.retention = RetentionService(self, self.config)
@@ -97,7 +100,35 @@ class MmapStore:
         )
         for note in report.notes:
             log.info("recovery: %s", note)
+        if self.config.warm_mapped_file:
+            await self._start_warming()
         return report
+
+    async def _start_warming(self) -> None:
+        """Warm the active file from a chunk past its end now (the broker does not serve yet),
+        files created ahead of it in the background, and from now on every file the log
+        creates (``plugins.store_mmap.warm``)."""
+        if self.warmer is None:
+            self.warmer = FileWarmer()
+        warmer = self.warmer
+        files = self.commit_log.files
+        files.on_created = lambda mapped, appends_now: warmer.warm(mapped, MARGIN if appends_now else 0)
+        end = self.commit_log.append_end
+        for mapped in files.files:
+            if mapped.end <= end:
+                continue  # full
+            if mapped.start > end:
+                warmer.warm(mapped)
+                continue
+            started = trio.current_time()
+            warmed = await trio.to_thread.run_sync(warmer.warm_now, mapped, end - mapped.start + MARGIN)
+            if warmed:
+                log.info(
+                    "warmed %.0f MiB of %s in %.2fs (warm_mapped_file)",
+                    warmed / (1 << 20),
+                    mapped.path.name,
+                    trio.current_time() - started,
+                )
 
     async def append(self, messages: Sequence[Message]) -> AppendResult:
         # No checkpoint: the append is synchronous, and a yield here let the dispatch loop
@@ -396,6 +427,9 @@ class MmapStore:
         )
 
     def close(self) -> None:
+        if self.warmer is not None:
+            self.warmer.close()
+            self.warmer = None
         if self._flusher is not None:
             self._flusher.close()
             self._flusher = None
@@ -461,6 +495,8 @@ async def open_mmap_store(ctx: BrokerContext) -> AsyncIterator[MmapStore]:
             files, (ctx.broker.listen_host, ctx.broker.listen_port), parking_topics=ctx.parking_topics
         )
         store = MmapStore(root, config, commit_log, queues, Checkpoint.load(root / "checkpoint"), index)
+        if config.warm_mapped_file:
+            store.warmer = ctx.stash[WARMER] = FileWarmer()
         queues.on_persist = store._on_queues_persisted
         queues.log_end = lambda: commit_log.append_end
         try:

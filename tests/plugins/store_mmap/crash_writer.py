@@ -14,7 +14,7 @@ from kernel import Broker, Message, MessageBatch
 from kernel.testing import make_config
 
 
-async def main(data_dir: str, flush: str, write_path: str) -> None:
+async def main(data_dir: str, flush: str, write_path: str, warm: bool) -> None:
     config = make_config(
         broker={"plugins": ["store_mmap", "flush_sync", "flush_async"], "data_dir": data_dir, "flush": flush},
         store_mmap={
@@ -26,6 +26,7 @@ async def main(data_dir: str, flush: str, write_path: str) -> None:
             # make forced cleaning delete the files being verified.
             "clean_file_forcibly_enable": False,
             "write_path": write_path,
+            "warm_mapped_file": warm,
         },
         flush_async={"interval": "50ms"},
     )
@@ -55,4 +56,5 @@ async def main(data_dir: str, flush: str, write_path: str) -> None:
 
 
 if __name__ == "__main__":
-    trio.run(main, sys.argv[1], sys.argv[2], sys.argv[3] if len(sys.argv) > 3 else "pwrite")
+    args = sys.argv[1:]
+    trio.run(main, args[0], args[1], args[2] if len(args) > 2 else "pwrite", args[3:4] == ["warm"])
