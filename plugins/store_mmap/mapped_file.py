@@ -56,7 +56,7 @@ class MappedFile:
     duplicate of the file's descriptor)."""
     warming: WarmJob | None = attrs.field(default=None, init=False)
     """Zeros being written ahead of the appends (``plugins.store_mmap.warm``): a write that
-    would reach them halts the job first."""
+    would reach them halts the job first; the warmer detaches the job when it is done."""
     _committed: int = attrs.field(default=0, init=False)
     _staged: bytearray = attrs.field(factory=bytearray, init=False)
     _staged_at: int = attrs.field(default=0, init=False)
@@ -182,15 +182,15 @@ class MappedFile:
 
     def set_positions(self, position: int) -> None:
         """Everything up to ``position`` is written, committed and flushed (load, recovery)."""
-        self._stop_warming()
+        self._stop_warming(closing=False)
         self.wrote = self.flushed = self._committed = position
         self._staged = bytearray()
 
     def write(self, data: bytes | bytearray | memoryview) -> None:
         """Append ``data`` at ``wrote``; the caller checked it fits."""
         job = self.warming
-        if job is not None and self.wrote + len(data) > job.position:
-            self._stop_warming()
+        if job is not None and self.wrote + len(data) > job.position and not job.stopped:
+            job.halt()
         if self.stage_writes:
             if not self._staged:
                 self._staged_at = self.wrote
@@ -218,8 +218,8 @@ class MappedFile:
         self.allocated = end
 
     def write_zeros(self, position: int, zeros: bytes) -> bool:
-        """Write ``zeros`` at ``position`` (the warmer's thread, under its job's lock); False
-        when the file is closed.
+        """Write ``zeros`` at ``position`` (the warmer's thread, under its job's write lock);
+        False when the file is closed.
 
         :raises OSError: as ``pwrite``.
         """
@@ -232,17 +232,17 @@ class MappedFile:
         return True
 
     def datasync(self) -> None:
-        """``fdatasync`` the file if open (the warmer's thread, under its job's lock)."""
+        """``fdatasync`` the file if open (the warmer's thread, under its job's sync lock)."""
         if self._fd >= 0:
             os.fdatasync(self._fd)
 
-    def _stop_warming(self) -> None:
-        """Halt the warming job, if any: it ends after the chunk in progress, and never writes
-        into the file again."""
+    def _stop_warming(self, *, closing: bool = True) -> None:
+        """Halt the warming job, if any: it ends after the chunk in progress and never writes
+        into the file again; ``closing``: nor calls anything on its descriptor (waits for the
+        warmer's ``fdatasync`` in progress: the file is about to be closed)."""
         job = self.warming
         if job is not None:
-            job.halt()
-            self.warming = None
+            job.halt(closing=closing)
 
     def fill_to_end(self) -> None:
         """Mark the file full after its end-of-file record (the rest is allocated zeros)."""
@@ -266,8 +266,8 @@ class MappedFile:
         :raises OSError: naming the file; nothing counts as committed.
         """
         job = self.warming
-        if job is not None and position + len(data) > job.position:
-            self._stop_warming()
+        if job is not None and position + len(data) > job.position and not job.stopped:
+            job.halt()
         view = memoryview(data)
         while view:
             written = os.pwrite(self._fd, view, position)

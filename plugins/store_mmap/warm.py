@@ -55,22 +55,37 @@ _ZEROS = bytes(CHUNK)
 class WarmJob:
     """Zeros for one file from ``position`` on. ``position`` only grows: it is the lowest
     offset in the file the warmer may still write, so a write ending at or below it never
-    meets the warmer."""
+    meets the warmer.
 
-    __slots__ = ("_lock", "_stopped", "mapped", "position")
+    Two locks: one around each chunk's ``pwrite`` (page cache only, so an append that halts
+    the job waits for at most that, never for the disk: a stalled disk must not stall the
+    event loop, as :mod:`plugins.store_mmap.flush_thread` promises), one around each
+    ``fdatasync``, which only closing the file waits for (its descriptor must outlive the call).
+    """
+
+    __slots__ = ("_lock", "_stopped", "_sync_lock", "mapped", "position")
 
     def __init__(self, mapped: MappedFile, position: int) -> None:
         self.mapped = mapped
         self.position = position
         self._lock = threading.Lock()
+        self._sync_lock = threading.Lock()
         self._stopped = False
 
-    def halt(self) -> None:
+    @property
+    def stopped(self) -> bool:
+        return self._stopped
+
+    def halt(self, *, closing: bool = False) -> None:
         """Stop the job; returns once the warmer wrote its last zeros (at most the chunk in
-        progress). Any thread; idempotent."""
+        progress), and with ``closing`` also once its last ``fdatasync`` returned (the file is
+        about to be closed). Any thread; idempotent."""
         self._stopped = True
         with self._lock:
             pass
+        if closing:
+            with self._sync_lock:
+                pass
 
     def run(self, closing: threading.Event, pause: float = 0.0) -> int:
         """Warm until the file's end, a halt or ``closing``, pausing ``pause`` times each
@@ -88,9 +103,12 @@ class WarmJob:
                 size = min(CHUNK, mapped.size - self.position)
                 if not mapped.write_zeros(self.position, _ZEROS[:size]):
                     break  # closed meanwhile
-                mapped.datasync()  # under the lock: a halted job never touches the file again
                 self.position += size
             warmed += size
+            with self._sync_lock:
+                if self._stopped:
+                    break  # halted: its last chunk need not be durable, and the file may close
+                mapped.datasync()
             if pause:
                 closing.wait((time.monotonic() - started) * pause)
         return warmed
@@ -131,6 +149,8 @@ class FileWarmer:
         self._thread: threading.Thread | None = None
         self._queued = 0
         """Jobs queued (the event loop's count; the thread counts those it finished)."""
+        self._counts = threading.Lock()
+        """Guards the counts below (the background thread and a ``warm_now`` thread)."""
         self._finished = 0
         self._files = 0
         self._halted = 0
@@ -145,13 +165,11 @@ class FileWarmer:
         job = self._job(mapped, start)
         if job is None:
             return 0
+        warmed = 0
         try:
             warmed = job.run(self._closing)
         finally:
-            if mapped.warming is job:
-                mapped.warming = None
-        self._bytes += warmed
-        self._files += job.position >= mapped.size
+            self._done(job, warmed)
         return warmed
 
     def warm(self, mapped: MappedFile, start: int = 0) -> WarmJob | None:
@@ -191,18 +209,26 @@ class FileWarmer:
             job = self._jobs.get()
             if job is None:
                 return
+            warmed = 0
             try:
-                self._bytes += job.run(self._closing, PAUSE)
-            except OSError as error:
-                log.warning("warming %s stopped: %s", job.mapped.path, error)
-            if job.position >= job.mapped.size:
-                self._files += 1
-                log.info("warmed %s", job.mapped.path)
-            else:
-                self._halted += 1
-            if job.mapped.warming is job:
-                job.mapped.warming = None
-            self._finished += 1
+                warmed = job.run(self._closing, PAUSE)
+            except Exception:  # noqa: BLE001 (a file left unwarmed is only slower; appends go on)
+                log.exception("warming %s stopped", job.mapped.path)
+            self._done(job, warmed)
+            with self._counts:
+                self._finished += 1
+
+    def _done(self, job: WarmJob, warmed: int) -> None:
+        """Count a finished job and detach it from its file."""
+        complete = job.position >= job.mapped.size
+        with self._counts:
+            self._bytes += warmed
+            self._files += complete
+            self._halted += not complete
+        if complete:
+            log.info("warmed %s", job.mapped.path)
+        if job.mapped.warming is job:
+            job.mapped.warming = None
 
 
 __all__ = ["CHUNK", "MARGIN", "PAUSE", "WARMER", "FileWarmer", "WarmJob", "WarmStatistics"]

@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import threading
 import time
 from pathlib import Path
 
@@ -17,6 +18,7 @@ import trio
 from kernel import Broker, Message, MessageBatch, pull
 from kernel.model import GetStatus
 from kernel.testing import make_config
+from plugins.store_mmap.mapped_file import MappedFile
 from plugins.store_mmap.mapped_file_queue import MappedFileQueue
 from plugins.store_mmap.warm import CHUNK, MARGIN, WARMER, FileWarmer
 from wire import record
@@ -89,8 +91,9 @@ def test_appends_that_reach_the_warmer_stop_it_and_lose_nothing(tmp_path):
             data = os.urandom(64 << 10)
             mapped.write(data)
             written += data
-        assert mapped.warming is None, "the appends reached the warmer and stopped it"
+        assert job.stopped, "the appends reached the warmer and stopped it"
         wait_idle(warmer)
+        assert mapped.warming is None, "the warmer let go of the file"
         stats = warmer.statistics()
         assert stats.halted == 1 and stats.files == 0
         assert MARGIN <= job.position < mapped.size
@@ -147,3 +150,39 @@ async def test_a_sync_flush_broker_warms_its_log_and_reports_it(tmp_path):
             read += [record.decode_record(raw).body for raw in got.records]
         assert read == bodies
         broker.request_stop()
+
+
+def test_a_stalled_disk_holds_the_warmer_not_the_appends(tmp_path, monkeypatch):
+    """The warmer's fdatasync hangs (a stalled disk, here an event the test holds): an append
+    that reaches the warmer halts it without waiting for that call, while closing the file
+    waits for it (its descriptor must outlive the call)."""
+    stalled, release = threading.Event(), threading.Event()
+
+    def stalling_datasync(self) -> None:
+        stalled.set()
+        release.wait()
+
+    monkeypatch.setattr(MappedFile, "datasync", stalling_datasync)
+    queue = MappedFileQueue.load(tmp_path, 8 * CHUNK)
+    warmer = FileWarmer()
+    try:
+        mapped = queue.writable_file()
+        job = warmer.warm(mapped, 0)
+        assert job is not None and stalled.wait(10), "the warmer is in its fdatasync"
+        data = os.urandom(2 * CHUNK)  # past the chunk being made durable: halts the warmer
+        appender = threading.Thread(target=mapped.write, args=(data,))
+        appender.start()
+        appender.join(10)
+        assert not appender.is_alive(), "the append waited for the stalled disk"
+        assert job.stopped and os.pread(mapped._fd, len(data), 0) == data
+        closer = threading.Thread(target=mapped.close)
+        closer.start()
+        closer.join(0.2)
+        assert closer.is_alive(), "the file closed under the warmer's fdatasync"
+        release.set()
+        closer.join(10)
+        assert not closer.is_alive()
+    finally:
+        release.set()
+        warmer.close()
+        queue.close()
