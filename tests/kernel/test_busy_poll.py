@@ -127,22 +127,26 @@ async def test_an_adaptive_window_stretches_to_a_peer_that_answers_a_little_late
         nursery.start_soon(poller.run)
         await activity_after(1.0)  # an answer after a quiet second: sparse, stays parked
         await activity_after(50e-6, request=True)  # the next request: polls the base window
-        assert not poller.parked and poller.current_window == base
+        assert not poller.parked and poller.answer_window == base
         mock_clock.jump(base + 1e-6)
         await passes()
         assert poller.misses == 1 and poller.parked, "the answer did not come within the window"
         await activity_after(450e-6 - base - 1e-6)  # the answer, 0.45 ms after the request
-        assert poller.current_window == pytest.approx(450e-6 * STRETCH)
+        assert poller.answer_window == pytest.approx(450e-6 * STRETCH)
         await activity_after(50e-6, request=True)  # the next request polls longer ...
         assert not poller.parked
+        assert poller._hot_until == pytest.approx(trio.current_time() + 450e-6 * STRETCH)
         await activity_after(450e-6)  # ... and its answer lands while polling
         assert poller.hits == 1 and poller.misses == 1
+        # What follows an answer (the next request of the application) is polled for the base
+        # window only: a stretched window serves answers, not a slow sender.
+        assert poller._hot_until == pytest.approx(trio.current_time() + base)
         await activity_after(50e-6, request=True)  # a request whose answer comes too late
-        mock_clock.jump(poller.current_window + 1e-6)
+        mock_clock.jump(poller.answer_window + 1e-6)
         await passes()
         assert poller.misses == 2 and poller.parked
         await activity_after(MAX_WINDOW)  # later than any stretched window may be: back to base
-        assert poller.current_window == base
+        assert poller.answer_window == base
         # A window started by an answer (a server waiting for the next request) never
         # stretches, however soon after it ran out the request came.
         await activity_after(50e-6)
@@ -150,7 +154,7 @@ async def test_an_adaptive_window_stretches_to_a_peer_that_answers_a_little_late
         await passes()
         assert poller.misses == 3 and poller.parked
         await activity_after(100e-6, request=True)
-        assert poller.current_window == base
+        assert poller.answer_window == base
         nursery.cancel_scope.cancel()
 
 

@@ -28,9 +28,10 @@ Two modes:
   than that fits under the cap, the window becomes that and the back-off is cleared (a
   sync-flush put answered after 0.45 ms: a client that slept through every wait paid a
   wake-up per send; polling through it took one message in flight from 2.1k to 2.6k sends a
-  second). A later answer puts the window back to its base length. Only answers stretch it:
-  a server waiting for a client's next request keeps the base window, so a client sending
-  every millisecond does not keep a broker's core spinning.
+  second). A later answer puts the window back to its base length. Only the windows after a
+  request stretch: a server waiting for a client's next request keeps the base window, even
+  after one of its own requests (a transaction check) stretched its answer window, so a client
+  sending every millisecond does not keep a broker's core spinning.
 - **fixed** (a duration): always poll for the window after each activity.
 
 Off with ``0``: the loop sleeps in epoll as it always did.
@@ -94,8 +95,9 @@ class BusyPoller:
     """The current window was started by a request (its answer is due)."""
     _missed: bool = attrs.field(default=False, init=False)
     """A window waiting for an answer ran out; the next activity says how late it came."""
-    current_window: float = attrs.field(default=0.0, init=False)
-    """The window polled after an activity now: ``window``, or longer once stretched."""
+    answer_window: float = attrs.field(default=0.0, init=False)
+    """The window polled after a request this end sent: ``window``, or longer once stretched
+    (other activities always poll for ``window``)."""
     spins: int = attrs.field(default=0, init=False)
     """Scheduler passes spent polling (for tests and statistics)."""
     hits: int = attrs.field(default=0, init=False)
@@ -106,7 +108,7 @@ class BusyPoller:
     def __attrs_post_init__(self) -> None:
         if self.window <= 0:
             raise ValueError(f"a busy-poll window must be positive, got {self.window!r}")
-        self.current_window = self.window
+        self.answer_window = self.window
 
     @property
     def parked(self) -> bool:
@@ -120,6 +122,7 @@ class BusyPoller:
         now = trio.current_time()
         gap = now - self._last_touch
         self._last_touch = now
+        window = self.answer_window if answer_due else self.window
         if now <= self._hot_until:
             self.hits += 1
             self._back_off = 1
@@ -130,17 +133,17 @@ class BusyPoller:
                 self._missed = False
                 stretched = gap * STRETCH
                 if stretched <= MAX_WINDOW:
-                    self.current_window = max(self.current_window, stretched)
+                    self.answer_window = max(self.answer_window, stretched)
                     self._passing = 0
                     self._back_off = 1
                     return  # the wait is over: poll again from the next activity on
-                self.current_window = self.window
+                self.answer_window = self.window
             if self._passing:
                 self._passing -= 1
                 return
-            if gap > self.current_window:
+            if gap > window:
                 return  # traffic this sparse would not arrive while polling: sleep as usual
-        self._hot_until = now + self.current_window
+        self._hot_until = now + window
         self._waits_for_answer = answer_due
         parked = self._parked
         if parked is not None:
