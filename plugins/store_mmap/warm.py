@@ -13,16 +13,17 @@ zeros, which is why RocketMQ leaves it off by default and so does Trocket
 How: at a restart, before the broker serves, the active file is warmed from a chunk past its
 end (0.9 s for 512 MiB here). Otherwise one daemon thread warms every file the log creates (a
 new store's first one from a chunk in; the next file is created when the current one starts
-to fill, well before appends reach it), a chunk at
-a time, each made durable at once and followed by a pause three times as long: a sync flush
-that meets a chunk waits for it (its fsync shares the file system's journal), so the thread
-keeps to a quarter of the disk's time and to 0.3 ms a chunk, and a GiB takes about 5 s.
-Appends never wait for it, and it never writes where an append has begun: :meth:`WarmJob.halt` (called by
+to fill, well before appends reach it), a chunk at a time, each made durable at once and
+followed by a pause three times as long: a sync flush that meets a chunk waits for it (its
+fsync shares the file system's journal), so the thread keeps to a quarter of the disk's time
+and to 0.3 ms a chunk, and a GiB takes about 5 s. Appends never wait for it, and it never
+writes where an append has begun: :meth:`WarmJob.halt` (called by
 :class:`~plugins.store_mmap.mapped_file.MappedFile` before any write that would reach the
-range not yet warmed) stops the job after the chunk in progress, and what was not warmed is
-simply flushed the slower way. Zeros are what an allocated file holds anyway, so a crash while
-warming changes nothing recovery sees. Files written through the mapping (``write_path =
-"mmap"``) are not warmed: there the flush of a warmed file measured slower, not faster.
+range not yet warmed) stops the job once the chunk being written is in the page cache, never
+waiting for the disk, and what was not warmed is simply flushed the slower way. Zeros are what
+an allocated file holds anyway, so a crash while warming changes nothing recovery sees. Files
+written through the mapping (``write_path = "mmap"``) are not warmed: there the flush of a
+warmed file measured slower, not faster.
 """
 
 from __future__ import annotations
