@@ -390,6 +390,55 @@ async def test_inline_alone_handlers_run_in_the_read_loop_only_for_a_lone_reques
     assert tasks[3] is not tasks[0] and tasks[4] is not tasks[0] and tasks[3] is not tasks[4]
 
 
+async def test_inline_idle_handlers_run_in_the_read_loop_only_while_nothing_else_is_in_flight(nursery):
+    """``inline_idle`` (the broker's sends when a put waits for its flush): a lone request on a
+    connection with nothing else in flight is handled by the read loop itself; one that
+    arrives while another is still being handled gets a task of its own, so it is not held
+    behind the first one's wait."""
+    tasks: list[object] = []
+
+    async def maybe_slow(connection: Connection, request: RemotingCommand) -> RemotingCommand:
+        tasks.append(trio.lowlevel.current_task())
+        await trio.sleep(float(request.ext.get("sleep", "0")))
+        return request.response(0, request.ext)
+
+    router = Router(name="idle")
+    router.register(ECHO, maybe_slow, inline_idle=True)
+    server = await serve(nursery, router, TransportLimits())
+    stream = await raw_connection(server)
+    decoder = FrameDecoder()
+
+    async def answers(count: int) -> list[RemotingCommand]:
+        got: list[RemotingCommand] = []
+        with trio.fail_after(10):
+            while len(got) < count:
+                got += decoder.feed(await stream.receive_some(65536))
+        return got
+
+    def request(opaque: int, **ext: str) -> bytes:
+        command = RemotingCommand.request(ECHO, ext)
+        command.opaque = opaque
+        return command.encode()
+
+    for i in range(3):
+        await stream.send_all(request(i))
+        (answer,) = await answers(1)
+        assert answer.opaque == i
+    reader = tasks[0]
+    assert tasks[1] is reader and tasks[2] is reader, "lone requests on an idle connection: the read loop"
+
+    await stream.send_all(request(100, sleep="0.5") + request(101))  # read together: a task each
+    (quick,) = await answers(1)
+    assert quick.opaque == 101
+    await stream.send_all(request(102))  # alone, but the slow one is still in flight
+    (lone,) = await answers(1)
+    assert lone.opaque == 102, "not held behind the slow request"
+    (slow,) = await answers(1)
+    await stream.aclose()
+    assert slow.opaque == 100
+    assert reader not in tasks[3:], "none of them ran in the read loop"
+
+
 async def test_large_bodies_written_as_separate_buffers_arrive_whole_and_in_order(nursery):
     """Answers with large bodies are written with ``writev`` (header and body as two buffers,
     queued answers not joined first); with many of them in flight the socket takes them in

@@ -104,9 +104,18 @@ class Router:
     inline_alone: set[int] = attrs.field(factory=set)
     """Codes whose handlers run in the read loop when their request is the only one of its
     receive (see :meth:`register`)."""
+    inline_idle: set[int] = attrs.field(factory=set)
+    """Codes whose handlers run in the read loop when their request is the only one of its
+    receive and nothing else of the connection is in flight (see :meth:`register`)."""
 
     def register(
-        self, code: int, handler: Handler, *, inline: bool = False, inline_alone: bool = False
+        self,
+        code: int,
+        handler: Handler,
+        *,
+        inline: bool = False,
+        inline_alone: bool = False,
+        inline_idle: bool = False,
     ) -> None:
         """Route ``code`` to ``handler``. ``inline``: the handler is cheap and never waits for
         anything but the CPU and the socket (no lock held elsewhere, no flush, no replica), so
@@ -116,7 +125,10 @@ class Router:
         until it returns. ``inline_alone``: the same, but only for a request that arrived alone
         (one in flight): a handler that is cheap one at a time but whose answers must not wait
         for each other when many arrive together (a put: a pipelining producer is stalled when
-        the first answer waits for the last append)."""
+        the first answer waits for the last append). ``inline_idle``: the same, but only while
+        nothing else of the connection is in flight either: a handler that waits (a sync-flush
+        put waits for its flush) but is the only work of its client, whose next request can
+        only follow the answer; a task of its own cost such a put 30-40 µs of its 0.35 ms."""
         if code in self.handlers:
             raise ValueError(f"{self.name}: a handler for {code_name(code)} is already registered")
         self.handlers[code] = handler
@@ -124,6 +136,8 @@ class Router:
             self.inline.add(code)
         if inline_alone:
             self.inline_alone.add(code)
+        if inline_idle:
+            self.inline_idle.add(code)
 
     def register_group(self, code: int, handler: GroupHandler) -> None:
         """Register ``handler`` for requests of ``code`` arriving together (``code`` also needs
@@ -456,6 +470,7 @@ class Connection:
         limiter = trio.CapacityLimiter(self.limits.max_in_flight)
         inline = self.router.inline if self.router is not None else set()
         inline_alone = self.router.inline_alone if self.router is not None else set()
+        inline_idle = self.router.inline_idle if self.router is not None else set()
         nursery.start_soon(self._watch_reads, decoder)
         waited_last = True
         while True:
@@ -494,7 +509,9 @@ class Connection:
                 else:
                     requests.append(command)
             answers: list[bytes] = []
-            if len(requests) == 1 and requests[0].code in inline_alone:
+            if len(requests) == 1 and (
+                requests[0].code in inline_alone or (requests[0].code in inline_idle and not self._in_flight)
+            ):
                 await self._serve_inline(requests[0], answers)
                 requests = []
             for run in self._runs(requests):

@@ -98,7 +98,9 @@ an older version let in."""
 def register_all(router: Router, net: BrokerNetwork) -> None:
     # A send alone in its receive (one in flight) is answered from the read loop when the put
     # waits for nothing (async flush, no replica): no task, no scheduler pass between the
-    # append and the answer (single-message round trip, docs/performance.md, sixth step).
+    # append and the answer (single-message round trip, docs/performance.md, sixth step). When
+    # puts wait (sync flush, a replica), only while nothing else of the connection is in
+    # flight: the client then waits for this answer before its next request anyway.
     lone_sends = net.runtime.puts_acknowledged_at_once
     for code, handler in HANDLERS.items():
         router.register(
@@ -106,6 +108,7 @@ def register_all(router: Router, net: BrokerNetwork) -> None:
             functools.partial(_answer_problems, handler, net, validate_names=code not in CLEANUPS),
             inline=code in INLINE,
             inline_alone=lone_sends and code in SENDS,
+            inline_idle=not lone_sends and code in SENDS,
         )
     sends = functools.partial(send.handle_send_group, net)
     for code in GROUPED:
