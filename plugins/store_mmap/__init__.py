@@ -49,6 +49,8 @@ def disk_reservation(ctx: BrokerContext) -> dict[str, str]:
         figures["index file"] = _mib(index)
     first = config.commit_log_file_size + (index if config.message_index_enable else 0)
     figures["reserved at start"] = _mib(first) + " + one consume queue file per queue written"
+    if config.warm_mapped_file:
+        figures["log files warmed with zeros ahead of the appends"] = "(warm_mapped_file: written twice)"
     return figures
 
 
