@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import struct
+from collections.abc import Awaitable, Callable
 
 import pytest
 import trio
@@ -351,10 +352,12 @@ async def test_inline_handlers_answer_in_order_and_a_failing_one_leaves_the_conn
     assert answers[-1].opaque == 1000, "the slow task ran beside them and answered last"
 
 
-async def test_inline_alone_handlers_run_in_the_read_loop_only_for_a_lone_request(nursery):
-    """``inline_alone``: a request that arrives alone (one in flight) is handled by the read
-    loop itself; requests read together get a task each, so a slow one does not hold back
-    the answers of the others."""
+async def slow_echo_connection(
+    nursery: trio.Nursery, **register: bool
+) -> tuple[list[object], trio.SocketStream, Callable[[int], Awaitable[list[RemotingCommand]]]]:
+    """A raw connection to an ECHO server registered with ``register`` (``inline_alone=True``
+    ...) whose handler sleeps a request's ``sleep`` seconds: the tasks that ran the handler,
+    in order, the stream, and a reader of the next ``count`` answers."""
     tasks: list[object] = []
 
     async def maybe_slow(connection: Connection, request: RemotingCommand) -> RemotingCommand:
@@ -362,8 +365,8 @@ async def test_inline_alone_handlers_run_in_the_read_loop_only_for_a_lone_reques
         await trio.sleep(float(request.ext.get("sleep", "0")))
         return request.response(0, request.ext)
 
-    router = Router(name="alone")
-    router.register(ECHO, maybe_slow, inline_alone=True)
+    router = Router(name="inline")
+    router.register(ECHO, maybe_slow, **register)
     server = await serve(nursery, router, TransportLimits())
     stream = await raw_connection(server)
     decoder = FrameDecoder()
@@ -375,6 +378,14 @@ async def test_inline_alone_handlers_run_in_the_read_loop_only_for_a_lone_reques
                 got += decoder.feed(await stream.receive_some(65536))
         return got
 
+    return tasks, stream, answers
+
+
+async def test_inline_alone_handlers_run_in_the_read_loop_only_for_a_lone_request(nursery):
+    """``inline_alone``: a request that arrives alone (one in flight) is handled by the read
+    loop itself; requests read together get a task each, so a slow one does not hold back
+    the answers of the others."""
+    tasks, stream, answers = await slow_echo_connection(nursery, inline_alone=True)
     for i in range(3):
         await stream.send_all(echo_frames(1).replace(b'"i":"0"', f'"i":"{i}"'.encode()))
         (answer,) = await answers(1)
@@ -395,25 +406,7 @@ async def test_inline_idle_handlers_run_in_the_read_loop_only_while_nothing_else
     connection with nothing else in flight is handled by the read loop itself; one that
     arrives while another is still being handled gets a task of its own, so it is not held
     behind the first one's wait."""
-    tasks: list[object] = []
-
-    async def maybe_slow(connection: Connection, request: RemotingCommand) -> RemotingCommand:
-        tasks.append(trio.lowlevel.current_task())
-        await trio.sleep(float(request.ext.get("sleep", "0")))
-        return request.response(0, request.ext)
-
-    router = Router(name="idle")
-    router.register(ECHO, maybe_slow, inline_idle=True)
-    server = await serve(nursery, router, TransportLimits())
-    stream = await raw_connection(server)
-    decoder = FrameDecoder()
-
-    async def answers(count: int) -> list[RemotingCommand]:
-        got: list[RemotingCommand] = []
-        with trio.fail_after(10):
-            while len(got) < count:
-                got += decoder.feed(await stream.receive_some(65536))
-        return got
+    tasks, stream, answers = await slow_echo_connection(nursery, inline_idle=True)
 
     def request(opaque: int, **ext: str) -> bytes:
         command = RemotingCommand.request(ECHO, ext)

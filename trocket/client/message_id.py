@@ -41,18 +41,18 @@ class MessageIdGenerator:
 
     def next_id(self) -> str:
         """One id (:meth:`next_ids` without the list: a single send's path)."""
-        now_ms = int(time.time() * 1000)
-        with self._lock:
-            if now_ms >= self._next_month:
-                self._month_start = _month_start_ms(now_ms / 1000)
-                self._next_month = self._month_start + 32 * 86_400_000
-            number = next(self._counter)
-            elapsed = (now_ms - self._month_start) & 0xFFFFFFFF
-        return f"{(self._prefix + struct.pack('>I', elapsed)).hex().upper()}{number & 0xFFFF:04X}"
+        head, number = self._reserve(1)
+        return f"{head}{number & 0xFFFF:04X}"
 
     def next_ids(self, count: int) -> list[str]:
         """``count`` consecutive ids: the clock read and the counter reserved once, each id
         then only its counter formatted (a batch's ids cost a format each)."""
+        head, first = self._reserve(count)
+        return [f"{head}{number & 0xFFFF:04X}" for number in range(first, first + count)]
+
+    def _reserve(self, count: int) -> tuple[str, int]:
+        """The ids' common head (prefix and time since the month began) and the first of
+        ``count`` consecutive counter values, reserved under the lock."""
         now_ms = int(time.time() * 1000)
         with self._lock:
             if now_ms >= self._next_month:
@@ -62,8 +62,7 @@ class MessageIdGenerator:
             if count > 1:
                 self._counter = itertools.count(first + count)
             elapsed = (now_ms - self._month_start) & 0xFFFFFFFF
-        head = (self._prefix + struct.pack(">I", elapsed)).hex().upper()
-        return [f"{head}{number & 0xFFFF:04X}" for number in range(first, first + count)]
+        return (self._prefix + struct.pack(">I", elapsed)).hex().upper(), first
 
 
 _GENERATOR = MessageIdGenerator()
