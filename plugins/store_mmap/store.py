@@ -74,7 +74,8 @@ class MmapStore:
     _flusher: FlushThread | None = attrs.field(default=None, init=False)
     """The thread that commits and flushes the log (started on first use)."""
     warmer: FileWarmer | None = attrs.field(default=None, init=False)
-    """Writes zeros into log files ahead of the appends (``warm_mapped_file``), from recovery on."""
+    """Writes zeros into log files ahead of the appends from recovery on; set by
+    :func:`open_mmap_store` when ``warm_mapped_file`` is on."""
 
     def __attrs_post_init__(self) -> None:
         self.retention = RetentionService(self, self.config)
@@ -100,17 +101,14 @@ class MmapStore:
         )
         for note in report.notes:
             log.info("recovery: %s", note)
-        if self.config.warm_mapped_file:
-            await self._start_warming()
+        if self.warmer is not None:
+            await self._start_warming(self.warmer)
         return report
 
-    async def _start_warming(self) -> None:
+    async def _start_warming(self, warmer: FileWarmer) -> None:
         """Warm the active file from a chunk past its end now (the broker does not serve yet),
         files created ahead of it in the background, and from now on every file the log
         creates (``plugins.store_mmap.warm``)."""
-        if self.warmer is None:
-            self.warmer = FileWarmer()
-        warmer = self.warmer
         files = self.commit_log.files
         files.on_created = lambda mapped, appends_now: warmer.warm(mapped, MARGIN if appends_now else 0)
         end = self.commit_log.append_end
