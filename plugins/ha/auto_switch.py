@@ -63,6 +63,9 @@ class AutoSwitchReplicator:
     """Asks the controller for a new SyncStateSet (given the current set epoch); the agreed set
     and its epoch, or None when refused. Set by the controller agent."""
     _pending: frozenset[int] = attrs.field(default=frozenset(), init=False)
+    _has_master: bool = attrs.field(default=False, init=False)
+    """A slave that follows a master: only then does its confirm offset follow its log (see
+    :meth:`_following`)."""
     _caught_up_at: dict[int, float] = attrs.field(factory=dict, init=False)
     _end_at_last_ack: dict[int, int] = attrs.field(factory=dict, init=False)
     _mode_changed: trio.Event = attrs.field(factory=trio.Event, init=False)
@@ -154,7 +157,9 @@ class AutoSwitchReplicator:
         log.info("HA: master of epoch %d, SyncStateSet %s", epoch, sorted(members))
 
     def become_slave(self, master_ha_address: str) -> None:
-        """Follow ``master_ha_address`` ("": follow nobody for now, while the agent truncates)."""
+        """Follow ``master_ha_address`` ("": follow nobody for now, while the agent truncates;
+        the confirm offset stays where it is until then)."""
+        self._has_master = bool(master_ha_address)
         if self.is_master:
             self.is_master = False
             self.server.serving = False
@@ -210,12 +215,21 @@ class AutoSwitchReplicator:
         return (self.sync_state_set | self._pending) - {self.broker_id}
 
     def _following(self) -> bool:
-        return not self.is_master or not self._watched()
+        """Whether the confirm offset follows the log end: on a slave following a master (its
+        log is the master's), or on a master alone in its set. Not on a slave between masters:
+        a master that steps down holds a tail its set never acknowledged, which the agent is
+        about to compare with the new master's history and cut; confirmed, dispatch would show
+        it to consumers first (fault scenario S1: a deposed master, resumed after a pause,
+        appended a send still queued on its socket, stepped down, and a long-polling consumer
+        read that message at an offset the new master had given to another)."""
+        if not self.is_master:
+            return self._has_master
+        return not self._watched()
 
     async def _follow_wrote(self) -> None:
-        """On a slave, or a master alone in its set, the confirm offset is the log end; for a
-        master alone that acknowledges only after fsync, the flushed position (see
-        :attr:`alone_shows_flushed`)."""
+        """On a slave that follows a master, or a master alone in its set, the confirm offset
+        is the log end; for a master alone that acknowledges only after fsync, the flushed
+        position (see :attr:`alone_shows_flushed`)."""
         while True:
             if self._following():
                 position = self._alone_position()
@@ -243,7 +257,8 @@ class AutoSwitchReplicator:
         return acks
 
     def _recompute(self) -> None:
-        if self._following():
+        """A master with replicas in its set: the smallest offset they all acknowledged."""
+        if not self.is_master or not self._watched():
             return
         acks = self._acks()
         lowest = min(acks.get(member, -1) for member in self._watched())
