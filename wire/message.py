@@ -116,7 +116,12 @@ class Message(MessagePropertiesView):
         """Whether the message asks for delayed delivery (a delay level, or one of RocketMQ 5's
         :data:`TIMER_PROPERTIES`)."""
         props = self.properties
-        return self.delay_level > 0 or any(name in props for name in TIMER_PROPERTIES)
+        if not props:
+            return False
+        level = props.get(PROPERTY_DELAY_TIME_LEVEL)
+        if level is not None and level != "0" and self.delay_level > 0:
+            return True
+        return not props.keys().isdisjoint(TIMER_PROPERTIES)  # one C call: asked twice a send
 
 
 @attrs.define

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import struct
 
+import orjson
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -114,6 +115,23 @@ def test_booleans_accept_java_and_cpp_spellings():
     assert parse_bool("true") and parse_bool("TRUE") and parse_bool("1")
     assert not parse_bool("0") and not parse_bool("false") and not parse_bool(None)
     assert string_fields({"x": False, "y": 1.5}) == {"x": "false", "y": "1.5"}
+
+
+def test_string_fields_copies_all_strings_and_converts_the_rest():
+    """The all-strings fast path returns a copy (a caller's dict is never the command's), and
+    one value of another kind sends the whole mapping through the conversion."""
+    strings = {"a": "1", "b": ""}
+    copied = string_fields(strings)
+    assert copied == strings and copied is not strings
+    assert string_fields({"a": "1", "b": 2, "c": None, "d": True}) == {"a": "1", "b": "2", "d": "true"}
+
+
+def test_a_json_header_with_numbers_in_ext_fields_decodes_to_strings():
+    header = orjson.dumps(
+        {"code": 10, "opaque": 1, "flag": 0, "extFields": {"queueId": 3, "wait": True, "x": "y"}}
+    )
+    (command,) = FrameDecoder().feed(struct.pack(">iI", 4 + len(header), len(header)) + header)
+    assert command.ext == {"queueId": "3", "wait": "true", "x": "y"}
 
 
 text = st.text(max_size=20)

@@ -334,19 +334,19 @@ class Producer:
         reconsume_times = 0
         if topic.startswith(RETRY_TOPIC_PREFIX):  # a consumer's own retry copy (see send_back)
             reconsume_times = int(properties.get(PROPERTY_RECONSUME_TIME, "0") or 0)
-        header = {
+        header = {  # strings already: the header's fast path (string_fields)
             "a": self.group,
             "b": topic,
             "c": "TBW102",
-            "d": self.default_topic_queue_nums,
-            "e": queue_id,
-            "f": sys_flag,
-            "g": int(time.time() * 1000),
-            "h": flag,
+            "d": str(self.default_topic_queue_nums),
+            "e": str(queue_id),
+            "f": str(sys_flag),
+            "g": str(int(time.time() * 1000)),
+            "h": str(flag),
             "i": encode_properties(properties).decode() if properties else "",
-            "j": reconsume_times,
-            "k": False,
-            "m": code == RequestCode.SEND_BATCH_MESSAGE,
+            "j": str(reconsume_times),
+            "k": "false",
+            "m": "true" if code == RequestCode.SEND_BATCH_MESSAGE else "false",
         }
         return RemotingCommand.request(code, header, body)
 

@@ -52,7 +52,8 @@ V2_FIELDS = {
 def send_header(request: RemotingCommand) -> dict[str, str]:
     """The long-form header of any send code (V2's one-letter keys expanded)."""
     if request.code in (RequestCode.SEND_MESSAGE_V2, RequestCode.SEND_BATCH_MESSAGE):
-        return {V2_FIELDS.get(k, k): v for k, v in request.ext.items()}
+        ext = request.ext  # the keys mapped in one C loop (a comprehension cost 1 µs a send)
+        return dict(zip(map(V2_FIELDS.get, ext, ext), ext.values(), strict=True))
     return request.ext
 
 
@@ -64,7 +65,7 @@ async def handle_send(
         return prepared
     batch, queue_id = prepared
     result = await net.runtime.put(batch)
-    _count(net, request, batch, result)
+    _count(net, request, batch, result, trio.current_time())
     return _answer(net.config, request, queue_id, result)
 
 
@@ -94,10 +95,11 @@ async def handle_send_group(
         batches.append(prepared[0])
         queue_ids.append(prepared[1])
     put = await net.runtime.put_group(batches) if batches else []
+    now = trio.current_time()
     for batch, result, request in zip(
         batches, put, (r for r, a in zip(requests, answers, strict=True) if a is None), strict=True
     ):
-        _count(net, request, batch, result)
+        _count(net, request, batch, result, now)
     results = iter(put)
     ids = iter(queue_ids)
     return [
@@ -197,12 +199,15 @@ async def _prepare(
     return batch, queue_id
 
 
-def _count(net: BrokerNetwork, request: RemotingCommand, batch: MessageBatch, result: PutResult) -> None:
-    """``TOPIC_PUT_NUMS``/``SIZE`` for statsAll: once per request, the body's length as its size."""
+def _count(
+    net: BrokerNetwork, request: RemotingCommand, batch: MessageBatch, result: PutResult, now: float
+) -> None:
+    """``TOPIC_PUT_NUMS``/``SIZE`` for statsAll: once per request, the body's length as its size
+    (``now``: read once for a group of sends)."""
     if result.status.stored:
         payload = batch.payload
         topic = getattr(payload, "topic", None) or payload[0].topic
-        net.stats.put(topic, len(batch), len(request.body), trio.current_time())
+        net.stats.put(topic, len(batch), len(request.body), now)
 
 
 def _answer(
@@ -216,8 +221,8 @@ def _answer(
         code,
         {
             "msgId": ",".join(appended.msg_ids),
-            "queueId": queue_id,
-            "queueOffset": appended.queue_offsets[0],
+            "queueId": str(queue_id),  # strings already: the header's fast path (string_fields)
+            "queueOffset": str(appended.queue_offsets[0]),
             "MSG_REGION": config.region_id,
             "TRACE_ON": "true" if config.trace_on else "false",
         },
