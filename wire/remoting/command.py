@@ -115,6 +115,10 @@ class RemotingCommand:
         return lengths + header
 
 
+_IS_STR = str.__instancecheck__
+"""``isinstance(value, str)`` as a function for ``map``: all-string headers are checked in C."""
+
+
 def string_fields(values: Mapping[str, object]) -> dict[str, str]:
     """extFields as RocketMQ reads them: every value a string, booleans as ``true``/``false``,
     ``None`` dropped. A copy, also when every value is a string already (the common case,
@@ -132,9 +136,6 @@ def string_fields(values: Mapping[str, object]) -> dict[str, str]:
         else:
             out[key] = str(value)
     return out
-
-
-_IS_STR = str.__instancecheck__
 
 
 def parse_bool(value: str | None, default: bool = False) -> bool:
