@@ -3,6 +3,11 @@
 No request queue: each waiting put awaits ``store.positions.flushed`` reaching its end offset,
 and the flusher loop flushes whenever somebody waits. Puts arriving during a flush are covered
 by the next one, so one fsync releases a whole group.
+
+A put that finds no flush running flushes itself (the *leader*): handing the flush to the
+loop's task and being woken by it cost a lone sync put four scheduler passes, a quarter of its
+round trip (``docs/performance.md``, thirteenth step). Puts arriving while the leader flushes
+wake the loop as before, so the next group forms behind it.
 """
 
 from __future__ import annotations
@@ -33,6 +38,8 @@ class GroupCommitStatistics:
     """Flushes that failed."""
     flush_latency: LatencySnapshot | None = None
     """How long each flush (one fsync releasing a group of puts) took."""
+    led: int = 0
+    """Flushes a put ran itself, finding no flush under way (the rest ran on the loop's task)."""
 
 
 @attrs.define(eq=False)
@@ -43,6 +50,9 @@ class GroupCommitFlush:
     timeout: float
     name: str = "sync"
     _wanted: trio.Event = attrs.field(factory=trio.Event, init=False)
+    _flushing: int = attrs.field(default=0, init=False)
+    """Flushes under way (the loop's and a leader's; the store serialises them)."""
+    _led: int = attrs.field(default=0, init=False)
     _flushes: int = attrs.field(default=0, init=False)
     _released: int = attrs.field(default=0, init=False)
     _timeouts: int = attrs.field(default=0, init=False)
@@ -61,23 +71,46 @@ class GroupCommitFlush:
         while True:
             await self._wanted.wait()
             self._wanted = trio.Event()
-            started = trio.current_time()
-            try:
-                await self.store.flush()
-                self._flushes += 1
-                self._latency.observe(trio.current_time() - started)
-            except FlushError as error:
-                self._failures += 1
-                log.error("sync flush failed: %s", error)
+            await self._flush()
+
+    async def _flush(self) -> None:
+        self._flushing += 1
+        started = trio.current_time()
+        try:
+            await self.store.flush()
+            self._flushes += 1
+            self._latency.observe(trio.current_time() - started)
+        except FlushError as error:
+            self._failures += 1
+            log.error("sync flush failed: %s", error)
+        finally:
+            self._flushing -= 1
 
     async def wait_durable(self, result: AppendResult, *, wait: bool) -> Durability:
         flushed = self.store.positions.flushed
-        if flushed.value < result.end_offset:
-            self._wanted.set()  # a flush already past this put (an earlier one of its group) needs no other
+        end = result.end_offset
+        if flushed.value >= end:  # a flush already past this put (an earlier one of its group)
+            if not wait:
+                return Durability.IN_PAGE_CACHE
+            self._released += 1
+            return Durability.FLUSHED
+        deadline = trio.current_time() + self.timeout
+        if wait and not self._flushing and not self._wanted.is_set() and flushed.failure is None:
+            # The leader: nobody flushes, so this put's task does, with no hand-over. Its
+            # deadline still holds while the flush waits (a slow disk); a flush already on the
+            # disk is waited for (it cannot be abandoned), as the loop's is.
+            self._led += 1
+            with trio.move_on_at(deadline):
+                await self._flush()
+            if flushed.value >= end:
+                self._released += 1
+                return Durability.FLUSHED
+        if flushed.failure is None:  # a failed store is not flushed again; its waiters get FAILED
+            self._wanted.set()
         if not wait:
             return Durability.IN_PAGE_CACHE
         try:
-            reached = await flushed.wait_reached_by(result.end_offset, trio.current_time() + self.timeout)
+            reached = await flushed.wait_reached_by(end, deadline)
         except WatermarkFailed:
             return Durability.FAILED
         if not reached:
@@ -91,5 +124,5 @@ class GroupCommitFlush:
 
     def statistics(self) -> GroupCommitStatistics:
         return GroupCommitStatistics(
-            self._flushes, self._released, self._timeouts, self._failures, self._latency.snapshot()
+            self._flushes, self._released, self._timeouts, self._failures, self._latency.snapshot(), self._led
         )

@@ -44,3 +44,82 @@ async def test_puts_of_a_group_already_flushed_ask_for_no_other_flush():
         assert await policy.wait_durable(appended(40), wait=True) is Durability.FLUSHED
         assert store.flushes == 2
         nursery.cancel_scope.cancel()
+
+
+@attrs.define
+class GatedStore(CountingStore):
+    """Flushes one at a time (as the stores serialise them), each waiting for ``gate`` (a disk
+    that is slow while the test wants it); remembers which task ran them."""
+
+    gate: trio.Event = attrs.field(factory=trio.Event)
+    flushed_by: list[object] = attrs.field(factory=list)
+    lock: trio.Lock = attrs.field(factory=trio.Lock)
+
+    async def flush(self, **_: object) -> int:
+        async with self.lock:
+            self.flushed_by.append(trio.lowlevel.current_task())
+            covered = self.positions.wrote.value  # what is on the disk when the flush starts
+            await self.gate.wait()
+            self.flushes += 1
+            self.positions.flushed.advance(covered)
+            return self.positions.flushed.value
+
+
+async def test_a_lone_put_flushes_on_its_own_task():
+    """No hand-over to the flush loop's task when no flush is under way: the put's own task
+    flushes (a lone sync put saved the scheduler passes of waking the loop and being woken)."""
+    store = GatedStore()
+    store.gate.set()
+    policy = GroupCommitFlush(store, timeout=5.0)  # type: ignore[arg-type]
+    async with trio.open_nursery() as nursery:
+        await nursery.start(policy.run)
+        store.positions.wrote.advance(10)
+        assert await policy.wait_durable(appended(10), wait=True) is Durability.FLUSHED
+        assert store.flushed_by == [trio.lowlevel.current_task()]
+        statistics = policy.statistics()
+        assert (statistics.led, statistics.flushes, statistics.released) == (1, 1, 1)
+        nursery.cancel_scope.cancel()
+
+
+async def test_puts_arriving_during_a_leaders_flush_share_the_next_flush():
+    store = GatedStore()
+    policy = GroupCommitFlush(store, timeout=5.0)  # type: ignore[arg-type]
+    results: dict[int, Durability] = {}
+
+    async def put(end: int) -> None:
+        store.positions.wrote.advance(end)
+        results[end] = await policy.wait_durable(appended(end), wait=True)
+
+    async with trio.open_nursery() as nursery:
+        await nursery.start(policy.run)
+        nursery.start_soon(put, 10)
+        await trio.testing.wait_all_tasks_blocked()  # the leader is inside its flush
+        nursery.start_soon(put, 20)
+        nursery.start_soon(put, 30)
+        await trio.testing.wait_all_tasks_blocked()
+        assert len(store.flushed_by) == 1 and not results, "nobody else flushes while the leader does"
+        store.gate.set()
+        while len(results) < 3:
+            await trio.testing.wait_all_tasks_blocked()
+        assert results == {10: Durability.FLUSHED, 20: Durability.FLUSHED, 30: Durability.FLUSHED}
+        assert store.flushes == 2, "one flush for the leader, one for the two that came during it"
+        assert policy.statistics().led == 1
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_leader_on_a_stalled_disk_is_answered_at_its_deadline(autojump_clock):
+    """The leader's own flush does not stretch its wait past the timeout: FLUSH_DISK_TIMEOUT
+    then (RocketMQ's syncFlushTimeout), and the store is flushed again for the next put."""
+    store = GatedStore()
+    policy = GroupCommitFlush(store, timeout=5.0)  # type: ignore[arg-type]
+    async with trio.open_nursery() as nursery:
+        await nursery.start(policy.run)
+        store.positions.wrote.advance(10)
+        started = trio.current_time()
+        assert await policy.wait_durable(appended(10), wait=True) is Durability.TIMEOUT
+        assert trio.current_time() - started == 5.0
+        assert policy.statistics().timeouts == 1
+        store.gate.set()
+        store.positions.wrote.advance(20)
+        assert await policy.wait_durable(appended(20), wait=True) is Durability.FLUSHED
+        nursery.cancel_scope.cancel()
