@@ -204,7 +204,7 @@ class MmapStore:
 
     def _flush_thread(self) -> FlushThread:
         if self._flusher is None:
-            self._flusher = FlushThread()
+            self._flusher = FlushThread(poll=self.config.flush_wait == "poll")
         return self._flusher
 
     def _fail(self, error: FlushError) -> None:

@@ -12,9 +12,10 @@ import trio
 from plugins.store_mmap.flush_thread import BLOCK_LIMIT, FlushThread
 
 
-@pytest.fixture
-def flusher():
-    thread = FlushThread()
+@pytest.fixture(params=[False, True], ids=["sleep", "poll"])
+def flusher(request):
+    """Both ways of waiting for a fast call (``[store_mmap] flush_wait``) keep every promise."""
+    thread = FlushThread(poll=request.param)
     yield thread
     thread.close()
 
