@@ -44,11 +44,6 @@ class StoreMmapConfig:
     (a background thread), so a flush writes data into blocks written before instead of
     converting fresh ones: sync-flush batches 20-30 % faster here, at the price of writing the
     log twice (``plugins.store_mmap.warm``). Not with ``write_path = "mmap"``."""
-    flush_wait: str = fields.choice("poll", ("poll", "sleep"))
-    """How the event loop waits for a flush that returns quickly (it waits for at most 1 ms,
-    then awaits it): ``poll`` looks at the flush thread's completion in a loop that yields the
-    core (no wake-up to pay when the flush returns: one sync-flush send in flight ran 9 %
-    faster here, for about 40 µs more CPU a message), ``sleep`` blocks on it."""
     max_open_queue_files: int = fields.integer(0, minimum=0)
     """Consume-queue files open at once at most (each holds one file descriptor); the least
     recently used are closed and reopened on their next use. 0: 1,024, or a quarter of the

@@ -9,19 +9,12 @@ fast flush beats: the wake-ups become two futex hand-offs and the loop runs on a
 that takes longer is waited for asynchronously from then on, so a stalled disk holds the loop
 for ``BLOCK_LIMIT`` once, never for the stall; while recent flushes run slow (a disk that is
 slow, not stalled) the loop does not block at all.
-
-How the loop blocks is a choice (``[store_mmap] flush_wait``): asleep on the completion (a
-futex: the thread's hand-back wakes it), or polling it, yielding the core between looks
-(``sched_yield``), as the connections' busy polling does for the network: the loop is not put
-to sleep, so no wake-up is paid when the flush returns. The loop is held as long either way.
 """
 
 from __future__ import annotations
 
-import os
 import queue
 import threading
-import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -57,9 +50,7 @@ class _Call:
 class FlushThread:
     """One thread running blocking calls in order; :meth:`run` awaits one."""
 
-    def __init__(self, name: str = "trocket-flush", *, poll: bool = False) -> None:
-        self.poll = poll
-        """Wait for fast calls by polling their completion instead of sleeping on it."""
+    def __init__(self, name: str = "trocket-flush") -> None:
         self._calls: queue.SimpleQueue[_Call | None] = queue.SimpleQueue()
         self._lock = threading.Lock()
         self._thread = threading.Thread(target=self._serve, name=name, daemon=True)
@@ -78,7 +69,7 @@ class FlushThread:
         call = _Call(function, args)
         started = trio.current_time()
         self._calls.put(call)
-        if self.recent_seconds > BLOCK_LIMIT * SLOW_SHARE or not self._finished_within(call, BLOCK_LIMIT):
+        if self.recent_seconds > BLOCK_LIMIT * SLOW_SHARE or not call.done.wait(BLOCK_LIMIT):
             with self._lock:
                 if not call.finished:
                     call.woken = trio.Event()
@@ -94,16 +85,6 @@ class FlushThread:
         if call.error is not None:
             raise call.error
         return call.result  # type: ignore[no-any-return]
-
-    def _finished_within(self, call: _Call, seconds: float) -> bool:
-        if not self.poll:
-            return call.done.wait(seconds)
-        limit = time.perf_counter() + seconds
-        while not call.finished:
-            if time.perf_counter() >= limit:
-                return False
-            os.sched_yield()  # lets the thread (and anything else runnable) have the core
-        return True
 
     def close(self) -> None:
         """Stop the thread after the calls already submitted."""

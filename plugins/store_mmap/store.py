@@ -204,7 +204,7 @@ class MmapStore:
 
     def _flush_thread(self) -> FlushThread:
         if self._flusher is None:
-            self._flusher = FlushThread(poll=self.config.flush_wait == "poll")
+            self._flusher = FlushThread()
         return self._flusher
 
     def _fail(self, error: FlushError) -> None:

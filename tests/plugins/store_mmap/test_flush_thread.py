@@ -12,10 +12,9 @@ import trio
 from plugins.store_mmap.flush_thread import BLOCK_LIMIT, FlushThread
 
 
-@pytest.fixture(params=[False, True], ids=["sleep", "poll"])
-def flusher(request):
-    """Both ways of waiting for a fast call (``[store_mmap] flush_wait``) keep every promise."""
-    thread = FlushThread(poll=request.param)
+@pytest.fixture
+def flusher():
+    thread = FlushThread()
     yield thread
     thread.close()
 
