@@ -5,9 +5,10 @@ and the flusher loop flushes whenever somebody waits. Puts arriving during a flu
 by the next one, so one fsync releases a whole group.
 
 A put that finds no flush running flushes itself (the *leader*): handing the flush to the
-loop's task and being woken by it cost a lone sync put four scheduler passes, a quarter of its
-round trip (``docs/performance.md``, thirteenth step). Puts arriving while the leader flushes
-wake the loop as before, so the next group forms behind it.
+loop's task and being woken by it cost a lone sync put four scheduler passes, each running the
+connections' busy poller (``docs/performance.md``, thirteenth step: 2,383 -> 2,683 sends a
+second in the probe). Puts arriving while the leader flushes wake the loop as before, so the
+next group forms behind it.
 """
 
 from __future__ import annotations

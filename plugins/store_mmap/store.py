@@ -226,7 +226,7 @@ class MmapStore:
             await lock.acquire()
         else:
             # No scheduler pass on the way to the disk: a lone sync put flushes on its own
-            # task (flush_sync's leader), and each pass cost it a tenth of its round trip.
+            # task (flush_sync's leader), and every pass runs the connections' busy poller.
             lock.acquire_nowait()
         try:
             await self._commit_locked(pass_when_empty=False)
