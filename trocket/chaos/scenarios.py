@@ -372,10 +372,19 @@ async def coordination_split(run: FaultRun, seconds: float = 12) -> None:
         run.lab.heal()
 
 
+SUCCESSORS = 2
+"""SyncStateSet members a master must have before a fault kills it (itself and a slave in
+sync). A master elected a moment ago starts with a set of one, and the controller rightly
+elects nobody else if it dies then (``enableElectUncleanMaster`` false): killing it then tests
+nothing but the harness's patience (an S1 run that killed two masters a few seconds apart waited 90 s
+for an election that must not happen)."""
+
+
 async def master_then_controller_killed(run: FaultRun, delays_ms: tuple[int, ...] = (0, 150, 300)) -> None:
     """S6: the master SIGKILLed, then the leading controller SIGKILLed ``delay`` ms later (a
     sweep); both restarted before the next round."""
     for delay in delays_ms:
+        run.master = await run.cluster.wait_master(in_set=SUCCESSORS, timeout=90)
         leader = await run.leading_controller()
         master = run.cluster.replicas[run.master]
         with run.fault(
@@ -423,6 +432,7 @@ async def seeded_mix(run: FaultRun, rounds: int = 4) -> None:
         choice = run.rng.choice(["kill master", "pause master", "pause slave", "kill controller"])
         hold = run.rng.uniform(2, 6)
         if choice == "kill master":
+            run.master = await run.cluster.wait_master(in_set=SUCCESSORS, timeout=90)
             master = run.cluster.replicas[run.master]
             with run.fault(f"SIGKILL r{run.master} (master)"):
                 master.kill()
