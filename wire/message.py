@@ -118,8 +118,7 @@ class Message(MessagePropertiesView):
         props = self.properties
         if not props:
             return False
-        level = props.get(PROPERTY_DELAY_TIME_LEVEL)
-        if level is not None and level != "0" and self.delay_level > 0:
+        if PROPERTY_DELAY_TIME_LEVEL in props and self.delay_level > 0:
             return True
         return not props.keys().isdisjoint(TIMER_PROPERTIES)  # one C call: asked twice a send
 

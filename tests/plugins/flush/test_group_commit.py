@@ -100,8 +100,10 @@ async def test_puts_arriving_during_a_leaders_flush_share_the_next_flush():
         await trio.testing.wait_all_tasks_blocked()
         assert len(store.flushed_by) == 1 and not results, "nobody else flushes while the leader does"
         store.gate.set()
-        while len(results) < 3:
-            await trio.testing.wait_all_tasks_blocked()
+        with trio.fail_after(10):  # a put left waiting fails the test instead of spinning here
+            while len(results) < 3:
+                await trio.testing.wait_all_tasks_blocked()
+                await trio.sleep(0.001)
         assert results == {10: Durability.FLUSHED, 20: Durability.FLUSHED, 30: Durability.FLUSHED}
         assert store.flushes == 2, "one flush for the leader, one for the two that came during it"
         assert policy.statistics().led == 1
