@@ -204,14 +204,21 @@ def main() -> None:
     parser.add_argument("--in-flight", type=int, default=32)
     parser.add_argument("--size", type=int, default=128)
     parser.add_argument("--standalone", action="store_true", help="the proxy in its own process")
+    parser.add_argument(
+        "--grpc-server", choices=("completion_queue", "asyncio"), default="completion_queue",
+        help="[proxy] grpc_server: how trio drives grpcio",
+    )  # fmt: skip
     args = parser.parse_args()
     body = b"x" * args.size
     grpc_port = free_port()
+    proxy_settings = f'[proxy]\ngrpc_port = {grpc_port}\ngrpc_server = "{args.grpc_server}"\n'
     roles = '["broker", "namesrv"]' if args.standalone else '["broker", "namesrv", "proxy"]'
     with (
         tempfile.TemporaryDirectory() as root,
         running_trocket(
-            Path(root), f"roles = {roles}\nplugins = {PLUGINS}", f"[proxy]\ngrpc_port = {grpc_port}\n"
+            Path(root),
+            f"roles = {roles}\nplugins = {PLUGINS}",
+            proxy_settings,
         ) as namesrv,
         standalone_proxy(Path(root), namesrv, grpc_port, args.standalone),
     ):
@@ -226,6 +233,7 @@ def main() -> None:
             grpc_consume(endpoint, "BenchGrpc", broker_name, args.messages, args.in_flight)
         )
     where = "the proxy in its own process" if args.standalone else "one process"
+    where += f", grpc_server = {args.grpc_server}"
     print(f"{args.messages} messages of {args.size} B, {args.in_flight} in flight (async flush, {where})")
     print(f"{'row':<26}{'remoting msg/s':>16}{'gRPC proxy msg/s':>18}{'ratio':>8}  target")
     for name, base, proxied in (

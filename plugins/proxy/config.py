@@ -34,3 +34,8 @@ class ProxyConfig:
     """The proxy's own requests to brokers and NameServers."""
     client_expiry: float = fields.duration("120s")
     """A client not heard from (heartbeat, telemetry) for this long is forgotten."""
+    grpc_server: str = fields.choice("completion_queue", ("completion_queue", "asyncio"))
+    """How trio drives grpcio: ``completion_queue`` polls C-core's completion queue from one
+    thread and serves every call on trio's thread (:mod:`.completion_queue_host`);
+    ``asyncio`` is grpcio's public ``grpc.aio`` server in its own thread, each call handed to
+    trio and back (:mod:`.grpc_host`: slower, kept for a grpcio whose internals moved)."""

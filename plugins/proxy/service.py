@@ -26,6 +26,7 @@ from kernel.errors import ConfigError
 from kernel.tls_config import client_tls, inner_credentials, server_files
 from plugins.proxy import consuming, producing, routing
 from plugins.proxy.auth import authorize
+from plugins.proxy.completion_queue_host import CompletionQueueHost
 from plugins.proxy.config import ProxyConfig
 from plugins.proxy.consuming import Renewals
 from plugins.proxy.core import ProxyCore
@@ -221,7 +222,8 @@ class ProxyService:
                 local=self.runtime if "broker" in ctx.broker.roles else None,
             )
             self.core = core
-            host = GrpcHost(
+            host_type = CompletionQueueHost if self.config.grpc_server == "completion_queue" else GrpcHost
+            host = host_type(
                 SERVICE_NAME,
                 methods(core, self.stats),
                 f"{self.config.grpc_host}:{self.config.grpc_port}",

@@ -1,0 +1,386 @@
+"""grpcio's C-core server driven from trio: the gRPC stack without grpcio's Python server layer.
+
+Why not ``grpc.aio`` (:mod:`.grpc_host`, the first host): its Python layer costs 125-150 µs of
+a core per unary call before a handler runs, and reaching trio from its asyncio thread adds two
+thread hand-overs a call (measured in docs/performance.md, "The gRPC proxy against remoting").
+Both of grpcio's servers are built on the same Cython layer over C-core (``grpc._cython.cygrpc``:
+a server, a completion queue, calls and batches of operations); this host uses that layer
+directly. C-core still does everything a gRPC stack does (HTTP/2 and its flow control, TLS,
+keepalive, deadlines, message size limits, compression); only the per-call Python changes: a
+no-op unary call costs 27-36 µs of the server's core here instead of 150-170.
+
+One thread blocks in the completion queue's ``poll`` (which releases the GIL) and hands every
+event ready at that moment to trio in one ``run_sync_soon``. Everything else happens on trio's
+thread: requesting calls, starting each call's operations, decoding, the handler, encoding,
+the answer. A call runs as a trio task; the client cancelling it (or its deadline passing)
+cancels that task, found through the call's receive-close operation, which completes when the
+call ends either way. Stopping the host stops accepting calls, cancels the ones running (each
+answers UNAVAILABLE), then ends the thread.
+
+``grpc._cython`` is grpcio's internal interface: the versions it is tested with are pinned in
+``pyproject.toml`` and ``[proxy] grpc_server = "asyncio"`` switches back to the public one.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import threading
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import attrs
+import grpc
+import trio
+from google.protobuf.message import DecodeError
+from grpc._common import STATUS_CODE_TO_CYGRPC_STATUS_CODE
+from grpc._cython import cygrpc
+
+from plugins.proxy.grpc_host import BidiStream, HostStopped, Method, RpcAbort
+
+log = logging.getLogger(__name__)
+
+_NO_FLAGS = 0
+_OK = cygrpc.StatusCode.ok
+_COMPLETE = cygrpc.CompletionType.operation_complete
+_QUEUE_SHUTDOWN = cygrpc.CompletionType.queue_shutdown
+_NEW_CALL = "new call"
+_UNIMPLEMENTED = STATUS_CODE_TO_CYGRPC_STATUS_CODE[grpc.StatusCode.UNIMPLEMENTED]
+_UNAVAILABLE = STATUS_CODE_TO_CYGRPC_STATUS_CODE[grpc.StatusCode.UNAVAILABLE]
+_SHUTDOWN = "shutdown"
+
+
+class _Unwatched:
+    """The tag of operations nobody waits for (a unary answer: C-core holds what it sends)."""
+
+    @staticmethod
+    def complete(event: Any) -> None:
+        pass
+
+
+_UNWATCHED = _Unwatched()
+
+
+class _Waiter:
+    """The tag of one batch a task waits for."""
+
+    __slots__ = ("done", "event")
+
+    def __init__(self) -> None:
+        self.done = trio.Event()
+        self.event: Any = None
+
+    def complete(self, event: Any) -> None:
+        self.event = event
+        self.done.set()
+
+
+@attrs.define(eq=False)
+class _CallState:
+    """One call being served; also the tag of its receive-close operation, which completes
+    when the call ends: cancelled (by the client, a deadline, or the host stopping) or
+    answered."""
+
+    call: Any
+    scope: trio.CancelScope = attrs.field(factory=trio.CancelScope)
+    initial_sent: bool = False
+    finished: bool = False
+    cancelled: bool = False
+
+    def complete(self, event: Any) -> None:
+        if event.batch_operations[0].cancelled():
+            self.cancelled = True
+            self.scope.cancel()
+
+    def start(self, operations: Sequence[Any], tag: Any = _UNWATCHED) -> None:
+        """Start a batch, the initial metadata first if it has not gone yet."""
+        if not self.initial_sent:
+            self.initial_sent = True
+            operations = (cygrpc.SendInitialMetadataOperation(None, _NO_FLAGS), *operations)
+        try:
+            self.call.start_server_batch(tuple(operations), tag)
+        except ValueError:
+            # C-core refuses operations on a call that has ended (cancelled meanwhile).
+            self.cancelled = True
+            self.scope.cancel()
+
+    async def run(self, operations: Sequence[Any]) -> Any:
+        waiter = _Waiter()
+        self.start(operations, waiter)
+        if self.cancelled:
+            raise HostStopped("the call has ended")
+        await waiter.done.wait()
+        return waiter.event
+
+    async def read(self) -> bytes | None:
+        """The client's next message, ``None`` once it has sent its last."""
+        event = await self.run((cygrpc.ReceiveMessageOperation(_NO_FLAGS),))
+        return event.batch_operations[-1].message() if event.success else None
+
+    def finish(self, code: Any = _OK, details: str = "", message: bytes | None = None) -> None:
+        if self.finished or self.cancelled:
+            return
+        self.finished = True
+        status = cygrpc.SendStatusFromServerOperation(None, code, details.encode(), _NO_FLAGS)
+        if message is None:
+            self.start((status,))
+        else:
+            self.start((cygrpc.SendMessageOperation(message, _NO_FLAGS), status))
+
+
+def _decoded(method: Method, data: bytes | None) -> Any:
+    if data is None:
+        raise RpcAbort(
+            grpc.StatusCode.INVALID_ARGUMENT, f"{method.name}: the call carried no request message"
+        )
+    try:
+        return method.request_type.FromString(data)
+    except DecodeError as error:
+        raise RpcAbort(
+            grpc.StatusCode.INVALID_ARGUMENT,
+            f"{method.name}: not a {method.request_type.DESCRIPTOR.full_name}: {error}",
+        ) from None
+
+
+@attrs.frozen(eq=False)
+class _Arrival:
+    """The tag of a new call's first read, started by the poller as the call arrives (the
+    client sent its request with the call, so both events usually come in one burst)."""
+
+    state: _CallState
+    method: bytes
+    metadata: tuple[tuple[str, Any], ...]
+
+    def complete(self, event: Any) -> None:
+        raise AssertionError("an arrival is served by the host")  # pragma: no cover
+
+
+@attrs.define(eq=False)
+class _Poller:
+    """The poller thread: block for an event, take every other one already there, hand trio
+    the ones it must act on in one ``run_sync_soon`` (one wake-up of trio's loop for a burst).
+
+    It accepts new calls itself (asks C-core for the next, starts the call's receive-close and
+    first read), and drops what needs nobody: completed answers, calls that ended normally.
+    So a unary call wakes trio once, with its request, instead of four times."""
+
+    server: Any
+    queue: Any
+    token: trio.lowlevel.TrioToken
+    deliver: Callable[[list[Any]], None]
+    stopping: bool = False
+
+    def run(self) -> None:
+        queue = self.queue
+        while True:
+            wanted: list[Any] = []
+            event = queue.poll()
+            while event.completion_type == _COMPLETE:
+                tag = event.tag
+                if tag is _NEW_CALL:
+                    self._accept(event, wanted)
+                elif tag is _UNWATCHED:
+                    pass
+                elif type(tag) is _CallState and not event.batch_operations[0].cancelled():
+                    pass
+                else:
+                    wanted.append(event)
+                event = queue.poll(0)
+            if wanted:
+                try:
+                    self.token.run_sync_soon(self.deliver, wanted)
+                except trio.RunFinishedError:
+                    return
+            if event.completion_type == _QUEUE_SHUTDOWN:
+                return
+
+    def _accept(self, event: Any, wanted: list[Any]) -> None:
+        if self.stopping or not event.success:
+            return
+        try:
+            self.server.request_call(self.queue, self.queue, _NEW_CALL)
+        except Exception:  # noqa: BLE001 - the server is shutting down: no more calls wanted
+            log.debug("gRPC: no further call requested", exc_info=True)
+        call = event.call
+        state = _CallState(call)
+        try:
+            call.start_server_batch((cygrpc.ReceiveCloseOnServerOperation(_NO_FLAGS),), state)
+            arrival = _Arrival(state, event.call_details.method, tuple(event.invocation_metadata))
+            call.start_server_batch((cygrpc.ReceiveMessageOperation(_NO_FLAGS),), arrival)
+        except ValueError:
+            log.debug("gRPC: a call ended as it arrived", exc_info=True)
+
+
+@attrs.define(eq=False)
+class CompletionQueueHost:
+    """See the module docstring; the same constructor and ``serve`` as :class:`.GrpcHost`."""
+
+    service_name: str
+    methods: list[Method]
+    address: str
+    options: list[tuple[str, Any]] = attrs.field(factory=list)
+    credentials: grpc.ServerCredentials | None = None
+    grace: float = 2.0
+    port: int = 0
+    """The bound port, once serving."""
+    waiting_requests: int = 32
+    """Calls C-core may accept before the poller asks for more."""
+    _nursery: trio.Nursery | None = attrs.field(default=None, init=False)
+    _stopping: bool = attrs.field(default=False, init=False)
+    _shut_down: trio.Event = attrs.field(factory=trio.Event, init=False)
+    _trio_thread: int = attrs.field(default=0, init=False)
+    _token: trio.lowlevel.TrioToken | None = attrs.field(default=None, init=False)
+    _by_path: dict[bytes, Method] = attrs.field(factory=dict, init=False)
+
+    async def serve(self, *, task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED) -> None:
+        """Serve until cancelled; ``task_status`` gets the bound port.
+
+        :raises OSError: the address cannot be bound (in use, not local).
+        """
+        self._by_path = {f"/{self.service_name}/{m.name}".encode(): m for m in self.methods}
+        self._token = trio.lowlevel.current_trio_token()
+        self._trio_thread = threading.get_ident()
+        queue = cygrpc.CompletionQueue()
+        server = cygrpc.Server(tuple(self.options), False)
+        server.register_completion_queue(queue)
+        address = self.address.encode()
+        if self.credentials is None:
+            port = server.add_http2_port(address)
+        else:
+            port = server.add_http2_port(address, self.credentials._credentials)
+        if port == 0:
+            raise OSError(f"gRPC cannot listen on {self.address} (in use, or not an address of this host)")
+        server.start()
+        self.port = port
+        poller = _Poller(server, queue, self._token, self._deliver)
+        thread = threading.Thread(target=poller.run, name=f"grpc {self.address}", daemon=True)
+        thread.start()
+        try:
+            async with trio.open_nursery() as nursery:
+                self._nursery = nursery
+                for _ in range(self.waiting_requests):
+                    server.request_call(queue, queue, _NEW_CALL)
+                task_status.started(port)
+                try:
+                    await trio.sleep_forever()
+                finally:
+                    poller.stopping = True
+                    server.shutdown(queue, _SHUTDOWN)
+                    server.cancel_all_calls()
+        finally:
+            with trio.CancelScope(shield=True):
+                with trio.move_on_after(self.grace + 5):
+                    await self._shut_down.wait()
+                server.destroy()
+                queue.shutdown()
+                await trio.to_thread.run_sync(thread.join, 5)
+
+    def _deliver(self, events: list[Any]) -> None:
+        """Trio's side of the poller: a task per call that has its request, a wake-up for what
+        waits for a batch, a cancel for a call the client gave up."""
+        for event in events:
+            tag = event.tag
+            if type(tag) is _Arrival:
+                if self._nursery is not None:
+                    self._nursery.start_soon(self._serve_call, tag, event)
+            elif tag is _SHUTDOWN:
+                self._shut_down.set()
+            else:
+                tag.complete(event)
+
+    async def _serve_call(self, arrival: _Arrival, event: Any) -> None:
+        state = arrival.state
+        first = event.batch_operations[0].message() if event.success else None
+        method = self._by_path.get(arrival.method)
+        if method is None:
+            name = arrival.method.decode(errors="replace")
+            state.finish(
+                STATUS_CODE_TO_CYGRPC_STATUS_CODE[grpc.StatusCode.UNIMPLEMENTED], f"no method {name}"
+            )
+            return
+        metadata = {key: value for key, value in arrival.metadata if isinstance(value, str)}
+        peer = state.call.peer().decode(errors="replace")
+        try:
+            with state.scope:
+                if isinstance(method.handler, BidiStream):
+                    await self._bidi(method, method.handler, state, metadata, peer, first)
+                else:
+                    answer = await method.handler(_decoded(method, first), metadata, peer)
+                    if method.server_stream:
+                        await self._stream(method, state, answer)
+                    else:
+                        state.finish(message=method.response_type.SerializeToString(answer))
+        except trio.Cancelled:
+            state.finish(
+                STATUS_CODE_TO_CYGRPC_STATUS_CODE[grpc.StatusCode.UNAVAILABLE], "the broker is stopping"
+            )
+            raise
+        except Exception as error:  # noqa: BLE001 - every failure becomes a gRPC status
+            state.finish(*_status(error))
+
+    async def _stream(self, method: Method, state: _CallState, responses: list[Any]) -> None:
+        encode = method.response_type.SerializeToString
+        for response in responses[:-1]:
+            await state.run((cygrpc.SendMessageOperation(encode(response), _NO_FLAGS),))
+        state.finish(message=encode(responses[-1]) if responses else None)
+
+    async def _bidi(
+        self,
+        method: Method,
+        stream: BidiStream,
+        state: _CallState,
+        metadata: dict[str, str],
+        peer: str,
+        first: bytes | None,
+    ) -> None:
+        outgoing, pending = trio.open_memory_channel[Any](math.inf)
+        token = self._token
+        assert token is not None
+
+        def put(message: Any) -> None:
+            try:
+                outgoing.send_nowait(message)
+            except trio.ClosedResourceError:
+                pass  # the call is ending: nothing more goes out
+
+        def push(message: Any) -> None:
+            if threading.get_ident() == self._trio_thread:
+                put(message)
+            else:
+                token.run_sync_soon(put, message)
+
+        session = await stream.open(metadata, peer, push)
+        failure: Exception | None = None
+        try:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(self._write_all, method, state, pending)
+                try:
+                    data = first
+                    while data is not None:
+                        await stream.receive(session, _decoded(method, data))
+                        data = await state.read()
+                except Exception as error:  # noqa: BLE001 - raised below, outside the nursery's group
+                    failure = error
+                    nursery.cancel_scope.cancel()
+                outgoing.close()  # the writer sends what was pushed before the client's end, then stops
+        finally:
+            with trio.CancelScope(shield=True):
+                await stream.close(session)
+        if failure is not None:
+            raise failure
+        state.finish()
+
+    @staticmethod
+    async def _write_all(method: Method, state: _CallState, pending: trio.MemoryReceiveChannel[Any]) -> None:
+        encode = method.response_type.SerializeToString
+        async for message in pending:
+            await state.run((cygrpc.SendMessageOperation(encode(message), _NO_FLAGS),))
+
+
+def _status(error: BaseException) -> tuple[Any, str]:
+    if isinstance(error, RpcAbort):
+        return STATUS_CODE_TO_CYGRPC_STATUS_CODE[error.code], error.message
+    if isinstance(error, HostStopped):
+        return _UNAVAILABLE, str(error)
+    log.exception("gRPC handler failed", exc_info=error)
+    return STATUS_CODE_TO_CYGRPC_STATUS_CODE[grpc.StatusCode.INTERNAL], f"{type(error).__name__}: {error}"
