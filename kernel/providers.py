@@ -136,6 +136,11 @@ class RequestHandlerSpec:
     name: str
     """Who answers, for errors (two plugins claiming one code) and logs."""
     handle: Callable[[BrokerRuntime, Connection, RemotingCommand], Awaitable[RemotingCommand | None]]
+    in_process: Callable[[BrokerRuntime, RemotingCommand], Awaitable[RemotingCommand | None]] | None = None
+    """The same answer for a caller in the broker's own process (the gRPC proxy beside it),
+    when the handler needs nothing of a connection: no socket, no frame encoding, no loopback
+    round trip. Such a caller has done its own access checks (guards do not run), and the
+    request is not counted by the port's request meter."""
 
 
 @attrs.frozen

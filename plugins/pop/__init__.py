@@ -25,8 +25,8 @@ from kernel import ConfigSection, DispatchRecord, Phase, RequestHandlerSpec, Ser
 from kernel.consumer_progress import POP_PROGRESS
 from kernel.context import BrokerContext, BrokerRuntime
 from kernel.model import BrokerRole
+from plugins.pop import handlers
 from plugins.pop.config import PROPERTIES, PopConfig
-from plugins.pop.handlers import handle_ack, handle_batch_ack, handle_change_invisible, handle_pop
 from plugins.pop.service import POP_SERVICE, PopService
 from wire.dispatch_batch import queue_keys
 from wire.remoting import RequestCode
@@ -42,10 +42,17 @@ def trocket_config_sections() -> list[ConfigSection]:
 @hookimpl
 def trocket_register_request_handlers(ctx: BrokerContext) -> list[RequestHandlerSpec]:
     return [
-        RequestHandlerSpec(RequestCode.POP_MESSAGE, "pop", handle_pop),
-        RequestHandlerSpec(RequestCode.ACK_MESSAGE, "pop", handle_ack),
-        RequestHandlerSpec(RequestCode.BATCH_ACK_MESSAGE, "pop", handle_batch_ack),
-        RequestHandlerSpec(RequestCode.CHANGE_MESSAGE_INVISIBLETIME, "pop", handle_change_invisible),
+        RequestHandlerSpec(RequestCode.POP_MESSAGE, "pop", handlers.handle_pop, handlers.serve_pop),
+        RequestHandlerSpec(RequestCode.ACK_MESSAGE, "pop", handlers.handle_ack, handlers.serve_ack),
+        RequestHandlerSpec(
+            RequestCode.BATCH_ACK_MESSAGE, "pop", handlers.handle_batch_ack, handlers.serve_batch_ack
+        ),
+        RequestHandlerSpec(
+            RequestCode.CHANGE_MESSAGE_INVISIBLETIME,
+            "pop",
+            handlers.handle_change_invisible,
+            handlers.serve_change_invisible,
+        ),
     ]
 
 

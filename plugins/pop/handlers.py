@@ -70,6 +70,11 @@ def _topic_queue(service: PopService, topic: str, queue_id: int, *, pop: bool) -
 async def handle_pop(
     runtime: BrokerRuntime, connection: Connection, request: RemotingCommand
 ) -> RemotingCommand:
+    return await serve_pop(runtime, request)
+
+
+async def serve_pop(runtime: BrokerRuntime, request: RemotingCommand) -> RemotingCommand:
+    """The answer without a connection (the proxy beside the broker asks in process)."""
     return await _answer(request, _pop(runtime, request))
 
 
@@ -144,6 +149,11 @@ def _handle(request: RemotingCommand) -> ReceiptHandle:
 async def handle_ack(
     runtime: BrokerRuntime, connection: Connection, request: RemotingCommand
 ) -> RemotingCommand:
+    return await serve_ack(runtime, request)
+
+
+async def serve_ack(runtime: BrokerRuntime, request: RemotingCommand) -> RemotingCommand:
+    """The answer without a connection (the proxy beside the broker asks in process)."""
     return await _answer(request, _ack(runtime, request))
 
 
@@ -176,6 +186,11 @@ async def _ack(runtime: BrokerRuntime, request: RemotingCommand) -> RemotingComm
 async def handle_batch_ack(
     runtime: BrokerRuntime, connection: Connection, request: RemotingCommand
 ) -> RemotingCommand:
+    return await serve_batch_ack(runtime, request)
+
+
+async def serve_batch_ack(runtime: BrokerRuntime, request: RemotingCommand) -> RemotingCommand:
+    """The answer without a connection (the proxy beside the broker asks in process)."""
     return await _answer(request, _batch_ack(runtime, request))
 
 
@@ -240,6 +255,11 @@ def _bits(value: Any) -> list[int]:
 async def handle_change_invisible(
     runtime: BrokerRuntime, connection: Connection, request: RemotingCommand
 ) -> RemotingCommand:
+    return await serve_change_invisible(runtime, request)
+
+
+async def serve_change_invisible(runtime: BrokerRuntime, request: RemotingCommand) -> RemotingCommand:
+    """The answer without a connection (the proxy beside the broker asks in process)."""
     return await _answer(request, _change(runtime, request))
 
 

@@ -1,7 +1,7 @@
 """proxy: RocketMQ 5's gRPC endpoint (``apache.rocketmq.v2.MessagingService``) for the 5.x clients.
 
 Every maintained RocketMQ client (Java, Go, C#, Rust, Python, Node.js 5.x) talks gRPC to a
-"proxy" and consumes by POP. This plugin is that proxy: a grpcio server (:mod:`.grpc_host`)
+"proxy" and consumes by POP. This plugin is that proxy: a grpcio server (:mod:`.completion_queue_host`)
 whose calls become remoting requests to the brokers the NameServers name (sends, POP, acks,
 transaction ends), with the settings handshake, routes, server-side auto-renewal and
 transaction check-backs the clients rely on. It serves the ``proxy`` role: beside a broker

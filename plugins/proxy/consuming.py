@@ -21,7 +21,7 @@ import attrs
 from google.protobuf.timestamp_pb2 import Timestamp
 
 from plugins.proxy.core import ProxyCore, now_ms
-from plugins.proxy.status import Code, ProxyProblem, from_remoting, ok
+from plugins.proxy.status import Code, ProxyProblem, from_remoting, ok, problem_of
 from plugins.proxy.translate import incoming
 from wire.grpc_v2 import definition_pb2 as pb
 from wire.grpc_v2 import service_pb2 as spb
@@ -144,8 +144,8 @@ async def receive_message(
             "order": "true" if orderly else "false",
         },
     )
-    response = await core.invoke(
-        route.masters[broker_name], pop, "receive", poll_ms / 1000 + config.request_timeout
+    response = await core.invoke_broker(
+        broker_name, route.masters[broker_name], pop, "receive", poll_ms / 1000 + config.request_timeout
     )
     if response.code in (ResponseCode.POLLING_TIMEOUT, ResponseCode.NO_MESSAGE, ResponseCode.PULL_NOT_FOUND):
         return [
@@ -210,7 +210,7 @@ async def _ack_one(core: ProxyCore, group: str, topic: str, entry: spb.AckMessag
         _live(handle)
         address = await core.broker_address(topic, handle.broker.broker_name)
         request = RemotingCommand.request(RequestCode.ACK_MESSAGE, _handle_header(group, topic, handle))
-        response = await core.invoke(address, request, "ack")
+        response = await core.invoke_broker(handle.broker.broker_name, address, request, "ack")
     except ProxyProblem as problem:
         return problem.status()
     if response.code != ResponseCode.SUCCESS:
@@ -263,7 +263,10 @@ async def _change(
     address = await core.broker_address(topic, handle.broker.broker_name)
     header = {**_handle_header(group, topic, handle), "invisibleTime": invisible_ms}
     request = RemotingCommand.request(RequestCode.CHANGE_MESSAGE_INVISIBLETIME, header)
-    response = await core.invoke_ok(address, request, "change invisible duration")
+    what = "change invisible duration"
+    response = await core.invoke_broker(handle.broker.broker_name, address, request, what)
+    if response.code != ResponseCode.SUCCESS:
+        raise problem_of(response.code, response.remark, what)
     broker = attrs.evolve(
         handle.broker,
         ck_queue_offset=handle.broker.queue_offset,

@@ -7,14 +7,16 @@ import ipaddress
 import json
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import attrs
+import trio
 
 from kernel.access import AccessControl
 from kernel.context import BrokerRuntime
 from kernel.errors import RemotingError
+from kernel.model import BrokerRole
 from plugins.proxy.config import ProxyConfig
 from plugins.proxy.status import Code, ProxyProblem, problem_of
 from plugins.proxy.telemetry import DEFAULT_RETRY_MAX_TIMES, ClientRegistry
@@ -59,7 +61,14 @@ class ProxyCore:
     """The broker's ACL when a plugin enforces one (``kernel.access``)."""
     local: BrokerRuntime | None = None
     """The broker this proxy runs beside, if any: sends to it skip the loopback round trip."""
+    in_process: Mapping[int, Callable[[RemotingCommand], Awaitable[RemotingCommand | None]]] = attrs.field(
+        factory=dict
+    )
+    """Request codes the ``local`` broker answers in process (``RequestHandlerSpec.in_process``:
+    POP, acks, invisible-time changes), without a loopback remoting round trip."""
     clients: ClientRegistry = attrs.field(factory=ClientRegistry)
+    served_in_process: int = 0
+    """Requests the broker beside the proxy answered in process (:meth:`invoke_broker`)."""
     producer_group: str = PRODUCER_GROUP
     client_id_of_proxy: str = "trocket-proxy"
     _attributes: dict[str, tuple[float, dict[str, str]]] = attrs.field(factory=dict)
@@ -120,6 +129,36 @@ class ProxyCore:
             return await self.remoting.invoke(address, request, timeout or self.config.request_timeout)
         except RemotingError as error:
             raise ProxyProblem(Code.INTERNAL_SERVER_ERROR, f"{what}: broker {address}: {error}") from None
+
+    async def invoke_broker(
+        self,
+        broker_name: str,
+        address: str,
+        request: RemotingCommand,
+        what: str,
+        timeout: float | None = None,
+    ) -> Any:
+        """:meth:`invoke` on the master of ``broker_name`` at ``address``, answered in process
+        when that master is the broker beside the proxy and it serves the code so."""
+        serve = self.in_process.get(request.code)
+        local = self.local
+        if (
+            serve is None
+            or local is None
+            or local.role is BrokerRole.SLAVE
+            or local.ctx.broker.broker_name != broker_name
+        ):
+            return await self.invoke(address, request, what, timeout)
+        self.served_in_process += 1
+        with trio.move_on_after(timeout or self.config.request_timeout) as waited:
+            try:
+                response = await serve(request)
+            except Exception as error:  # noqa: BLE001 - answered as the broker's port would
+                log.exception("%s: the broker beside the proxy failed", what)
+                return request.response(ResponseCode.SYSTEM_ERROR, remark=f"{type(error).__name__}: {error}")
+        if waited.cancelled_caught or response is None:
+            raise ProxyProblem(Code.INTERNAL_SERVER_ERROR, f"{what}: broker {broker_name}: no answer in time")
+        return response
 
     async def invoke_ok(self, address: str, request: RemotingCommand, what: str) -> RemotingCommand:
         response = await self.invoke(address, request, what)

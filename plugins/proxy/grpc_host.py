@@ -1,5 +1,8 @@
-"""grpcio's server beside trio: the C-core gRPC stack on an asyncio loop in its own thread,
-every RPC answered by a trio function in the broker's loop.
+"""grpcio's public asyncio server beside trio (``[proxy] grpc_server = "asyncio"``): the C-core
+gRPC stack on an asyncio loop in its own thread, every RPC answered by a trio function in the
+broker's loop. The default host is :mod:`.completion_queue_host` (fewer hand-overs, less Python
+per call); this one stays for a grpcio whose internal layer that host uses has moved. The
+method types and errors here are shared by both.
 
 grpcio is the reference gRPC implementation (HTTP/2 flow control, keepalive, TLS, GOAWAY), and
 its asyncio API is the only way to hold thousands of long-polling receives without a thread

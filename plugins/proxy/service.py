@@ -23,6 +23,7 @@ from kernel.access import ACCESS_CONTROL
 from kernel.config import Config
 from kernel.context import BrokerRuntime, StashKey
 from kernel.errors import ConfigError
+from kernel.providers import flatten
 from kernel.tls_config import client_tls, inner_credentials, server_files
 from plugins.proxy import consuming, producing, routing
 from plugins.proxy.auth import authorize
@@ -220,6 +221,7 @@ class ProxyService:
                 renewals=Renewals(),
                 access_control=lambda: ctx.stash.get(ACCESS_CONTROL, None),
                 local=self.runtime if "broker" in ctx.broker.roles else None,
+                in_process=_in_process(self.runtime) if "broker" in ctx.broker.roles else {},
             )
             self.core = core
             host_type = CompletionQueueHost if self.config.grpc_server == "completion_queue" else GrpcHost
@@ -265,12 +267,24 @@ class ProxyService:
             "proxyClients": str(len(self.core.clients.sessions)) if self.core else "0",
             "proxyRefusedCalls": str(self.stats.refused),
             "proxyRenewals": str(self.stats.renewed),
+            "proxyInProcessRequests": str(self.core.served_in_process) if self.core else "0",
         }
         for name, count in sorted(self.stats.calls.items()):
             figures[f"proxyCalls_{name}"] = str(count)
         if self.port:
             figures["grpcUrl"] = self.address
         return figures
+
+
+def _in_process(runtime: BrokerRuntime) -> dict[int, Callable[[RemotingCommand], Awaitable[Any]]]:
+    """The broker's request handlers that answer without a connection, by code (see
+    ``RequestHandlerSpec.in_process``)."""
+    ctx = runtime.ctx
+    return {
+        spec.code: functools.partial(spec.in_process, runtime)
+        for spec in flatten(ctx.hook.trocket_register_request_handlers(ctx=ctx))
+        if spec.in_process is not None
+    }
 
 
 def grpc_credentials(config: Config) -> grpc.ServerCredentials | None:
