@@ -12,9 +12,10 @@ no-op unary call costs 27-36 µs of the server's core here instead of 150-170.
 One thread blocks in the completion queue's ``poll`` (which releases the GIL) and hands every
 event ready at that moment to trio in one ``run_sync_soon``. Everything else happens on trio's
 thread: requesting calls, starting each call's operations, decoding, the handler, encoding,
-the answer. A call runs as a trio task; the client cancelling it (or its deadline passing)
-cancels that task, found through the call's receive-close operation, which completes when the
-call ends either way. Stopping the host stops accepting calls, cancels the ones running (each
+the answer. A call runs as a trio task. A streaming call (a long-polling receive, Telemetry)
+reads its end from the start, so the client cancelling it or its deadline passing cancels that
+task; a unary call reads its end with its answer (one completion fewer per call), so its
+handler runs to its end, which the proxy's bound by their own timeouts. Stopping the host stops accepting calls, cancels the ones running (each
 answers UNAVAILABLE), then ends the thread.
 
 ``grpc._cython`` is grpcio's internal interface: the versions it is tested with are pinned in
@@ -82,6 +83,9 @@ class _CallState:
     answered."""
 
     call: Any
+    close_in_answer: bool = False
+    """A unary call's end is received with its answer: nothing of it is left to cancel before
+    then but a short handler (streams and long polls watch for their end from the start)."""
     scope: trio.CancelScope = attrs.field(factory=trio.CancelScope)
     initial_sent: bool = False
     finished: bool = False
@@ -121,11 +125,12 @@ class _CallState:
         if self.finished or self.cancelled:
             return
         self.finished = True
-        status = cygrpc.SendStatusFromServerOperation(None, code, details.encode(), _NO_FLAGS)
-        if message is None:
-            self.start((status,))
-        else:
-            self.start((cygrpc.SendMessageOperation(message, _NO_FLAGS), status))
+        operations = [cygrpc.SendStatusFromServerOperation(None, code, details.encode(), _NO_FLAGS)]
+        if message is not None:
+            operations.insert(0, cygrpc.SendMessageOperation(message, _NO_FLAGS))
+        if self.close_in_answer:
+            operations.append(cygrpc.ReceiveCloseOnServerOperation(_NO_FLAGS))
+        self.start(operations)
 
 
 def _decoded(method: Method, data: bytes | None) -> Any:
@@ -160,14 +165,17 @@ class _Poller:
     """The poller thread: block for an event, take every other one already there, hand trio
     the ones it must act on in one ``run_sync_soon`` (one wake-up of trio's loop for a burst).
 
-    It accepts new calls itself (asks C-core for the next, starts the call's receive-close and
-    first read), and drops what needs nobody: completed answers, calls that ended normally.
-    So a unary call wakes trio once, with its request, instead of four times."""
+    It accepts new calls itself (asks C-core for the next, starts the call's first read and,
+    for a streaming method, the read of its end), and drops what needs nobody: completed
+    answers, calls that ended normally. So a unary call wakes trio once, with its request."""
 
     server: Any
     queue: Any
     token: trio.lowlevel.TrioToken
     deliver: Callable[[list[Any]], None]
+    streaming: frozenset[bytes]
+    """Paths of methods whose calls watch for their end from the start (a client may give up
+    on a stream or a long poll at any time)."""
     stopping: bool = False
 
     def run(self) -> None:
@@ -201,11 +209,12 @@ class _Poller:
             self.server.request_call(self.queue, self.queue, _NEW_CALL)
         except Exception:  # noqa: BLE001 - the server is shutting down: no more calls wanted
             log.debug("gRPC: no further call requested", exc_info=True)
-        call = event.call
-        state = _CallState(call)
+        call, path = event.call, event.call_details.method
+        state = _CallState(call, close_in_answer=path not in self.streaming)
         try:
-            call.start_server_batch((cygrpc.ReceiveCloseOnServerOperation(_NO_FLAGS),), state)
-            arrival = _Arrival(state, event.call_details.method, tuple(event.invocation_metadata))
+            if not state.close_in_answer:
+                call.start_server_batch((cygrpc.ReceiveCloseOnServerOperation(_NO_FLAGS),), state)
+            arrival = _Arrival(state, path, tuple(event.invocation_metadata))
             call.start_server_batch((cygrpc.ReceiveMessageOperation(_NO_FLAGS),), arrival)
         except ValueError:
             log.debug("gRPC: a call ended as it arrived", exc_info=True)
@@ -252,7 +261,10 @@ class CompletionQueueHost:
             raise OSError(f"gRPC cannot listen on {self.address} (in use, or not an address of this host)")
         server.start()
         self.port = port
-        poller = _Poller(server, queue, self._token, self._deliver)
+        streaming = frozenset(
+            path for path, m in self._by_path.items() if m.server_stream or isinstance(m.handler, BidiStream)
+        )
+        poller = _Poller(server, queue, self._token, self._deliver, streaming)
         thread = threading.Thread(target=poller.run, name=f"grpc {self.address}", daemon=True)
         thread.start()
         try:

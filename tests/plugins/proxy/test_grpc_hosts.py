@@ -76,6 +76,7 @@ class Probe:
             Method("Refuse", request, response, refuse),
             Method("Crash", request, response, crash),
             Method("Hang", request, response, hang),
+            Method("HangStream", request, response, hang, server_stream=True),
             Method("Several", request, response, several, server_stream=True),
             Method("Chat", request, response, BidiStream(chat_open, chat_receive, chat_close)),
         ]
@@ -200,11 +201,18 @@ async def test_bidirectional_stream_pushes_and_replies(host_type):
 
 
 @pytest.mark.parametrize("host_type", HOSTS)
-async def test_a_deadline_cancels_the_handler(host_type):
+async def test_a_deadline_cancels_a_streaming_handler(host_type):
+    """A stream (a long-polling receive) is cancelled when its client gives up; a unary
+    handler of the completion-queue host runs to its end (the proxy's are bounded by their
+    own timeouts), as its call's end is read with its answer."""
     probe = Probe()
     async with hosted(host_type, probe) as (channel, _):
-        hang = unary(channel, "Hang")
-        error = await trio.to_thread.run_sync(lambda: call_error(hang, route("x"), timeout=0.5))
+        hang = channel.unary_stream(
+            f"/{SERVICE}/HangStream",
+            request_serializer=spb.QueryRouteRequest.SerializeToString,
+            response_deserializer=spb.QueryRouteResponse.FromString,
+        )
+        error = await trio.to_thread.run_sync(lambda: call_error(lambda: list(hang(route("x"), timeout=0.5))))
         with trio.fail_after(10):
             await probe.cancelled.wait()
         after = await trio.to_thread.run_sync(lambda: unary(channel, "Echo")(route("still"), timeout=10))
