@@ -232,17 +232,10 @@ class _Poller:
             wanted: list[Any] = []
             event = queue.poll()
             while event.completion_type == _COMPLETE:
-                tag = event.tag
-                if tag is _NEW_CALL:
-                    self._accept(event, wanted)
-                elif tag is _UNWATCHED:
-                    pass
-                elif type(tag) is _StreamWriter:
-                    tag.complete(event)
-                elif type(tag) is _CallState and not event.batch_operations[0].cancelled():
-                    pass
-                else:
-                    wanted.append(event)
+                try:
+                    self._sort(event, wanted)
+                except Exception:  # noqa: BLE001 - one bad event must not stop the gRPC port
+                    log.exception("gRPC: an event could not be handled")
                 event = queue.poll(0)
             if wanted:
                 try:
@@ -251,6 +244,19 @@ class _Poller:
                     return
             if event.completion_type == _QUEUE_SHUTDOWN:
                 return
+
+    def _sort(self, event: Any, wanted: list[Any]) -> None:
+        tag = event.tag
+        if tag is _NEW_CALL:
+            self._accept(event, wanted)
+        elif tag is _UNWATCHED:
+            pass
+        elif type(tag) is _StreamWriter:
+            tag.complete(event)
+        elif type(tag) is _CallState and not event.batch_operations[0].cancelled():
+            pass
+        else:
+            wanted.append(event)
 
     def _accept(self, event: Any, wanted: list[Any]) -> None:
         if self.stopping or not event.success:
@@ -285,7 +291,6 @@ class CompletionQueueHost:
     waiting_requests: int = 32
     """Calls C-core may accept before the poller asks for more."""
     _nursery: trio.Nursery | None = attrs.field(default=None, init=False)
-    _stopping: bool = attrs.field(default=False, init=False)
     _shut_down: trio.Event = attrs.field(factory=trio.Event, init=False)
     _trio_thread: int = attrs.field(default=0, init=False)
     _token: trio.lowlevel.TrioToken | None = attrs.field(default=None, init=False)
@@ -326,6 +331,7 @@ class CompletionQueueHost:
                 try:
                     await trio.sleep_forever()
                 finally:
+                    self._nursery = None
                     poller.stopping = True
                     server.shutdown(queue, _SHUTDOWN)
                     server.cancel_all_calls()
@@ -342,13 +348,17 @@ class CompletionQueueHost:
         waits for a batch, a cancel for a call the client gave up."""
         for event in events:
             tag = event.tag
-            if type(tag) is _Arrival:
-                if self._nursery is not None:
+            try:
+                if type(tag) is _Arrival:
+                    if self._nursery is None:  # stopping: C-core cancels the call
+                        continue
                     self._nursery.start_soon(self._serve_call, tag, event)
-            elif tag is _SHUTDOWN:
-                self._shut_down.set()
-            else:
-                tag.complete(event)
+                elif tag is _SHUTDOWN:
+                    self._shut_down.set()
+                else:
+                    tag.complete(event)
+            except Exception:  # noqa: BLE001 - raising here would end trio's run, the broker
+                log.exception("gRPC: an event could not be handled")
 
     async def _serve_call(self, arrival: _Arrival, event: Any) -> None:
         state = arrival.state
