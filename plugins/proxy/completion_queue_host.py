@@ -40,7 +40,7 @@ from google.protobuf.message import DecodeError
 from grpc._common import STATUS_CODE_TO_CYGRPC_STATUS_CODE
 from grpc._cython import cygrpc
 
-from plugins.proxy.grpc_host import BidiStream, HostStopped, Method, RpcAbort
+from plugins.proxy.grpc_host import EXCLUSIVE_PORT, BidiStream, HostStopped, Method, RpcAbort, bind_failure
 
 log = logging.getLogger(__name__)
 
@@ -305,7 +305,7 @@ class CompletionQueueHost:
         self._token = trio.lowlevel.current_trio_token()
         self._trio_thread = threading.get_ident()
         queue = cygrpc.CompletionQueue()
-        server = cygrpc.Server(tuple(self.options), False)
+        server = cygrpc.Server((*EXCLUSIVE_PORT, *self.options), False)
         server.register_completion_queue(queue)
         address = self.address.encode()
         if self.credentials is None:
@@ -313,7 +313,7 @@ class CompletionQueueHost:
         else:
             port = server.add_http2_port(address, self.credentials._credentials)
         if port == 0:
-            raise OSError(f"gRPC cannot listen on {self.address} (in use, or not an address of this host)")
+            raise bind_failure(self.address)
         server.start()
         self.port = port
         streaming = frozenset(

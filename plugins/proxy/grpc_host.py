@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import socket
 import threading
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
@@ -29,11 +30,33 @@ import trio
 
 log = logging.getLogger(__name__)
 
+EXCLUSIVE_PORT = [("grpc.so_reuseport", 0)]
+"""grpcio binds with ``SO_REUSEPORT`` unless told not to: a second broker or proxy on the same
+port would then start without an error and take half the connections. Both hosts bind alone."""
+
 Metadata = Mapping[str, str]
 Unary = Callable[[Any, Metadata, str], Awaitable[Any]]
 """``(request, metadata, peer) -> response``, run in trio."""
 ServerStream = Callable[[Any, Metadata, str], Awaitable[list[Any]]]
 """``(request, metadata, peer) -> responses``, run in trio; the host writes them in order."""
+
+
+def bind_failure(address: str) -> OSError:
+    """The error for an address grpcio could not listen on, with the system's reason: grpcio
+    only logs it, so the same bind is tried once more here to learn its errno (the CLI turns
+    EADDRINUSE and EADDRNOTAVAIL into one clear line)."""
+    host, _, port = address.rpartition(":")
+    host = host.strip("[]") or "0.0.0.0"
+    try:
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        with socket.socket(family, socket.SOCK_STREAM) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            probe.bind((host, int(port)))
+    except (OSError, ValueError) as error:
+        code = error.errno if isinstance(error, OSError) else None
+        reason = error.strerror if isinstance(error, OSError) and error.strerror else str(error)
+        return OSError(code, f"gRPC cannot listen on {address}: {reason}")
+    return OSError(f"gRPC cannot listen on {address} (in use, or not an address of this host)")
 
 
 class RpcAbort(Exception):
@@ -160,15 +183,16 @@ class GrpcHost:
             self._thread.start()
             try:
                 await started.wait()
-                if isinstance(outcome[0], BaseException):
-                    raise outcome[0]
-                self.port = outcome[0]
-                task_status.started(self.port)
-                await trio.sleep_forever()
+                if not isinstance(outcome[0], BaseException):
+                    self.port = outcome[0]
+                    task_status.started(self.port)
+                    await trio.sleep_forever()
             finally:
                 with trio.CancelScope(shield=True):
                     await self._shutdown()
                 nursery.cancel_scope.cancel()
+        if isinstance(outcome[0], BaseException):
+            raise outcome[0]  # outside the nursery: the caller gets the error itself, not a group
 
     async def _shutdown(self) -> None:
         loop, stop, thread = self._loop, self._stop, self._thread
@@ -189,15 +213,18 @@ class GrpcHost:
     async def _main(self, bridge: TrioBridge, report: Callable[[BaseException | int], None]) -> None:
         self._loop = asyncio.get_running_loop()
         self._stop = asyncio.Event()
-        server = grpc.aio.server(options=self.options)
+        server = grpc.aio.server(options=[*EXCLUSIVE_PORT, *self.options])
         handlers = {method.name: self._handler(method, bridge) for method in self.methods}
         server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(self.service_name, handlers),))
-        if self.credentials is None:
-            port = server.add_insecure_port(self.address)
-        else:
-            port = server.add_secure_port(self.address, self.credentials)
+        try:
+            if self.credentials is None:
+                port = server.add_insecure_port(self.address)
+            else:
+                port = server.add_secure_port(self.address, self.credentials)
+        except RuntimeError:  # grpcio >= 1.60 raises where older ones returned 0
+            port = 0
         if port == 0:
-            raise OSError(f"gRPC cannot listen on {self.address} (in use, or not an address of this host)")
+            raise bind_failure(self.address)
         await server.start()
         report(port)
         await self._stop.wait()

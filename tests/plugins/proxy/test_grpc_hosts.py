@@ -5,6 +5,7 @@ with a call in flight."""
 
 from __future__ import annotations
 
+import errno
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Any
@@ -238,3 +239,17 @@ async def test_stopping_answers_a_call_in_flight_unavailable(host_type):
             scope.cancel()
     assert outcome[0].code() is grpc.StatusCode.UNAVAILABLE
     assert probe.cancelled.is_set()
+
+
+@pytest.mark.parametrize("host_type", HOSTS)
+async def test_a_second_host_on_a_taken_port_is_refused(host_type):
+    """grpcio would share the port (SO_REUSEPORT) and split the clients between two brokers."""
+    async with hosted(host_type, Probe()) as (channel, _):
+        port = int(channel._channel.target().decode().rsplit(":", 1)[1])
+        async with trio.open_nursery() as nursery:
+            with pytest.raises(OSError, match=f"127.0.0.1:{port}") as refused:
+                await nursery.start(host_type(SERVICE, [], f"127.0.0.1:{port}").serve)
+        assert refused.value.errno == errno.EADDRINUSE  # what the CLI turns into one line
+        echo = unary(channel, "Echo")
+        first = await trio.to_thread.run_sync(lambda: echo(route("first"), timeout=10))
+        assert first.status.message == "first"
