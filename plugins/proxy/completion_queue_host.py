@@ -99,13 +99,28 @@ class _CallState:
             self.cancelled = True
             self.scope.cancel()
 
+    def with_initial(self, operations: Sequence[Any]) -> tuple[Any, ...]:
+        """``operations``, after the initial metadata if it has not gone yet."""
+        if self.initial_sent:
+            return tuple(operations)
+        self.initial_sent = True
+        return (cygrpc.SendInitialMetadataOperation(None, _NO_FLAGS), *operations)
+
+    def last_batch(self, code: Any = _OK, details: str = "", message: bytes | None = None) -> tuple[Any, ...]:
+        """The call's last operations: its last message if any, its status, and for a unary
+        call the read of its end."""
+        self.finished = True
+        operations = [cygrpc.SendStatusFromServerOperation(None, code, details.encode(), _NO_FLAGS)]
+        if message is not None:
+            operations.insert(0, cygrpc.SendMessageOperation(message, _NO_FLAGS))
+        if self.close_in_answer:
+            operations.append(cygrpc.ReceiveCloseOnServerOperation(_NO_FLAGS))
+        return self.with_initial(operations)
+
     def start(self, operations: Sequence[Any], tag: Any = _UNWATCHED) -> None:
-        """Start a batch, the initial metadata first if it has not gone yet."""
-        if not self.initial_sent:
-            self.initial_sent = True
-            operations = (cygrpc.SendInitialMetadataOperation(None, _NO_FLAGS), *operations)
+        """Start a batch (trio's thread), the initial metadata first if it has not gone yet."""
         try:
-            self.call.start_server_batch(tuple(operations), tag)
+            self.call.start_server_batch(self.with_initial(operations), tag)
         except ValueError:
             # C-core refuses operations on a call that has ended (cancelled meanwhile).
             self.cancelled = True
@@ -127,13 +142,7 @@ class _CallState:
     def finish(self, code: Any = _OK, details: str = "", message: bytes | None = None) -> None:
         if self.finished or self.cancelled:
             return
-        self.finished = True
-        operations = [cygrpc.SendStatusFromServerOperation(None, code, details.encode(), _NO_FLAGS)]
-        if message is not None:
-            operations.insert(0, cygrpc.SendMessageOperation(message, _NO_FLAGS))
-        if self.close_in_answer:
-            operations.append(cygrpc.ReceiveCloseOnServerOperation(_NO_FLAGS))
-        self.start(operations)
+        self.start(self.last_batch(code, details, message))
 
 
 @attrs.define(eq=False)
@@ -155,23 +164,12 @@ class _StreamWriter:
         message = self.pending[self.sent]
         self.sent += 1
         if self.sent == len(self.pending):
-            # finish() from the poller: trio is done with the call (its task has returned).
-            state.finished = True
-            operations = [
-                cygrpc.SendMessageOperation(message, _NO_FLAGS),
-                cygrpc.SendStatusFromServerOperation(None, _OK, b"", _NO_FLAGS),
-            ]
-            if state.close_in_answer:
-                operations.append(cygrpc.ReceiveCloseOnServerOperation(_NO_FLAGS))
-            tag: Any = _UNWATCHED
+            # The call's last batch from the poller: trio is done with it (its task returned).
+            operations, tag = state.last_batch(message=message), _UNWATCHED
         else:
-            operations = [cygrpc.SendMessageOperation(message, _NO_FLAGS)]
-            tag = self
-        if not state.initial_sent:
-            state.initial_sent = True
-            operations.insert(0, cygrpc.SendInitialMetadataOperation(None, _NO_FLAGS))
+            operations, tag = state.with_initial((cygrpc.SendMessageOperation(message, _NO_FLAGS),)), self
         try:
-            state.call.start_server_batch(tuple(operations), tag)
+            state.call.start_server_batch(operations, tag)
         except ValueError:
             log.debug("gRPC: a stream's call ended while it was written", exc_info=True)
 
@@ -202,9 +200,6 @@ class _Arrival:
     state: _CallState
     method: bytes
     metadata: tuple[tuple[str, Any], ...]
-
-    def complete(self, event: Any) -> None:
-        raise AssertionError("an arrival is served by the host")  # pragma: no cover
 
 
 @attrs.define(eq=False)
@@ -366,9 +361,7 @@ class CompletionQueueHost:
         method = self._by_path.get(arrival.method)
         if method is None:
             name = arrival.method.decode(errors="replace")
-            state.finish(
-                STATUS_CODE_TO_CYGRPC_STATUS_CODE[grpc.StatusCode.UNIMPLEMENTED], f"no method {name}"
-            )
+            state.finish(_UNIMPLEMENTED, f"no method {name}")
             return
         metadata = {key: value for key, value in arrival.metadata if isinstance(value, str)}
         peer = state.call.peer().decode(errors="replace")
@@ -379,18 +372,17 @@ class CompletionQueueHost:
                 else:
                     answer = await method.handler(_decoded(method, first), metadata, peer)
                     if method.server_stream:
-                        await self._stream(method, state, answer)
+                        self._stream(method, state, answer)
                     else:
                         state.finish(message=method.response_type.SerializeToString(answer))
         except trio.Cancelled:
-            state.finish(
-                STATUS_CODE_TO_CYGRPC_STATUS_CODE[grpc.StatusCode.UNAVAILABLE], "the broker is stopping"
-            )
+            state.finish(_UNAVAILABLE, "the broker is stopping")
             raise
         except Exception as error:  # noqa: BLE001 - every failure becomes a gRPC status
             state.finish(*_status(error))
 
-    async def _stream(self, method: Method, state: _CallState, responses: list[Any]) -> None:
+    @staticmethod
+    def _stream(method: Method, state: _CallState, responses: list[Any]) -> None:
         encode = method.response_type.SerializeToString
         if len(responses) <= 1:
             state.finish(message=encode(responses[0]) if responses else None)
