@@ -34,6 +34,9 @@ EXCLUSIVE_PORT = [("grpc.so_reuseport", 0)]
 """grpcio binds with ``SO_REUSEPORT`` unless told not to: a second broker or proxy on the same
 port would then start without an error and take half the connections. Both hosts bind alone."""
 
+BIDI_DRAIN_TIMEOUT = 5.0
+"""Seconds a bidirectional call whose client ended its side may take to write what was pushed."""
+
 Metadata = Mapping[str, str]
 Unary = Callable[[Any, Metadata, str], Awaitable[Any]]
 """``(request, metadata, peer) -> response``, run in trio."""
@@ -289,6 +292,7 @@ def _bidi(stream: BidiStream, bridge: TrioBridge) -> Callable[..., Awaitable[Non
         async def write_all() -> None:
             while True:
                 await context.write(await outgoing.get())
+                outgoing.task_done()
 
         try:
             session = await bridge.call(stream.open, _metadata(context), context.peer(), send)
@@ -299,6 +303,13 @@ def _bidi(stream: BidiStream, bridge: TrioBridge) -> Callable[..., Awaitable[Non
         try:
             async for message in request_iterator:
                 await bridge.call(stream.receive, session, message)
+            # The client ended its stream: what was pushed before goes out before the status
+            # (the pushes reached this loop before the last answer from trio did).
+            drained = asyncio.ensure_future(outgoing.join())
+            await asyncio.wait(
+                {drained, writer}, timeout=BIDI_DRAIN_TIMEOUT, return_when=asyncio.FIRST_COMPLETED
+            )
+            drained.cancel()
         except RpcAbort as error:
             await context.abort(error.code, error.message)
         except HostStopped:

@@ -64,7 +64,8 @@ class Probe:
         async def chat_receive(push: Any, request: Any) -> None:
             if request.topic.name == "bye":
                 raise RpcAbort(grpc.StatusCode.CANCELLED, "asked to end")
-            push(spb.QueryRouteResponse(status=pb.Status(message=request.topic.name.upper())))
+            for n in range(20):  # several pushes each: all go out before the call's status
+                push(spb.QueryRouteResponse(status=pb.Status(message=f"{request.topic.name.upper()}{n}")))
 
         async def chat_close(push: Any) -> None:
             self.closed.append("closed")
@@ -197,7 +198,7 @@ async def test_bidirectional_stream_pushes_and_replies(host_type):
         replies, ended = await trio.to_thread.run_sync(calls)
         with trio.fail_after(10):
             await probe.both_closed.wait()
-    assert replies == ["hello", "A", "B"]
+    assert replies == ["hello", *(f"A{n}" for n in range(20)), *(f"B{n}" for n in range(20))]
     assert (ended.code(), ended.details()) == (grpc.StatusCode.CANCELLED, "asked to end")
 
 
