@@ -40,7 +40,15 @@ from google.protobuf.message import DecodeError
 from grpc._common import STATUS_CODE_TO_CYGRPC_STATUS_CODE
 from grpc._cython import cygrpc
 
-from plugins.proxy.grpc_host import EXCLUSIVE_PORT, BidiStream, HostStopped, Method, RpcAbort, bind_failure
+from plugins.proxy.grpc_host import (
+    EXCLUSIVE_PORT,
+    BidiStream,
+    HostSettings,
+    HostStopped,
+    Method,
+    RpcAbort,
+    bind_failure,
+)
 
 log = logging.getLogger(__name__)
 
@@ -272,17 +280,9 @@ class _Poller:
 
 
 @attrs.define(eq=False)
-class CompletionQueueHost:
+class CompletionQueueHost(HostSettings):
     """See the module docstring; the same constructor and ``serve`` as :class:`.GrpcHost`."""
 
-    service_name: str
-    methods: list[Method]
-    address: str
-    options: list[tuple[str, Any]] = attrs.field(factory=list)
-    credentials: grpc.ServerCredentials | None = None
-    grace: float = 2.0
-    port: int = 0
-    """The bound port, once serving."""
     waiting_requests: int = 32
     """Calls C-core may accept before the poller asks for more."""
     _nursery: trio.Nursery | None = attrs.field(default=None, init=False)

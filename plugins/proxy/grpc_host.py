@@ -147,8 +147,9 @@ def _metadata(context: grpc.aio.ServicerContext) -> dict[str, str]:
 
 
 @attrs.define(eq=False)
-class GrpcHost:
-    """See the module docstring."""
+class HostSettings:
+    """What both hosts are built from (the service's methods, where to listen, grpcio's
+    options, TLS), so the proxy picks one by ``[proxy] grpc_server`` alone."""
 
     service_name: str
     methods: list[Method]
@@ -158,6 +159,12 @@ class GrpcHost:
     grace: float = 2.0
     port: int = 0
     """The bound port, once serving."""
+
+
+@attrs.define(eq=False)
+class GrpcHost(HostSettings):
+    """See the module docstring."""
+
     _loop: asyncio.AbstractEventLoop | None = attrs.field(default=None, init=False)
     _stop: asyncio.Event | None = attrs.field(default=None, init=False)
     _thread: threading.Thread | None = attrs.field(default=None, init=False)
