@@ -156,8 +156,10 @@ class ProxyCore:
             except Exception as error:  # noqa: BLE001 - answered as the broker's port would
                 log.exception("%s: the broker beside the proxy failed", what)
                 return request.response(ResponseCode.SYSTEM_ERROR, remark=f"{type(error).__name__}: {error}")
-        if waited.cancelled_caught or response is None:
+        if waited.cancelled_caught:
             raise ProxyProblem(Code.INTERNAL_SERVER_ERROR, f"{what}: broker {broker_name}: no answer in time")
+        if response is None:
+            raise ProxyProblem(Code.INTERNAL_SERVER_ERROR, f"{what}: broker {broker_name} gave no answer")
         return response
 
     async def invoke_ok(self, address: str, request: RemotingCommand, what: str) -> RemotingCommand:

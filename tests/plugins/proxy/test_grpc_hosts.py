@@ -107,12 +107,18 @@ async def hosted(host_type: type, probe: Probe) -> AsyncIterator[tuple[grpc.Chan
             scope.cancel()
 
 
-def unary(channel: grpc.Channel, name: str) -> Callable[..., Any]:
-    return channel.unary_unary(
+def stub(channel: grpc.Channel, name: str, kind: str = "unary_unary") -> Callable[..., Any]:
+    """A callable for method ``name`` of the test service; ``kind`` is the channel's factory
+    (``unary_unary``, ``unary_stream``, ``stream_stream``)."""
+    return getattr(channel, kind)(
         f"/{SERVICE}/{name}",
         request_serializer=spb.QueryRouteRequest.SerializeToString,
         response_deserializer=spb.QueryRouteResponse.FromString,
     )
+
+
+def unary(channel: grpc.Channel, name: str) -> Callable[..., Any]:
+    return stub(channel, name)
 
 
 def call_error(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> grpc.RpcError:
@@ -164,11 +170,7 @@ async def test_a_request_that_is_not_the_methods_message_is_an_invalid_argument(
 @pytest.mark.parametrize("host_type", HOSTS)
 async def test_server_streams_keep_their_order(host_type):
     async with hosted(host_type, Probe()) as (channel, _):
-        stream = channel.unary_stream(
-            f"/{SERVICE}/Several",
-            request_serializer=spb.QueryRouteRequest.SerializeToString,
-            response_deserializer=spb.QueryRouteResponse.FromString,
-        )
+        stream = stub(channel, "Several", "unary_stream")
 
         def calls() -> tuple[list[str], list[str]]:
             many = [r.status.message for r in stream(route("40"), timeout=10)]
@@ -184,11 +186,7 @@ async def test_server_streams_keep_their_order(host_type):
 async def test_bidirectional_stream_pushes_and_replies(host_type):
     probe = Probe()
     async with hosted(host_type, probe) as (channel, _):
-        chat = channel.stream_stream(
-            f"/{SERVICE}/Chat",
-            request_serializer=spb.QueryRouteRequest.SerializeToString,
-            response_deserializer=spb.QueryRouteResponse.FromString,
-        )
+        chat = stub(channel, "Chat", "stream_stream")
 
         def calls() -> tuple[list[str], grpc.RpcError]:
             replies = [r.status.message for r in chat(iter([route("a"), route("b")]), timeout=10)]
@@ -209,11 +207,7 @@ async def test_a_deadline_cancels_a_streaming_handler(host_type):
     own timeouts), as its call's end is read with its answer."""
     probe = Probe()
     async with hosted(host_type, probe) as (channel, _):
-        hang = channel.unary_stream(
-            f"/{SERVICE}/HangStream",
-            request_serializer=spb.QueryRouteRequest.SerializeToString,
-            response_deserializer=spb.QueryRouteResponse.FromString,
-        )
+        hang = stub(channel, "HangStream", "unary_stream")
         error = await trio.to_thread.run_sync(lambda: call_error(lambda: list(hang(route("x"), timeout=0.5))))
         with trio.fail_after(10):
             await probe.cancelled.wait()
