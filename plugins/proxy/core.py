@@ -18,6 +18,7 @@ from kernel.context import BrokerRuntime
 from kernel.errors import RemotingError
 from kernel.model import BrokerRole
 from plugins.proxy.config import ProxyConfig
+from plugins.proxy.local_puts import LocalPuts
 from plugins.proxy.status import Code, ProxyProblem, problem_of
 from plugins.proxy.telemetry import DEFAULT_RETRY_MAX_TIMES, ClientRegistry
 from trocket.client.errors import ClientError
@@ -74,6 +75,12 @@ class ProxyCore:
     _attributes: dict[str, tuple[float, dict[str, str]]] = attrs.field(factory=dict)
     _route_cache: dict[str, tuple[float, Route]] = attrs.field(factory=dict)
     _groups: dict[str, tuple[float, dict[str, Any]]] = attrs.field(factory=dict)
+    local_puts: LocalPuts | None = attrs.field(default=None, init=False)
+    """Sends to ``local``, put together when they arrive together (``plugins.proxy.local_puts``)."""
+
+    def __attrs_post_init__(self) -> None:
+        if self.local is not None:
+            self.local_puts = LocalPuts(self.local.put_group)
 
     def client_id(self, metadata: Mapping[str, str]) -> str:
         """:raises ProxyProblem: CLIENT_ID_REQUIRED when the header is missing."""

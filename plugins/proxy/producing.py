@@ -153,8 +153,8 @@ async def _put_locally(
     """The proxy's own broker takes the message through its put pipeline directly (RocketMQ
     proxy's local mode): no remoting round trip over loopback. The same checks apply: the put
     pipeline's, and the proxy's own before it (the topic is in the route and writable)."""
-    runtime = core.local
-    assert runtime is not None
+    puts = core.local_puts
+    assert puts is not None
     if problem := send_forbidden_topic(message.topic):
         return spb.SendResultEntry(
             status=pb.Status(code=Code.FORBIDDEN, message=problem), message_id=message.message_id
@@ -170,7 +170,7 @@ async def _put_locally(
         born_host,
     )
     group = message.topic if message.message_type == pb.TRANSACTION else core.producer_group
-    result = await runtime.put(MessageBatch([stored], group))
+    result = await puts.put(MessageBatch([stored], group))
     if not result.status.stored or result.append is None:
         code = from_remoting(PUT_STATUS_CODES[result.status])
         return spb.SendResultEntry(

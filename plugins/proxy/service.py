@@ -272,6 +272,10 @@ class ProxyService:
             "proxyRenewals": str(self.stats.renewed),
             "proxyInProcessRequests": str(self.core.served_in_process) if self.core else "0",
         }
+        puts = self.core.local_puts if self.core else None
+        if puts is not None:
+            figures["proxyLocalPuts"] = str(puts.puts)
+            figures["proxyLocalPutGroups"] = str(puts.groups)
         for name, count in sorted(self.stats.calls.items()):
             figures[f"proxyCalls_{name}"] = str(count)
         if self.port:
