@@ -1,10 +1,12 @@
-"""Revive-log records written together: acks (and checkpoints) that arrive while a put runs go
-into the next put, one store append for many of them, as sends read together are.
+"""Revive-log records written together: acks (and checkpoints) that arrive together, or while a
+put runs, go into one put, one store append for many of them, as sends read together are.
 
-The first caller of :meth:`GroupedWrites.write` with nothing in progress becomes the writer and
-keeps writing what queues up behind it until the queue is empty; every caller waits for the put
-that carried its records and gets its result with where its records start in it. A put that
-raises is every waiting caller's exception.
+The first caller of :meth:`GroupedWrites.write` with nothing in progress becomes the writer: it
+lets one scheduler pass go by (the requests that arrived with its own reach their write
+meanwhile: under an asynchronous flush a put never yields, so without that pass nothing would
+ever queue behind it), then keeps writing what queued up until the queue is empty; every caller
+waits for the put that carried its records and gets its result with where its records start in
+it. A put that raises is every waiting caller's exception.
 """
 
 from __future__ import annotations
@@ -42,6 +44,8 @@ class GroupedWrites:
         if not self._writing:
             self._writing = True
             try:
+                # One pass first: the calls that arrived with this one reach here meanwhile.
+                await trio.lowlevel.cancel_shielded_checkpoint()
                 while self._queued:
                     batch, self._queued = self._queued, []
                     await self._write_batch(batch)

@@ -45,6 +45,23 @@ async def test_writes_arriving_during_a_put_share_the_next_one():
     assert writes.puts == 2 and writes.records == 6
 
 
+async def test_writes_started_together_share_a_put_that_never_yields():
+    """An asynchronous flush's put returns without a checkpoint: the writes of one scheduler
+    pass (acks of one burst of requests) still go out together."""
+    puts: list[list[bytes]] = []
+
+    async def put(messages: list[Message]) -> PutResult:
+        puts.append([m.body for m in messages])
+        offsets = list(range(len(messages)))
+        return PutResult(PutStatus.PUT_OK, AppendResult(offsets, [1] * len(messages), offsets, 0, 0))
+
+    writes = GroupedWrites(put)
+    async with trio.open_nursery() as nursery:
+        for n in range(5):
+            nursery.start_soon(writes.write, [message(n)])
+    assert len(puts) == 1 and sorted(puts[0]) == [b"0", b"1", b"2", b"3", b"4"]
+
+
 async def test_a_failed_put_is_every_callers_error():
     async def put(messages: list[Message]) -> PutResult:
         await trio.sleep(0.01)
