@@ -137,6 +137,17 @@ class ProxyCore:
         except RemotingError as error:
             raise ProxyProblem(Code.INTERNAL_SERVER_ERROR, f"{what}: broker {address}: {error}") from None
 
+    def is_local_master(self, broker_name: str) -> bool:
+        """Whether ``broker_name``'s master is the broker beside this proxy, which then takes
+        sends and POP requests in process. A slave of that name is not: it refuses puts and
+        pops (they go to the master over remoting, as from a proxy of its own)."""
+        local = self.local
+        return (
+            local is not None
+            and local.role is not BrokerRole.SLAVE
+            and local.ctx.broker.broker_name == broker_name
+        )
+
     async def invoke_broker(
         self,
         broker_name: str,
@@ -148,13 +159,7 @@ class ProxyCore:
         """:meth:`invoke` on the master of ``broker_name`` at ``address``, answered in process
         when that master is the broker beside the proxy and it serves the code so."""
         serve = self.in_process.get(request.code)
-        local = self.local
-        if (
-            serve is None
-            or local is None
-            or local.role is BrokerRole.SLAVE
-            or local.ctx.broker.broker_name != broker_name
-        ):
+        if serve is None or not self.is_local_master(broker_name):
             return await self.invoke(address, request, what, timeout)
         self.served_in_process += 1
         with trio.move_on_after(timeout or self.config.request_timeout) as waited:

@@ -108,7 +108,7 @@ async def _send_one(
     born_host: tuple[str, int],
 ) -> Any:
     broker_name, queue_id = pick_queue(queues, message.message_group)
-    if core.local is not None and broker_name == core.local.ctx.broker.broker_name:
+    if core.is_local_master(broker_name):
         return await _put_locally(core, broker_name, queue_id, message, born_host)
     header = {
         "a": message.topic if message.message_type == pb.TRANSACTION else core.producer_group,
