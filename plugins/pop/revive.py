@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 
 import trio
 
-from kernel.model import BrokerRole, DispatchRecord, Message, RedeliveryAction
+from kernel.model import BrokerRole, DispatchRecord, Message, MessageBatch, RedeliveryAction
 from plugins.pop import revive_log
 from plugins.pop.inflight import Checkpoint
 from plugins.pop.refusal import PopRefused, now_ms
@@ -124,8 +124,14 @@ async def revive(service: PopService, checkpoint: Checkpoint, now: int) -> None:
             checkpoint.pop_time,
             tuple(pending),
         )
-        put, _ = await service.writes.write(
-            [revive_log.ack_message(service.revive_topic, checkpoint.revive_qid, ack, service.broker_name)]
+        put = await service.writes.put(
+            MessageBatch(
+                [
+                    revive_log.ack_message(
+                        service.revive_topic, checkpoint.revive_qid, ack, service.broker_name
+                    )
+                ]
+            )
         )
         if not put.status.stored:
             # The copies are stored: trying again re-delivers them twice, which is allowed.

@@ -37,12 +37,12 @@ import trio
 from kernel import pull
 from kernel.consumer_progress import CONSUMER_OFFSETS, ConsumerOffsets
 from kernel.context import BrokerContext, BrokerRuntime, StashKey
+from kernel.gathered_puts import GatheredPuts
 from kernel.model import BrokerRole, GetStatus, Message, MessageBatch, PutResult
 from kernel.outcomes import PUT_STATUS_CODES
 from kernel.topics import TOPIC_DIRECTORY, TopicDirectory
 from plugins.pop import revive_log
 from plugins.pop.config import PopConfig
-from plugins.pop.grouped_writes import GroupedWrites
 from plugins.pop.inflight import AckOutcome, Checkpoint, InFlightTable
 from plugins.pop.orderly import OrderBatch, OrderlyQueues
 from plugins.pop.refusal import PopRefused as PopRefused  # re-exported for the handlers
@@ -155,11 +155,11 @@ class PopService:
     """Per topic, the events of the pops waiting for it (one event per waiting pop)."""
     _rebuilding: trio.Lock = attrs.field(factory=trio.Lock)
     _random: random.Random = attrs.field(factory=random.Random)
-    writes: GroupedWrites = attrs.field(init=False)
+    writes: GatheredPuts = attrs.field(init=False)
     """Checkpoints and acks that arrive together share one put."""
 
     def __attrs_post_init__(self) -> None:
-        self.writes = GroupedWrites(lambda messages: self.runtime.put(MessageBatch(messages)))
+        self.writes = GatheredPuts(self.runtime.put_group)
 
     @property
     def ctx(self) -> BrokerContext:
@@ -415,7 +415,7 @@ class PopService:
                 for item in pending
                 if item.checkpoint is not None
             ]
-            put, start = await self.writes.write(messages)
+            put = await self.writes.put(MessageBatch(messages))
             if not put.status.stored or put.append is None:
                 raise PopRefused(
                     PUT_STATUS_CODES[put.status],
@@ -423,7 +423,7 @@ class PopService:
                 )
             for index, item in enumerate(pending):
                 assert item.checkpoint is not None
-                item.checkpoint.revive_offset = put.append.queue_offsets[start + index]
+                item.checkpoint.revive_offset = put.append.queue_offsets[index]
                 self.table.add(item.checkpoint)
         offsets = self.consumer_offsets()
         for item in pending:
@@ -646,8 +646,10 @@ class PopService:
             ack = revive_log.AckRecord(
                 group, real, queue_id, handle.ck_queue_offset, handle.pop_time, (offset,)
             )
-            put, _ = await self.writes.write(
-                [revive_log.ack_message(self.revive_topic, checkpoint.revive_qid, ack, self.broker_name)]
+            put = await self.writes.put(
+                MessageBatch(
+                    [revive_log.ack_message(self.revive_topic, checkpoint.revive_qid, ack, self.broker_name)]
+                )
             )
         finally:
             checkpoint.acking.discard(offset)
@@ -671,8 +673,8 @@ class PopService:
         if current is None or current < committed:
             order_ack = revive_log.OrderAckRecord(group, topic, queue_id, committed)
             qid = revive_log.revive_queue_of(group, self.config.revive_queue_num)
-            put, _ = await self.writes.write(
-                [revive_log.order_ack_message(self.revive_topic, qid, order_ack)]
+            put = await self.writes.put(
+                MessageBatch([revive_log.order_ack_message(self.revive_topic, qid, order_ack)])
             )
             if not put.status.stored:
                 raise PopRefused(
@@ -708,11 +710,13 @@ class PopService:
         ack = revive_log.AckRecord(group, real, queue_id, handle.ck_queue_offset, handle.pop_time, (offset,))
         old.acking.add(offset)
         try:
-            put, start = await self.writes.write(
-                [
-                    revive_log.checkpoint_message(self.revive_topic, new, self.broker_name),
-                    revive_log.ack_message(self.revive_topic, old.revive_qid, ack, self.broker_name),
-                ]
+            put = await self.writes.put(
+                MessageBatch(
+                    [
+                        revive_log.checkpoint_message(self.revive_topic, new, self.broker_name),
+                        revive_log.ack_message(self.revive_topic, old.revive_qid, ack, self.broker_name),
+                    ]
+                )
             )
         finally:
             old.acking.discard(offset)
@@ -721,7 +725,7 @@ class PopService:
                 PUT_STATUS_CODES[put.status],
                 f"the change could not be written: {put.status.value} {put.remark}",
             )
-        new.revive_offset = put.append.queue_offsets[start]
+        new.revive_offset = put.append.queue_offsets[0]
         self.table.add(new)
         self.table.ack(key, (offset,))
         self.stats.changes += 1

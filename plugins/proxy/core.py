@@ -16,9 +16,9 @@ import trio
 from kernel.access import AccessControl
 from kernel.context import BrokerRuntime
 from kernel.errors import RemotingError
+from kernel.gathered_puts import GatheredPuts
 from kernel.model import BrokerRole
 from plugins.proxy.config import ProxyConfig
-from plugins.proxy.local_puts import LocalPuts
 from plugins.proxy.status import Code, ProxyProblem, problem_of
 from plugins.proxy.telemetry import DEFAULT_RETRY_MAX_TIMES, ClientRegistry
 from trocket.client.errors import ClientError
@@ -75,12 +75,12 @@ class ProxyCore:
     _attributes: dict[str, tuple[float, dict[str, str]]] = attrs.field(factory=dict)
     _route_cache: dict[str, tuple[float, Route]] = attrs.field(factory=dict)
     _groups: dict[str, tuple[float, dict[str, Any]]] = attrs.field(factory=dict)
-    local_puts: LocalPuts | None = attrs.field(default=None, init=False)
-    """Sends to ``local``, put together when they arrive together (``plugins.proxy.local_puts``)."""
+    local_puts: GatheredPuts | None = attrs.field(default=None, init=False)
+    """Sends to ``local``, put together when they arrive together (``kernel.gathered_puts``)."""
 
     def __attrs_post_init__(self) -> None:
         if self.local is not None:
-            self.local_puts = LocalPuts(self.local.put_group)
+            self.local_puts = GatheredPuts(self.local.put_group)
 
     def client_id(self, metadata: Mapping[str, str]) -> str:
         """:raises ProxyProblem: CLIENT_ID_REQUIRED when the header is missing."""
