@@ -9,9 +9,9 @@ POP service's revive-log records (an ack per request). Under an asynchronous flu
 yields, so nothing queues behind one in flight either. Here the first put of a pass waits one
 pass, the others of that pass join it, and all go out with one ``put_group``: each batch is
 still checked and answered on its own, as ``Broker.put`` would, and its records stay together
-and in order. Puts arriving while a group waits for its flush form the next group at once,
-and one flush covers both (group commit). Measured: docs/performance.md, "sends that arrive
-together".
+and in order. Puts arriving while a group waits for its flush form the next group at once
+(appended meanwhile, covered by the next flush of the group commit). Measured:
+docs/performance.md, "sends that arrive together".
 
 A put handed over is made whatever happens to its caller afterwards (the group's put is
 shielded, bounded by the put pipeline's own flush and replica timeouts): a caller cancelled
