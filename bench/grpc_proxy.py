@@ -7,6 +7,9 @@ the official clients do. Both keep ``--in-flight`` calls going.
 
     ./run bench grpc_proxy [--messages 20000] [--in-flight 32] [--size 128] [--standalone]
 
+Each row also prints the server's CPU per message (user + system, every thread: the broker
+process, plus the proxy's with ``--standalone``), a figure that carries over to other machines.
+
 ``--standalone`` runs the proxy as its own process (``trocket proxy -n``: a second core for
 gRPC, every call a remoting round trip to the broker) instead of beside the broker.
 
@@ -23,7 +26,7 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -33,7 +36,7 @@ import trio
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from bench.trocket_process import free_port, running_trocket  # noqa: E402
+from bench.trocket_process import cpu_seconds, free_port, trocket_process  # noqa: E402
 from trocket import Message, Producer, SimpleConsumer  # noqa: E402
 from trocket.admin import AdminClient  # noqa: E402
 from wire.grpc_v2 import definition_pb2 as pb  # noqa: E402
@@ -179,10 +182,10 @@ async def create_topics(namesrv: str, topics: list[str]) -> str:
 
 
 @contextmanager
-def standalone_proxy(root: Path, namesrv: str, port: int, wanted: bool) -> Iterator[None]:
-    """``trocket proxy -n NAMESRV`` as its own process when ``wanted``."""
+def standalone_proxy(root: Path, namesrv: str, port: int, wanted: bool) -> Iterator[int | None]:
+    """``trocket proxy -n NAMESRV`` as its own process when ``wanted``; yields its pid."""
     if not wanted:
-        yield
+        yield None
         return
     log = root / "proxy.log"
     with log.open("w") as out:
@@ -196,7 +199,7 @@ def standalone_proxy(root: Path, namesrv: str, port: int, wanted: bool) -> Itera
             if process.poll() is not None or time.monotonic() > deadline:
                 raise SystemExit("trocket proxy did not start:\n" + log.read_text())
             time.sleep(0.05)
-        yield
+        yield process.pid
     finally:
         process.terminate()
         process.wait(timeout=60)
@@ -219,32 +222,52 @@ def main() -> None:
     roles = '["broker", "namesrv"]' if args.standalone else '["broker", "namesrv", "proxy"]'
     with (
         tempfile.TemporaryDirectory() as root,
-        running_trocket(
+        trocket_process(
             Path(root),
             f"roles = {roles}\nplugins = {PLUGINS}",
             proxy_settings,
-        ) as namesrv,
-        standalone_proxy(Path(root), namesrv, grpc_port, args.standalone),
+        ) as broker,
+        standalone_proxy(Path(root), broker.namesrv, grpc_port, args.standalone) as proxy_pid,
     ):
-        endpoint = f"127.0.0.1:{grpc_port}"
+        namesrv, endpoint = broker.namesrv, f"127.0.0.1:{grpc_port}"
+        pids = [broker.pid] if proxy_pid is None else [broker.pid, proxy_pid]
+
+        def measured(run: Callable[[], float]) -> tuple[float, float]:
+            """Messages a second, and server CPU µs a message (broker, and a standalone proxy)."""
+            cpu = sum(map(cpu_seconds, pids))
+            rate = run()
+            return rate, (sum(map(cpu_seconds, pids)) - cpu) / args.messages * 1e6
+
         broker_name = trio.run(create_topics, namesrv, ["BenchRemoting", "BenchGrpc"])
-        produce_remoting = trio.run(
-            remoting_produce, namesrv, "BenchRemoting", args.messages, args.in_flight, body
+        produce_remoting = measured(
+            lambda: trio.run(remoting_produce, namesrv, "BenchRemoting", args.messages, args.in_flight, body)
         )
-        produce_grpc = asyncio.run(grpc_produce(endpoint, "BenchGrpc", args.messages, args.in_flight, body))
-        consume_remoting = trio.run(remoting_consume, namesrv, "BenchRemoting", args.messages, args.in_flight)
-        consume_grpc = asyncio.run(
-            grpc_consume(endpoint, "BenchGrpc", broker_name, args.messages, args.in_flight)
+        produce_grpc = measured(
+            lambda: asyncio.run(grpc_produce(endpoint, "BenchGrpc", args.messages, args.in_flight, body))
+        )
+        consume_remoting = measured(
+            lambda: trio.run(remoting_consume, namesrv, "BenchRemoting", args.messages, args.in_flight)
+        )
+        consume_grpc = measured(
+            lambda: asyncio.run(
+                grpc_consume(endpoint, "BenchGrpc", broker_name, args.messages, args.in_flight)
+            )
         )
     where = "the proxy in its own process" if args.standalone else "one process"
     where += f", grpc_server = {args.grpc_server}"
     print(f"{args.messages} messages of {args.size} B, {args.in_flight} in flight (async flush, {where})")
-    print(f"{'row':<26}{'remoting msg/s':>16}{'gRPC proxy msg/s':>18}{'ratio':>8}  target")
-    for name, base, proxied in (
+    columns = f"{'remoting msg/s':>16}{'µs/msg':>8}{'gRPC proxy msg/s':>18}{'µs/msg':>8}"
+    print(f"{'row':<16}{columns}{'ratio':>8}  target")
+    for name, (base, base_cpu), (proxied, proxied_cpu) in (
         ("produce", produce_remoting, produce_grpc),
         ("receive + ack", consume_remoting, consume_grpc),
     ):
-        print(f"{name:<26}{base:>16,.0f}{proxied:>18,.0f}{proxied / base:>8.2f}  >= 0.50")
+        print(
+            f"{name:<16}{base:>16,.0f}{base_cpu:>8.0f}{proxied:>18,.0f}{proxied_cpu:>8.0f}"
+            f"{proxied / base:>8.2f}  >= 0.50"
+        )
+    print("µs/msg: server CPU (user + system, every thread) per message: the broker process, and")
+    print("the proxy's with --standalone; it carries over to other machines where rates do not")
 
 
 if __name__ == "__main__":
