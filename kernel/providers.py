@@ -142,6 +142,23 @@ class RequestHandlerSpec:
     round trip. Such a caller has done its own access checks (guards do not run), and the
     request is not counted by the port's request meter."""
 
+    @classmethod
+    def connectionless(
+        cls,
+        code: int,
+        name: str,
+        serve: Callable[[BrokerRuntime, RemotingCommand], Awaitable[RemotingCommand | None]],
+    ) -> RequestHandlerSpec:
+        """A handler that needs nothing of its connection: ``serve(runtime, request)`` answers
+        both the broker's port and callers in process (``in_process``)."""
+
+        async def handle(
+            runtime: BrokerRuntime, connection: Connection, request: RemotingCommand
+        ) -> RemotingCommand | None:
+            return await serve(runtime, request)
+
+        return cls(code, name, handle, serve)
+
 
 @attrs.frozen
 class RequestGuardSpec:

@@ -42,16 +42,11 @@ def trocket_config_sections() -> list[ConfigSection]:
 @hookimpl
 def trocket_register_request_handlers(ctx: BrokerContext) -> list[RequestHandlerSpec]:
     return [
-        RequestHandlerSpec(RequestCode.POP_MESSAGE, "pop", handlers.handle_pop, handlers.serve_pop),
-        RequestHandlerSpec(RequestCode.ACK_MESSAGE, "pop", handlers.handle_ack, handlers.serve_ack),
-        RequestHandlerSpec(
-            RequestCode.BATCH_ACK_MESSAGE, "pop", handlers.handle_batch_ack, handlers.serve_batch_ack
-        ),
-        RequestHandlerSpec(
-            RequestCode.CHANGE_MESSAGE_INVISIBLETIME,
-            "pop",
-            handlers.handle_change_invisible,
-            handlers.serve_change_invisible,
+        RequestHandlerSpec.connectionless(RequestCode.POP_MESSAGE, "pop", handlers.serve_pop),
+        RequestHandlerSpec.connectionless(RequestCode.ACK_MESSAGE, "pop", handlers.serve_ack),
+        RequestHandlerSpec.connectionless(RequestCode.BATCH_ACK_MESSAGE, "pop", handlers.serve_batch_ack),
+        RequestHandlerSpec.connectionless(
+            RequestCode.CHANGE_MESSAGE_INVISIBLETIME, "pop", handlers.serve_change_invisible
         ),
     ]
 

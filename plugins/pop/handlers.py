@@ -21,7 +21,7 @@ from wire.pop_receipt import (
     real_topic,
     start_offset_info,
 )
-from wire.remoting import Connection, RemotingCommand, ResponseCode, parse_bool
+from wire.remoting import RemotingCommand, ResponseCode, parse_bool
 from wire.remoting.headers import RequestProblem, int_field, required, valid_group, valid_topic
 from wire.subscription import Subscription
 
@@ -67,14 +67,8 @@ def _topic_queue(service: PopService, topic: str, queue_id: int, *, pop: bool) -
 # --- POP_MESSAGE ----------------------------------------------------------------------------
 
 
-async def handle_pop(
-    runtime: BrokerRuntime, connection: Connection, request: RemotingCommand
-) -> RemotingCommand:
-    return await serve_pop(runtime, request)
-
-
 async def serve_pop(runtime: BrokerRuntime, request: RemotingCommand) -> RemotingCommand:
-    """The answer without a connection (the proxy beside the broker asks in process)."""
+    """The broker's port and the proxy beside the broker (in process) both ask here."""
     return await _answer(request, _pop(runtime, request))
 
 
@@ -146,14 +140,8 @@ def _handle(request: RemotingCommand) -> ReceiptHandle:
         raise RequestProblem(ResponseCode.INVALID_PARAMETER, str(error)) from None
 
 
-async def handle_ack(
-    runtime: BrokerRuntime, connection: Connection, request: RemotingCommand
-) -> RemotingCommand:
-    return await serve_ack(runtime, request)
-
-
 async def serve_ack(runtime: BrokerRuntime, request: RemotingCommand) -> RemotingCommand:
-    """The answer without a connection (the proxy beside the broker asks in process)."""
+    """The broker's port and the proxy beside the broker (in process) both ask here."""
     return await _answer(request, _ack(runtime, request))
 
 
@@ -183,14 +171,8 @@ async def _ack(runtime: BrokerRuntime, request: RemotingCommand) -> RemotingComm
     return request.response()
 
 
-async def handle_batch_ack(
-    runtime: BrokerRuntime, connection: Connection, request: RemotingCommand
-) -> RemotingCommand:
-    return await serve_batch_ack(runtime, request)
-
-
 async def serve_batch_ack(runtime: BrokerRuntime, request: RemotingCommand) -> RemotingCommand:
-    """The answer without a connection (the proxy beside the broker asks in process)."""
+    """The broker's port and the proxy beside the broker (in process) both ask here."""
     return await _answer(request, _batch_ack(runtime, request))
 
 
@@ -252,14 +234,8 @@ def _bits(value: Any) -> list[int]:
 # --- CHANGE_MESSAGE_INVISIBLETIME ------------------------------------------------------------
 
 
-async def handle_change_invisible(
-    runtime: BrokerRuntime, connection: Connection, request: RemotingCommand
-) -> RemotingCommand:
-    return await serve_change_invisible(runtime, request)
-
-
 async def serve_change_invisible(runtime: BrokerRuntime, request: RemotingCommand) -> RemotingCommand:
-    """The answer without a connection (the proxy beside the broker asks in process)."""
+    """The broker's port and the proxy beside the broker (in process) both ask here."""
     return await _answer(request, _change(runtime, request))
 
 

@@ -21,7 +21,7 @@ import attrs
 from google.protobuf.timestamp_pb2 import Timestamp
 
 from plugins.proxy.core import ProxyCore, now_ms
-from plugins.proxy.status import Code, ProxyProblem, from_remoting, ok, problem_of
+from plugins.proxy.status import Code, ProxyProblem, from_remoting, ok
 from plugins.proxy.translate import incoming
 from wire.grpc_v2 import definition_pb2 as pb
 from wire.grpc_v2 import service_pb2 as spb
@@ -263,10 +263,9 @@ async def _change(
     address = await core.broker_address(topic, handle.broker.broker_name)
     header = {**_handle_header(group, topic, handle), "invisibleTime": invisible_ms}
     request = RemotingCommand.request(RequestCode.CHANGE_MESSAGE_INVISIBLETIME, header)
-    what = "change invisible duration"
-    response = await core.invoke_broker(handle.broker.broker_name, address, request, what)
-    if response.code != ResponseCode.SUCCESS:
-        raise problem_of(response.code, response.remark, what)
+    response = await core.invoke_broker_ok(
+        handle.broker.broker_name, address, request, "change invisible duration"
+    )
     broker = attrs.evolve(
         handle.broker,
         ck_queue_offset=handle.broker.queue_offset,
@@ -299,7 +298,7 @@ async def forward_to_dead_letter_queue(
             "maxReconsumeTimes": request.max_delivery_attempts,
         },
     )
-    await core.invoke_ok(address, back, "forward to the dead-letter queue")
+    await core.invoke_broker_ok(handle.broker.broker_name, address, back, "forward to the dead-letter queue")
     status = await _ack_one(
         core, group, topic, spb.AckMessageEntry(message_id=request.message_id, receipt_handle=handle.format())
     )

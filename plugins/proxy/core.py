@@ -174,8 +174,11 @@ class ProxyCore:
             raise ProxyProblem(Code.INTERNAL_SERVER_ERROR, f"{what}: broker {broker_name} gave no answer")
         return response
 
-    async def invoke_ok(self, address: str, request: RemotingCommand, what: str) -> RemotingCommand:
-        response = await self.invoke(address, request, what)
+    async def invoke_broker_ok(
+        self, broker_name: str, address: str, request: RemotingCommand, what: str
+    ) -> RemotingCommand:
+        """:meth:`invoke_broker`, a refusal raised as the matching :class:`ProxyProblem`."""
+        response = await self.invoke_broker(broker_name, address, request, what)
         if response.code != ResponseCode.SUCCESS:
             raise problem_of(response.code, response.remark, what)
         return response

@@ -218,8 +218,8 @@ async def end_transaction(
         "transactionId": request.transaction_id,
     }
     address = await core.broker_address(request.topic.name, broker_name)
-    await core.invoke_ok(
-        address, RemotingCommand.request(RequestCode.END_TRANSACTION, header), "end transaction"
+    await core.invoke_broker_ok(
+        broker_name, address, RemotingCommand.request(RequestCode.END_TRANSACTION, header), "end transaction"
     )
     return spb.EndTransactionResponse(status=ok())
 

@@ -216,6 +216,7 @@ class ProxyService:
         async with RemotingClient.open(
             router, credentials=inner_credentials(ctx.config), tls=client_tls(ctx.config)
         ) as remoting:
+            beside = self.runtime if "broker" in ctx.broker.roles else None
             core = ProxyCore(
                 self.config,
                 remoting,
@@ -223,8 +224,8 @@ class ProxyService:
                 advertised=(self.config.grpc_host, self.config.grpc_port),
                 renewals=Renewals(),
                 access_control=lambda: ctx.stash.get(ACCESS_CONTROL, None),
-                local=self.runtime if "broker" in ctx.broker.roles else None,
-                in_process=_in_process(self.runtime) if "broker" in ctx.broker.roles else {},
+                local=beside,
+                in_process=_in_process(beside) if beside is not None else {},
             )
             self.core = core
             host_type = CompletionQueueHost if self.config.grpc_server == "completion_queue" else GrpcHost
