@@ -251,7 +251,7 @@ class _Poller:
     def _sort(self, event: Any, wanted: list[Any]) -> None:
         tag = event.tag
         if tag is _NEW_CALL:
-            self._accept(event, wanted)
+            self._accept(event)
         elif tag is _UNWATCHED:
             pass
         elif type(tag) is _StreamWriter:
@@ -261,7 +261,7 @@ class _Poller:
         else:
             wanted.append(event)
 
-    def _accept(self, event: Any, wanted: list[Any]) -> None:
+    def _accept(self, event: Any) -> None:
         if self.stopping or not event.success:
             return
         try:
