@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import resource
 import subprocess
 import sys
 import textwrap
@@ -60,16 +59,16 @@ def start_logged(
     if fresh:
         log.unlink(missing_ok=True)
     before = _readies(log)
+    command = [sys.executable, "-m", "trocket", *args]
+    if open_files:
+        command = [*_with_open_files_limit(*open_files), *command]
     with log.open("a") as out:
         process = subprocess.Popen(
-            [sys.executable, "-m", "trocket", *args],
+            command,
             stdout=out,
             stderr=subprocess.STDOUT,
             text=True,
             env={**os.environ, "PYTHONPATH": str(REPO)},
-            preexec_fn=(lambda: resource.setrlimit(resource.RLIMIT_NOFILE, open_files))
-            if open_files
-            else None,
         )
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
@@ -80,6 +79,20 @@ def start_logged(
         time.sleep(0.05)
     process.kill()
     raise AssertionError(f"{name} did not start:\n{log.read_text()}")
+
+
+def _with_open_files_limit(soft: int, hard: int) -> list[str]:
+    """A command prefix that sets ``RLIMIT_NOFILE`` and then execs the rest, as ``ulimit -n``
+    before a command does. Not ``Popen(preexec_fn=...)``: that forces a plain ``fork`` of the
+    test process, whose gRPC threads (earlier tests' clients) then run fork handlers in a child
+    that has not yet exec'd; one CI run's broker hung there, its log holding only gRPC's
+    ``epoll_wait error: Bad file descriptor``."""
+    program = (
+        "import os, resource, sys; "
+        "resource.setrlimit(resource.RLIMIT_NOFILE, (int(sys.argv[1]), int(sys.argv[2]))); "
+        "os.execv(sys.argv[3], sys.argv[3:])"
+    )
+    return [sys.executable, "-c", program, str(soft), str(hard)]
 
 
 def _readies(log: Path) -> int:
