@@ -117,15 +117,16 @@ def ensure_redis() -> str | None:
 
 @contextmanager
 def trocket_server(
-    root: Path, flush: str, busy_poll: str | None = None, *, warm: bool = False
+    root: Path, flush: str, busy_poll: str | None = None, *, warm: bool = False, sync_with: str = "auto"
 ) -> Iterator[Server]:
     """A NameServer and broker; ``busy_poll`` as given, else the broker's default; ``warm``:
-    ``[store_mmap] warm_mapped_file``."""
+    ``[store_mmap] warm_mapped_file``; ``sync_with``: ``[store_mmap] sync_with``."""
     polling = f'busy_poll = "{busy_poll}"\n' if busy_poll is not None else ""
     tables = (
         f'[remoting]\nmax_pull_messages = 1000\nmax_pull_bytes = "4MiB"\n{polling}'
         '[store_mmap]\ncommit_log_file_size = "512MiB"\n'
         f"warm_mapped_file = {'true' if warm else 'false'}\n"
+        f'sync_with = "{sync_with}"\n'
     )
     with trocket_process(root, f'flush = "{flush}"', tables) as process:
         yield Server(process.namesrv, process.pid)
@@ -412,6 +413,12 @@ def main() -> None:
         default="sync",
         help="[store_mmap] warm_mapped_file under which flush policies (default: sync)",
     )
+    parser.add_argument(
+        "--sync-with",
+        choices=("auto", "io_uring", "thread"),
+        default="auto",
+        help="[store_mmap] sync_with: how the commit log's fdatasync is waited for",
+    )
     args = parser.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")]
     flushes = [f.strip() for f in args.flush.split(",")]
@@ -420,7 +427,8 @@ def main() -> None:
     for flush in flushes:
         warm = args.warm_mapped_file == "always" or (args.warm_mapped_file == "sync" and flush == "sync")
         with tempfile.TemporaryDirectory(prefix="trocket-bench-") as tmp:
-            with trocket_server(Path(tmp), flush, args.busy_poll, warm=warm) as server:
+            server_for = trocket_server(Path(tmp), flush, args.busy_poll, warm=warm, sync_with=args.sync_with)
+            with server_for as server:
                 for size in sizes:
                     warmed = ", warm_mapped_file = true" if warm else ""
                     print(f"Trocket, {flush} flush, {size} B{warmed} ...", flush=True)

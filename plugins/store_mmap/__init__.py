@@ -9,6 +9,7 @@ from kernel import ConfigSection, StoreProvider, hookimpl
 from kernel.context import BrokerContext
 from plugins.store_mmap.config import PROPERTIES, StoreMmapConfig
 from plugins.store_mmap.index_file import IndexFile
+from plugins.store_mmap.ring_sync import SYNC_RING, Ring
 from plugins.store_mmap.store import open_mmap_store
 from plugins.store_mmap.warm import WARMER
 
@@ -33,7 +34,14 @@ def trocket_register_stores() -> list[StoreProvider]:
 @hookimpl
 def trocket_runtime_figures(ctx: BrokerContext) -> dict[str, str]:
     warmer = ctx.stash.get(WARMER, None)
-    return warmer.statistics().figures() if warmer is not None else {}
+    figures = warmer.statistics().figures() if warmer is not None else {}
+    ring = ctx.stash.get(SYNC_RING, False)  # False: no mmap store was opened
+    if isinstance(ring, Ring):
+        figures["commitLogSyncWith"] = "io_uring"
+        figures.update(ring.figures())
+    elif ring is None:
+        figures["commitLogSyncWith"] = "thread"
+    return figures
 
 
 def disk_reservation(ctx: BrokerContext) -> dict[str, str]:

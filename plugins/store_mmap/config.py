@@ -39,6 +39,14 @@ class StoreMmapConfig:
     commit (the flush policy's commit loop, or any flush); they become visible to consumers
     only then, and a process crash loses staged bytes even if acknowledged under async flush.
     All are read through the mapping. See bench/store_append.py for the measured choice."""
+    sync_with: str = fields.choice("auto", ("auto", "io_uring", "thread"))
+    """How the commit log's ``fdatasync`` is waited for (``write_path`` ``pwrite`` and
+    ``buffered``; ``mmap``'s ``msync`` always uses the thread). ``io_uring``: submitted to the
+    kernel's io_uring and waited for in the same system call, no thread of ours woken (a lone
+    sync put's flush 35-45 µs sooner here; :mod:`plugins.store_mmap.ring_sync`); start fails
+    where the kernel refuses it. ``thread``: the store's flush thread. ``auto``: io_uring where
+    it is available (x86-64, Linux 5.11 or later, not refused by a seccomp policy or
+    ``kernel.io_uring_disabled``), else the thread; the start-up summary says which."""
     warm_mapped_file: bool = fields.boolean(False)
     """``warmMapedFileEnable``: write zeros into each commit-log file ahead of the appends
     (a background thread), so a flush writes data into blocks written before instead of

@@ -23,6 +23,7 @@ from pathlib import Path
 import attrs
 
 from plugins.store_mmap.open_files import OpenFileBudget
+from plugins.store_mmap.ring_sync import Ring
 from plugins.store_mmap.warm import WarmJob
 
 log = logging.getLogger(__name__)
@@ -306,6 +307,21 @@ class MappedFile:
             os.fdatasync(self._fd)
         self.flushed = target
         return target
+
+    async def flush_through(self, ring: Ring) -> int:
+        """:meth:`flush_blocking` for a file written with ``pwrite``, its ``fdatasync``
+        submitted to ``ring`` on the event loop (held by the caller meanwhile).
+
+        :raises OSError: the sync's error; ``flushed`` stays.
+        """
+        target = self.committed
+        if target <= self.flushed:
+            return self.flushed
+        if self.use_mmap_writes:
+            raise ValueError(f"{self.path} is written through its mapping: msync, not fdatasync")
+        await ring.datasync(self._fd)
+        self.flushed = max(self.flushed, target)
+        return self.flushed
 
     def hold(self) -> bool:
         """Keep the file open (and never parked) until :meth:`release`: a flush in a worker

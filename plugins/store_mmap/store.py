@@ -19,7 +19,7 @@ import attrs
 import trio
 
 from kernel.context import BrokerContext
-from kernel.errors import FlushError, OffsetOutOfRange, StoreError, StoreNotWritable
+from kernel.errors import ConfigError, FlushError, OffsetOutOfRange, StoreError, StoreNotWritable
 from kernel.model import AppendResult, DispatchRecord, Message, QueueEntry, RecoveryReport, Watermarks
 from kernel.open_files import explain_open_failure
 from kernel.queue_entries import QueueEntries
@@ -36,6 +36,7 @@ from plugins.store_mmap.mapped_file_queue import MappedFileQueue
 from plugins.store_mmap.open_files import OpenFileBudget
 from plugins.store_mmap.recovery import recover_store
 from plugins.store_mmap.retention import RetentionService
+from plugins.store_mmap.ring_sync import SYNC_RING, Ring, RingUnavailable, open_ring
 from plugins.store_mmap.warm import MARGIN, WARMER, FileWarmer
 from wire import record
 from wire.wire_batch import WireBatch
@@ -72,6 +73,8 @@ class MmapStore:
     retention: RetentionService = attrs.field(init=False)
     _flush_lock: trio.Lock = attrs.field(factory=trio.Lock, init=False)
     _flusher: FlushThread | None = attrs.field(default=None, init=False)
+    ring: Ring | None = None
+    """The commit log's ``fdatasync`` goes through this io_uring when set (``sync_with``)."""
     """The thread that commits and flushes the log (started on first use)."""
     warmer: FileWarmer | None = attrs.field(default=None, init=False)
     """Writes zeros into log files ahead of the appends from recovery on; set by
@@ -231,7 +234,10 @@ class MmapStore:
         try:
             await self._commit_locked(pass_when_empty=False)
             try:
-                flushed, covered_ts = await self._flush_thread().run(self.commit_log.flush_blocking)
+                if self.ring is not None:
+                    flushed, covered_ts = await self.commit_log.flush_through(self.ring)
+                else:
+                    flushed, covered_ts = await self._flush_thread().run(self.commit_log.flush_blocking)
             except FlushError as error:
                 self._fail(error)
                 raise
@@ -441,6 +447,9 @@ class MmapStore:
         if self._flusher is not None:
             self._flusher.close()
             self._flusher = None
+        if self.ring is not None:
+            self.ring.close()
+            self.ring = None
         self.commit_log.files.close()
         self.queues.close()
         if self.index is not None:
@@ -463,6 +472,24 @@ def queue_file_bound(configured: int) -> int:
     soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
     quarter = (soft if soft != resource.RLIM_INFINITY else 1 << 20) // 4
     return max(16, min(DEFAULT_QUEUE_FILE_BOUND, quarter))
+
+
+def sync_ring(config: StoreMmapConfig) -> Ring | None:
+    """The io_uring the commit log's syncs go through, or None for the flush thread (see
+    ``sync_with``).
+
+    :raises ConfigError: ``sync_with = "io_uring"`` where the kernel refuses it.
+    """
+    if config.sync_with == "thread" or config.write_path == "mmap":
+        return None
+    try:
+        return open_ring()
+    except RingUnavailable as error:
+        if config.sync_with == "io_uring":
+            problem = f"io_uring is unavailable here: {error.strerror}"
+            raise ConfigError("[store_mmap]", "sync_with", problem) from None
+        log.info("commit-log syncs through the flush thread: %s", error.strerror)
+        return None
 
 
 @asynccontextmanager
@@ -503,6 +530,13 @@ async def open_mmap_store(ctx: BrokerContext) -> AsyncIterator[MmapStore]:
             files, (ctx.broker.listen_host, ctx.broker.listen_port), parking_topics=ctx.parking_topics
         )
         store = MmapStore(root, config, commit_log, queues, Checkpoint.load(root / "checkpoint"), index)
+        try:
+            store.ring = ctx.stash[SYNC_RING] = sync_ring(config)
+        except BaseException:
+            store.close()
+            raise
+        if store.ring is not None:
+            log.info("commit-log syncs through io_uring")
         if config.warm_mapped_file:
             store.warmer = ctx.stash[WARMER] = FileWarmer()
         queues.on_persist = store._on_queues_persisted

@@ -14,7 +14,7 @@ from kernel import Broker, Message, MessageBatch
 from kernel.testing import make_config
 
 
-async def main(data_dir: str, flush: str, write_path: str, warm: bool) -> None:
+async def main(data_dir: str, flush: str, write_path: str, warm: bool, sync_with: str) -> None:
     config = make_config(
         broker={"plugins": ["store_mmap", "flush_sync", "flush_async"], "data_dir": data_dir, "flush": flush},
         store_mmap={
@@ -27,6 +27,7 @@ async def main(data_dir: str, flush: str, write_path: str, warm: bool) -> None:
             "clean_file_forcibly_enable": False,
             "write_path": write_path,
             "warm_mapped_file": warm,
+            "sync_with": sync_with,
         },
         flush_async={"interval": "50ms"},
     )
@@ -57,4 +58,6 @@ async def main(data_dir: str, flush: str, write_path: str, warm: bool) -> None:
 
 if __name__ == "__main__":
     args = sys.argv[1:]
-    trio.run(main, args[0], args[1], args[2] if len(args) > 2 else "pwrite", args[3:4] == ["warm"])
+    options = set(args[3:])  # "warm", "thread" (the flush thread instead of io_uring)
+    sync_with = "thread" if "thread" in options else "auto"
+    trio.run(main, args[0], args[1], args[2] if len(args) > 2 else "pwrite", "warm" in options, sync_with)

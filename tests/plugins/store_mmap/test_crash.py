@@ -25,13 +25,26 @@ WRITER_DEADLINE = 90.0
 
 
 def run_and_kill(
-    data_dir: Path, flush: str, acks_wanted: int, write_path: str = "pwrite", warm: bool = False
+    data_dir: Path,
+    flush: str,
+    acks_wanted: int,
+    write_path: str = "pwrite",
+    warm: bool = False,
+    sync_with: str = "auto",
 ) -> list[tuple[str, int, int, int, bytes]]:
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     errors = data_dir.parent / f"{data_dir.name}-writer.stderr"
     with errors.open("ab") as stderr:
         process = subprocess.Popen(
-            [sys.executable, str(WRITER), str(data_dir), flush, write_path, *(["warm"] if warm else [])],
+            [
+                sys.executable,
+                str(WRITER),
+                str(data_dir),
+                flush,
+                write_path,
+                *(["warm"] if warm else []),
+                *(["thread"] if sync_with == "thread" else []),
+            ],  # fmt: skip
             stdout=subprocess.PIPE,
             stderr=stderr,
             env=env,
@@ -108,19 +121,23 @@ async def verify(data_dir: Path, acks) -> None:
 
 
 @pytest.mark.parametrize(
-    ("flush", "write_path", "warm"),
-    [("async", "pwrite", False), ("sync", "pwrite", False), ("sync", "buffered", False),
-     ("sync", "pwrite", True), ("sync", "buffered", True)],
-    ids=["async", "sync", "sync-buffered", "sync-warm", "sync-buffered-warm"],
+    ("flush", "write_path", "warm", "sync_with"),
+    [("async", "pwrite", False, "auto"), ("sync", "pwrite", False, "auto"),
+     ("sync", "pwrite", False, "thread"), ("sync", "buffered", False, "auto"),
+     ("sync", "pwrite", True, "auto"), ("sync", "buffered", True, "auto")],
+    ids=["async", "sync", "sync-flush-thread", "sync-buffered", "sync-warm", "sync-buffered-warm"],
 )  # fmt: skip
-def test_sigkill_under_load_loses_no_acknowledged_message(tmp_path, flush, write_path, warm):
+def test_sigkill_under_load_loses_no_acknowledged_message(tmp_path, flush, write_path, warm, sync_with):
     """Async flush with staged writes is left out on purpose: staged bytes die with the
     process (documented in docs/durability.md). With ``warm_mapped_file`` every 64 KiB file
     is warmed in the background while appends race into it (each roll halts a warmer that
-    has not finished)."""
+    has not finished). ``sync_with``: the commit log's syncs through io_uring where this
+    kernel has it (``auto``), or through the flush thread."""
     all_acks = []
     for _ in range(3):
-        acks = run_and_kill(tmp_path, flush, acks_wanted=400, write_path=write_path, warm=warm)
+        acks = run_and_kill(
+            tmp_path, flush, acks_wanted=400, write_path=write_path, warm=warm, sync_with=sync_with
+        )
         assert len(acks) == 400
         all_acks.extend(acks)
         trio.run(verify, tmp_path, all_acks)

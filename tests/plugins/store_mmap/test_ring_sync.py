@@ -1,0 +1,186 @@
+"""The commit log's syncs through io_uring: real syncs of real files, errors as OSError, the
+flush thread's waiting policy (block briefly, never for a stalled disk), and the store's choice
+between the ring and the thread (``[store_mmap] sync_with``)."""
+
+from __future__ import annotations
+
+import errno
+import os
+import time
+
+import pytest
+import trio
+
+from kernel import Broker, Message, MessageBatch
+from kernel.errors import ConfigError
+from kernel.testing import make_config
+from plugins.store_mmap import store as store_module
+from plugins.store_mmap.flush_thread import BLOCK_LIMIT
+from plugins.store_mmap.ring_sync import Ring, RingOp, RingUnavailable, open_ring
+
+
+def ring_or_skip() -> Ring:
+    try:
+        return open_ring()
+    except RingUnavailable as error:  # the store falls back to its flush thread there
+        pytest.skip(f"io_uring unavailable: {error.strerror}")
+
+
+@pytest.fixture
+def ring():
+    ring = ring_or_skip()
+    yield ring
+    ring.close()
+
+
+async def test_a_sync_of_written_bytes_completes_and_is_waited_for_by_blocking(ring, tmp_path):
+    fd = os.open(tmp_path / "log", os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        for position in range(0, 20 * 300, 300):
+            os.pwrite(fd, b"x" * 300, position)
+            await ring.datasync(fd)
+    finally:
+        os.close(fd)
+    assert ring.blocked + ring.awaited == 20
+    assert ring.blocked >= 1  # each is, unless a loaded machine took longer than the limit
+    assert ring.figures() == {
+        "commitLogSyncsBlocked": str(ring.blocked),
+        "commitLogSyncsAwaited": str(ring.awaited),
+    }
+
+
+async def test_a_failed_sync_raises_its_errno_and_the_ring_keeps_serving(ring, tmp_path):
+    fd = os.open(tmp_path / "closed", os.O_RDWR | os.O_CREAT, 0o644)
+    os.close(fd)
+    with pytest.raises(OSError) as raised:
+        await ring.datasync(fd)
+    assert raised.value.errno == errno.EBADF
+    read_end, write_end = os.pipe()
+    try:
+        with pytest.raises(OSError) as raised:
+            await ring.datasync(read_end)  # a pipe cannot be synced
+        assert raised.value.errno == errno.EINVAL
+    finally:
+        os.close(read_end)
+        os.close(write_end)
+    assert await ring.run(RingOp.nop()) == 0
+
+
+async def test_a_slow_operation_holds_the_event_loop_no_longer_than_the_block_limit(ring):
+    """While an operation takes 0.3 s (a stalled disk's sync), another task keeps running:
+    the loop was blocked for about ``BLOCK_LIMIT`` at most, not for the operation."""
+    gaps: list[float] = []
+
+    async def ticker() -> None:
+        last = time.perf_counter()
+        while True:
+            await trio.sleep(0.002)
+            now = time.perf_counter()
+            gaps.append(now - last)
+            last = now
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(ticker)
+        await trio.sleep(0.02)
+        started = time.perf_counter()
+        with pytest.raises(OSError) as raised:
+            await ring.run(RingOp.sleep(0.3))
+        assert raised.value.errno == errno.ETIME  # a timeout completes with ETIME
+        assert time.perf_counter() - started >= 0.29
+        nursery.cancel_scope.cancel()
+    assert ring.awaited == 1
+    assert len(gaps) > 50, "the ticker ran while the operation was pending"
+    assert max(gaps) < 0.1
+
+
+async def test_while_operations_run_slow_the_loop_does_not_block_at_all(ring):
+    with pytest.raises(OSError):
+        await ring.run(RingOp.sleep(0.05))
+    assert ring.recent_seconds > BLOCK_LIMIT
+    assert await ring.run(RingOp.nop()) == 0
+    assert ring.awaited == 2 and ring.blocked == 0
+
+
+async def test_a_cancelled_caller_still_waits_for_its_operation(ring):
+    """The flushed position depends on the sync having finished: as with the flush thread,
+    cancelling the caller does not abandon a submitted operation."""
+    started = time.perf_counter()
+    with trio.move_on_after(0.01), pytest.raises(OSError):
+        await ring.run(RingOp.sleep(0.1))
+    assert time.perf_counter() - started >= 0.09
+
+
+async def test_concurrent_callers_each_get_their_own_completion(ring, tmp_path):
+    fds = [os.open(tmp_path / f"f{i}", os.O_RDWR | os.O_CREAT, 0o644) for i in range(4)]
+    results: list[str] = []
+
+    async def sync(fd: int) -> None:
+        os.pwrite(fd, b"y" * 100, 0)
+        await ring.datasync(fd)
+        results.append("synced")
+
+    async def slow() -> None:
+        with pytest.raises(OSError):
+            await ring.run(RingOp.sleep(0.05))
+        results.append("slept")
+
+    try:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(slow)
+            for fd in fds:
+                nursery.start_soon(sync, fd)
+    finally:
+        for fd in fds:
+            os.close(fd)
+    assert sorted(results) == ["slept"] + ["synced"] * 4
+
+
+def runtime_figures(broker: Broker) -> dict[str, str]:
+    """What ``brokerStatus`` shows (every plugin's ``trocket_runtime_figures``)."""
+    return {k: v for part in broker.ctx.hook.trocket_runtime_figures(ctx=broker.ctx) for k, v in part.items()}
+
+
+def sync_store_config(data_dir, sync_with: str):
+    return make_config(
+        broker={"plugins": ["store_mmap", "flush_sync"], "data_dir": str(data_dir), "flush": "sync"},
+        store_mmap={"commit_log_file_size": "1MiB", "message_index_enable": False, "sync_with": sync_with},
+    )
+
+
+@pytest.mark.parametrize("sync_with", ["io_uring", "thread"])
+async def test_sync_puts_are_flushed_through_the_chosen_path_and_survive_a_restart(tmp_path, sync_with):
+    if sync_with == "io_uring":
+        ring_or_skip().close()
+    broker = Broker.assemble(sync_store_config(tmp_path, sync_with))
+    async with trio.open_nursery() as nursery:
+        await nursery.start(broker.run)
+        for n in range(50):
+            result = await broker.put(MessageBatch([Message("Synced", f"m{n}".encode(), queue_id=0)]))
+            assert result.ok, result.remark
+        assert broker.store.positions.flushed.value == broker.store.positions.wrote.value
+        figures = runtime_figures(broker)
+        assert figures["commitLogSyncWith"] == sync_with
+        if sync_with == "io_uring":
+            assert int(figures["commitLogSyncsBlocked"]) + int(figures["commitLogSyncsAwaited"]) >= 50
+        broker.request_stop()
+    again = Broker.assemble(sync_store_config(tmp_path, sync_with))
+    async with trio.open_nursery() as nursery:
+        await nursery.start(again.run)
+        assert again.store.max_queue_offset("Synced", 0) == 50
+        again.request_stop()
+
+
+async def test_auto_falls_back_to_the_thread_and_io_uring_names_why_it_cannot_start(tmp_path, monkeypatch):
+    def refused() -> Ring:
+        raise RingUnavailable(errno.EPERM, "io_uring_setup: Operation not permitted")
+
+    monkeypatch.setattr(store_module, "open_ring", refused)
+    broker = Broker.assemble(sync_store_config(tmp_path / "auto", "auto"))
+    async with trio.open_nursery() as nursery:
+        await nursery.start(broker.run)
+        assert (await broker.put(MessageBatch([Message("T", b"m", queue_id=0)]))).ok
+        assert runtime_figures(broker)["commitLogSyncWith"] == "thread"
+        broker.request_stop()
+    strict = Broker.assemble(sync_store_config(tmp_path / "strict", "io_uring"))
+    with pytest.raises(ConfigError, match=r"sync_with.*io_uring is unavailable here.*not permitted"):
+        await strict.run()
