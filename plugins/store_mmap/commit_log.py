@@ -16,7 +16,7 @@ import collections
 import itertools
 import logging
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import NamedTuple
 
 import attrs
@@ -28,7 +28,6 @@ from kernel.queue_entries import QueueEntries
 from kernel.sync import LogPositions
 from plugins.store_mmap.mapped_file import MappedFile
 from plugins.store_mmap.mapped_file_queue import MappedFileQueue
-from plugins.store_mmap.ring_sync import Ring
 from wire import record
 from wire.dispatch_batch import AppendedWire, DispatchBatch, as_batch
 from wire.dispatch_record import pack_host
@@ -276,60 +275,34 @@ class CommitLog:
             last = work[-1][0]
             self.positions.wrote.advance(last.start + last.committed)
 
-    def flush_blocking(self) -> tuple[int, int]:
-        """Flush every file with unflushed bytes (worker thread). Returns (flushed offset, the
-        store timestamp it covers). Files are held while flushed, so they cannot be unmapped.
+    async def flush(self, sync_file: Callable[[MappedFile], Awaitable[object]]) -> tuple[int, int]:
+        """Flush every file with unflushed bytes, each through ``sync_file`` (the store's: its
+        io_uring's ``fdatasync``, or :meth:`MappedFile.flush_blocking` on its flush thread).
+        Returns (flushed offset, the store timestamp it covers). Files are held while synced,
+        so they cannot be unmapped.
 
         :raises FlushError: on an OS error; the flushed position stays where it was.
         """
         covered_ts = self.last_append_timestamp
-        flushed = self.positions.flushed.value
-        for mapped in self._files_from_flushed():
-            if mapped.flushed < mapped.committed:
-                if not mapped.hold():
-                    break
-                try:
-                    mapped.flush_blocking()
-                except OSError as error:
-                    raise FlushError(f"flush of {mapped.path} failed: {error}") from error
-                finally:
-                    mapped.release()
-            flushed = max(flushed, mapped.start + mapped.flushed)
-        return flushed, covered_ts
-
-    async def flush_through(self, ring: Ring) -> tuple[int, int]:
-        """:meth:`flush_blocking` with each file's ``fdatasync`` submitted to ``ring`` on the
-        event loop (files written with ``pwrite``; see :mod:`.ring_sync`).
-
-        :raises FlushError: on an OS error; the flushed position stays where it was.
-        """
-        covered_ts = self.last_append_timestamp
-        flushed = self.positions.flushed.value
-        for mapped in self._files_from_flushed():
-            if mapped.flushed < mapped.committed:
-                if not mapped.hold():
-                    break
-                try:
-                    await mapped.flush_through(ring)
-                except OSError as error:
-                    raise FlushError(f"flush of {mapped.path} failed: {error}") from error
-                finally:
-                    mapped.release()
-            flushed = max(flushed, mapped.start + mapped.flushed)
-        return flushed, covered_ts
-
-    def _files_from_flushed(self) -> Iterator[MappedFile]:
-        """The files a flush goes through, oldest first: from the flushed position up to the
-        first one not flushed to its end once the caller is done with it (the log is flushed
-        contiguously: files after a partly written one are pre-allocated and empty, and must
-        not move the position past unsynced bytes)."""
         flushed = self.positions.flushed.value
         for mapped in list(self.files.files):
             if mapped.end <= flushed:
                 continue
-            yield mapped
+            if mapped.flushed < mapped.committed:
+                if not mapped.hold():
+                    break
+                try:
+                    await sync_file(mapped)
+                except OSError as error:
+                    raise FlushError(f"flush of {mapped.path} failed: {error}") from error
+                finally:
+                    mapped.release()
+            flushed = max(flushed, mapped.start + mapped.flushed)
             if mapped.flushed < mapped.size:
-                return
+                # The log is flushed contiguously: files after a partly written one are
+                # pre-allocated and empty, and must not move the position past unsynced bytes.
+                break
+        return flushed, covered_ts
 
     # --- replication -----------------------------------------------------------------------
 

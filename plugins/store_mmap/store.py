@@ -31,7 +31,7 @@ from plugins.store_mmap.consume_queue import ConsumeQueues
 from plugins.store_mmap.flush_thread import FlushThread
 from plugins.store_mmap.index_file import IndexService
 from plugins.store_mmap.lock import StoreLock
-from plugins.store_mmap.mapped_file import PAGE_SIZE
+from plugins.store_mmap.mapped_file import PAGE_SIZE, MappedFile
 from plugins.store_mmap.mapped_file_queue import MappedFileQueue
 from plugins.store_mmap.open_files import OpenFileBudget
 from plugins.store_mmap.recovery import recover_store
@@ -205,6 +205,14 @@ class MmapStore:
         finally:
             self.commit_log.end_commit(work, ok=ok)
 
+    async def _sync_file(self, mapped: MappedFile) -> None:
+        """One commit-log file made durable: through the io_uring, or on the flush thread
+        (``sync_with``; ``msync`` for ``write_path = "mmap"`` always takes the thread)."""
+        if self.ring is not None:
+            await mapped.flush_through(self.ring)
+        else:
+            await self._flush_thread().run(mapped.flush_blocking)
+
     def _flush_thread(self) -> FlushThread:
         if self._flusher is None:
             self._flusher = FlushThread()
@@ -234,10 +242,7 @@ class MmapStore:
         try:
             await self._commit_locked(pass_when_empty=False)
             try:
-                if self.ring is not None:
-                    flushed, covered_ts = await self.commit_log.flush_through(self.ring)
-                else:
-                    flushed, covered_ts = await self._flush_thread().run(self.commit_log.flush_blocking)
+                flushed, covered_ts = await self.commit_log.flush(self._sync_file)
             except FlushError as error:
                 self._fail(error)
                 raise

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
+
+import trio
 
 from kernel.context import BrokerContext
 from kernel.model import Message, RecoveryReport
@@ -55,3 +58,25 @@ def messages(topic: str, queue_id: int, count: int, start: int = 0, size: int = 
         )
         for i in range(start, start + count)
     ]
+
+
+async def loop_gaps_while(slow: Callable[[], Awaitable[object]]) -> list[float]:
+    """Await ``slow()`` while another task wakes every 2 ms; the gaps between its wake-ups
+    (the longest is how long the event loop was held). For the flush waiters' promise: a slow
+    disk holds the loop for the block limit at most, never for the call."""
+    gaps: list[float] = []
+
+    async def ticker() -> None:
+        last = time.perf_counter()
+        while True:
+            await trio.sleep(0.002)
+            now = time.perf_counter()
+            gaps.append(now - last)
+            last = now
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(ticker)
+        await trio.sleep(0.02)
+        await slow()
+        nursery.cancel_scope.cancel()
+    return gaps

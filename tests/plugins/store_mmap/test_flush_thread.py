@@ -10,6 +10,7 @@ import pytest
 import trio
 
 from plugins.store_mmap.flush_thread import BLOCK_LIMIT, FlushThread
+from tests.plugins.store_mmap.helpers import loop_gaps_while
 
 
 @pytest.fixture
@@ -41,21 +42,11 @@ async def test_a_fast_call_is_waited_for_by_blocking(flusher):
 async def test_a_slow_call_holds_the_event_loop_no_longer_than_the_block_limit(flusher):
     """While a call sleeps 0.3 s, another task keeps running: the loop was blocked for at most
     about ``BLOCK_LIMIT``, not for the call."""
-    gaps: list[float] = []
 
-    async def ticker() -> None:
-        last = time.perf_counter()
-        while True:
-            await trio.sleep(0.002)
-            now = time.perf_counter()
-            gaps.append(now - last)
-            last = now
-
-    async with trio.open_nursery() as nursery:
-        nursery.start_soon(ticker)
-        await trio.sleep(0.02)
+    async def slow() -> None:
         assert await flusher.run(time.sleep, 0.3) is None
-        nursery.cancel_scope.cancel()
+
+    gaps = await loop_gaps_while(slow)
     assert flusher.awaited == 1
     assert len(gaps) > 50, "the ticker ran while the call slept"
     assert max(gaps) < 0.1

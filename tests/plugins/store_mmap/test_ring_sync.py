@@ -17,6 +17,7 @@ from kernel.testing import make_config
 from plugins.store_mmap import store as store_module
 from plugins.store_mmap.flush_thread import BLOCK_LIMIT
 from plugins.store_mmap.ring_sync import Ring, RingOp, RingUnavailable, open_ring
+from tests.plugins.store_mmap.helpers import loop_gaps_while
 
 
 def ring_or_skip() -> Ring:
@@ -69,25 +70,15 @@ async def test_a_failed_sync_raises_its_errno_and_the_ring_keeps_serving(ring, t
 async def test_a_slow_operation_holds_the_event_loop_no_longer_than_the_block_limit(ring):
     """While an operation takes 0.3 s (a stalled disk's sync), another task keeps running:
     the loop was blocked for about ``BLOCK_LIMIT`` at most, not for the operation."""
-    gaps: list[float] = []
 
-    async def ticker() -> None:
-        last = time.perf_counter()
-        while True:
-            await trio.sleep(0.002)
-            now = time.perf_counter()
-            gaps.append(now - last)
-            last = now
-
-    async with trio.open_nursery() as nursery:
-        nursery.start_soon(ticker)
-        await trio.sleep(0.02)
+    async def slow() -> None:
         started = time.perf_counter()
         with pytest.raises(OSError) as raised:
             await ring.run(RingOp.sleep(0.3))
         assert raised.value.errno == errno.ETIME  # a timeout completes with ETIME
         assert time.perf_counter() - started >= 0.29
-        nursery.cancel_scope.cancel()
+
+    gaps = await loop_gaps_while(slow)
     assert ring.awaited == 1
     assert len(gaps) > 50, "the ticker ran while the operation was pending"
     assert max(gaps) < 0.1
