@@ -132,7 +132,7 @@ class LoopImage:
         try:
             yield mountpoint
         finally:
-            _unmount(mountpoint)
+            unmount(mountpoint)
 
     def copy_to(self, path: Path) -> LoopImage:
         """What reached the disk: the image file as the loop device left it."""
@@ -144,21 +144,21 @@ def _run(*argv: str) -> None:
     subprocess.run(argv, check=True, capture_output=True)
 
 
-UMOUNT_BUSY = 32
-"""umount's exit status for a filesystem still in use."""
-
-
-def _unmount(mountpoint: Path, patience: float = 10.0) -> None:
+def unmount(mountpoint: Path, patience: float = 10.0) -> None:
     """``umount``, tried again while the filesystem is busy: a SIGKILLed writer's io_uring is
     torn down by the kernel after the process is gone (an ``fdatasync`` it had submitted holds
-    its file until it completes), so the mount can stay busy for a moment after ``wait``."""
+    its file until it completes), so the mount can stay busy for a moment after ``wait``.
+
+    :raises subprocess.CalledProcessError: any other failure (not mounted, ...), or still busy
+        after ``patience`` seconds.
+    """
     deadline = time.monotonic() + patience
     while True:
         try:
             _run("umount", str(mountpoint))
             return
         except subprocess.CalledProcessError as error:
-            if error.returncode != UMOUNT_BUSY or time.monotonic() > deadline:
+            if b"busy" not in (error.stderr or b"") or time.monotonic() > deadline:
                 raise
             time.sleep(0.05)
 
