@@ -228,6 +228,9 @@ class Ring:
                 break
             code = ctypes.get_errno()
             if code not in (errno.EINTR, errno.EAGAIN, errno.EBUSY):
+                # The entry stays queued unsubmitted and would be the next call's: the ring
+                # is unusable from here (every later call: EBADF, the store read-only).
+                self.close()
                 raise OSError(code, f"io_uring_enter: {os.strerror(code)}")
             if code != errno.EINTR:
                 with trio.CancelScope(shield=True):

@@ -73,9 +73,9 @@ class MmapStore:
     retention: RetentionService = attrs.field(init=False)
     _flush_lock: trio.Lock = attrs.field(factory=trio.Lock, init=False)
     _flusher: FlushThread | None = attrs.field(default=None, init=False)
-    ring: Ring | None = None
-    """The commit log's ``fdatasync`` goes through this io_uring when set (``sync_with``)."""
     """The thread that commits and flushes the log (started on first use)."""
+    ring: Ring | None = attrs.field(default=None, init=False)
+    """The commit log's ``fdatasync`` goes through this io_uring when set (``sync_with``)."""
     warmer: FileWarmer | None = attrs.field(default=None, init=False)
     """Writes zeros into log files ahead of the appends from recovery on; set by
     :func:`open_mmap_store` when ``warm_mapped_file`` is on."""
