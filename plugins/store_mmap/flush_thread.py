@@ -18,6 +18,7 @@ import threading
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+import attrs
 import trio
 
 T = TypeVar("T")
@@ -30,6 +31,29 @@ SLOW_SHARE = 0.5
 of ``BLOCK_LIMIT``."""
 _SMOOTHING = 0.2
 """Weight of the newest call in the recent mean of call durations."""
+
+
+@attrs.define
+class BlockingWaits:
+    """The waiting policy of both flush waiters (this thread and :mod:`.ring_sync`): block for a
+    call while recent calls were fast, and count how each was waited for."""
+
+    recent_seconds: float = 0.0
+    """Smoothed duration of recent calls, as the event loop saw them."""
+    blocked: int = 0
+    """Calls the loop waited for by blocking (at most ``BLOCK_LIMIT``)."""
+    awaited: int = 0
+    """Calls waited for asynchronously: slower than the limit, or too slow lately to block."""
+
+    def may_block(self) -> bool:
+        return self.recent_seconds <= BLOCK_LIMIT * SLOW_SHARE
+
+    def count(self, elapsed: float, *, blocked: bool) -> None:
+        if blocked:
+            self.blocked += 1
+        else:
+            self.awaited += 1
+        self.recent_seconds += _SMOOTHING * (elapsed - self.recent_seconds)
 
 
 class _Call:
@@ -55,12 +79,7 @@ class FlushThread:
         self._lock = threading.Lock()
         self._thread = threading.Thread(target=self._serve, name=name, daemon=True)
         self._thread.start()
-        self.recent_seconds = 0.0
-        """Smoothed duration of recent calls (as the event loop saw them)."""
-        self.blocked = 0
-        """Calls the loop waited for by blocking."""
-        self.awaited = 0
-        """Calls the loop waited for asynchronously (slow, or too slow lately)."""
+        self.waits = BlockingWaits()
 
     async def run(self, function: Callable[..., T], *args: Any) -> T:
         """``function(*args)`` on the thread; its result or its exception. Not cancellable
@@ -69,7 +88,8 @@ class FlushThread:
         call = _Call(function, args)
         started = trio.current_time()
         self._calls.put(call)
-        if self.recent_seconds > BLOCK_LIMIT * SLOW_SHARE or not call.done.wait(BLOCK_LIMIT):
+        blocked = self.waits.may_block() and call.done.wait(BLOCK_LIMIT)
+        if not blocked:
             with self._lock:
                 if not call.finished:
                     call.woken = trio.Event()
@@ -77,11 +97,7 @@ class FlushThread:
             if call.woken is not None:
                 with trio.CancelScope(shield=True):
                     await call.woken.wait()
-            self.awaited += 1
-        else:
-            self.blocked += 1
-        elapsed = trio.current_time() - started
-        self.recent_seconds += _SMOOTHING * (elapsed - self.recent_seconds)
+        self.waits.count(trio.current_time() - started, blocked=blocked)
         if call.error is not None:
             raise call.error
         return call.result  # type: ignore[no-any-return]
@@ -111,4 +127,4 @@ class FlushThread:
                     pass
 
 
-__all__ = ["BLOCK_LIMIT", "FlushThread"]
+__all__ = ["BLOCK_LIMIT", "BlockingWaits", "FlushThread"]

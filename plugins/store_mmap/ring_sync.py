@@ -38,7 +38,7 @@ import attrs
 import trio
 
 from kernel.context import StashKey
-from plugins.store_mmap.flush_thread import BLOCK_LIMIT, SLOW_SHARE
+from plugins.store_mmap.flush_thread import BLOCK_LIMIT, BlockingWaits
 
 _SYS_IO_URING_SETUP = 425
 _SYS_IO_URING_ENTER = 426
@@ -69,7 +69,6 @@ _SQE = struct.Struct("<BBHiQQIIQ24x")
 _CQE = struct.Struct("<Qi4x")
 """``struct io_uring_cqe``: user_data, res (flags unused)."""
 _U32 = struct.Struct("<I")
-_SMOOTHING = 0.2
 
 _libc = ctypes.CDLL(None, use_errno=True)
 _syscall = _libc.syscall
@@ -141,7 +140,7 @@ class Ring:
     def __init__(self, ring_fd: int, params: tuple[int, ...]) -> None:
         self._fd = ring_fd
         sq_entries, cq_entries, features = params[0], params[1], params[5]
-        sq_head, sq_tail, sq_mask, _, _, _, sq_array = params[7:14]
+        _, sq_tail, sq_mask, _, _, _, sq_array = params[7:14]
         cq_head, cq_tail, cq_mask, _, _, cqes = params[14:20]
         if not features & _FEAT_EXT_ARG:
             raise RingUnavailable(errno.ENOSYS, "the kernel's io_uring has no wait timeout (before 5.11)")
@@ -157,7 +156,6 @@ class Ring:
         self._sqes = mmap.mmap(ring_fd, sq_entries * _SQE_SIZE, shared, protection, offset=_OFF_SQES)
         self._sq_tail, self._sq_array = sq_tail, sq_array
         self._sq_mask = _U32.unpack_from(self._sq, sq_mask)[0]
-        self._sq_head = sq_head
         self._cq_head, self._cq_tail, self._cqes = cq_head, cq_tail, cqes
         self._cq_mask = _U32.unpack_from(self._cq, cq_mask)[0]
         self._event = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
@@ -172,13 +170,8 @@ class Ring:
         self._wait_ref = ctypes.byref(self._wait)
         self._lock = trio.Lock()
         self._next_id = 1
-        self.recent_seconds = 0.0
-        """Smoothed duration of recent operations, as the loop saw them."""
-        self.blocked = 0
-        """Operations the loop waited for by blocking (at most ``BLOCK_LIMIT``)."""
-        self.awaited = 0
-        """Operations waited for through the eventfd: slower than the limit, or submitted
-        without blocking because recent ones were."""
+        self.waits = BlockingWaits()
+        """How operations were waited for (the flush thread's policy and counts)."""
 
     async def datasync(self, fd: int) -> None:
         """``fdatasync(fd)``; not cancellable once submitted (the caller's flushed position
@@ -218,7 +211,7 @@ class Ring:
         _U32.pack_into(self._sq, self._sq_array + index * 4, index)
         _U32.pack_into(self._sq, self._sq_tail, (tail + 1) & 0xFFFFFFFF)
         started = time.perf_counter()
-        block = self.recent_seconds <= BLOCK_LIMIT * SLOW_SHARE
+        block = self.waits.may_block()
         flags = _ENTER_GETEVENTS | _ENTER_EXT_ARG if block else 0
         while True:
             submitted = _call(
@@ -236,10 +229,8 @@ class Ring:
                 with trio.CancelScope(shield=True):
                     await trio.sleep(0.0001)  # the kernel is short of memory for a moment
         result = self._reap(user_data)
-        if block and result is not None:
-            self.blocked += 1
-        else:
-            self.awaited += 1
+        blocked = block and result is not None
+        if not blocked:
             while result is None:
                 with trio.CancelScope(shield=True):
                     await trio.lowlevel.wait_readable(self._event)
@@ -248,7 +239,7 @@ class Ring:
                 except BlockingIOError:
                     pass
                 result = self._reap(user_data)
-        self.recent_seconds += _SMOOTHING * (time.perf_counter() - started - self.recent_seconds)
+        self.waits.count(time.perf_counter() - started, blocked=blocked)
         if result < 0:
             raise OSError(-result, os.strerror(-result))
         return result
@@ -269,7 +260,10 @@ class Ring:
 
     def figures(self) -> dict[str, str]:
         """The broker runtime figures (``brokerStatus``) of the commit log's syncs."""
-        return {"commitLogSyncsBlocked": str(self.blocked), "commitLogSyncsAwaited": str(self.awaited)}
+        return {
+            "commitLogSyncsBlocked": str(self.waits.blocked),
+            "commitLogSyncsAwaited": str(self.waits.awaited),
+        }
 
     def close(self) -> None:
         if self._fd < 0:

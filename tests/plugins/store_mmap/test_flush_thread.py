@@ -36,7 +36,7 @@ async def test_a_fast_call_is_waited_for_by_blocking(flusher):
     for _ in range(20):
         await flusher.run(lambda: None)
     # Each is, unless a loaded machine was slower than the block limit to wake the thread.
-    assert flusher.blocked + flusher.awaited == 20 and flusher.blocked >= 1
+    assert flusher.waits.blocked + flusher.waits.awaited == 20 and flusher.waits.blocked >= 1
 
 
 async def test_a_slow_call_holds_the_event_loop_no_longer_than_the_block_limit(flusher):
@@ -47,16 +47,16 @@ async def test_a_slow_call_holds_the_event_loop_no_longer_than_the_block_limit(f
         assert await flusher.run(time.sleep, 0.3) is None
 
     gaps = await loop_gaps_while(slow)
-    assert flusher.awaited == 1
+    assert flusher.waits.awaited == 1
     assert len(gaps) > 50, "the ticker ran while the call slept"
     assert max(gaps) < 0.1
 
 
 async def test_while_calls_run_slow_the_loop_does_not_block_at_all(flusher):
     await flusher.run(time.sleep, 0.05)
-    assert flusher.recent_seconds > BLOCK_LIMIT
+    assert flusher.waits.recent_seconds > BLOCK_LIMIT
     await flusher.run(lambda: None)
-    assert flusher.awaited == 2 and flusher.blocked == 0
+    assert flusher.waits.awaited == 2 and flusher.waits.blocked == 0
 
 
 async def test_a_cancelled_caller_still_waits_for_its_call_to_finish(flusher):

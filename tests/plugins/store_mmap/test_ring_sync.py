@@ -42,11 +42,11 @@ async def test_a_sync_of_written_bytes_completes_and_is_waited_for_by_blocking(r
             await ring.datasync(fd)
     finally:
         os.close(fd)
-    assert ring.blocked + ring.awaited == 20
-    assert ring.blocked >= 1  # each is, unless a loaded machine took longer than the limit
+    assert ring.waits.blocked + ring.waits.awaited == 20
+    assert ring.waits.blocked >= 1  # each is, unless a loaded machine took longer than the limit
     assert ring.figures() == {
-        "commitLogSyncsBlocked": str(ring.blocked),
-        "commitLogSyncsAwaited": str(ring.awaited),
+        "commitLogSyncsBlocked": str(ring.waits.blocked),
+        "commitLogSyncsAwaited": str(ring.waits.awaited),
     }
 
 
@@ -79,7 +79,7 @@ async def test_a_slow_operation_holds_the_event_loop_no_longer_than_the_block_li
         assert time.perf_counter() - started >= 0.29
 
     gaps = await loop_gaps_while(slow)
-    assert ring.awaited == 1
+    assert ring.waits.awaited == 1
     assert len(gaps) > 50, "the ticker ran while the operation was pending"
     assert max(gaps) < 0.1
 
@@ -87,9 +87,9 @@ async def test_a_slow_operation_holds_the_event_loop_no_longer_than_the_block_li
 async def test_while_operations_run_slow_the_loop_does_not_block_at_all(ring):
     with pytest.raises(OSError):
         await ring.run(RingOp.sleep(0.05))
-    assert ring.recent_seconds > BLOCK_LIMIT
+    assert ring.waits.recent_seconds > BLOCK_LIMIT
     assert await ring.run(RingOp.nop()) == 0
-    assert ring.awaited == 2 and ring.blocked == 0
+    assert ring.waits.awaited == 2 and ring.waits.blocked == 0
 
 
 async def test_a_cancelled_caller_still_waits_for_its_operation(ring):
