@@ -147,24 +147,43 @@ class IndexFile:
 
     def put_hashed(self, hashed: int, physical_offset: int, store_timestamp: int) -> bool:
         """Add one key already hashed by :func:`key_hash`; False when the file is full."""
-        if self.full:
-            return False
-        slot_at = HEADER_SIZE + (hashed % self.slots) * 4
-        previous = SLOT.unpack_from(self._map, slot_at)[0]
-        if previous <= 0 or previous > self.count:
-            previous = 0
-        if self.count <= 1:
-            self.begin_timestamp = store_timestamp
-            self.begin_offset = physical_offset
-        diff = max(0, (store_timestamp - self.begin_timestamp) // 1000)
-        entry_at = HEADER_SIZE + self.slots * 4 + self.count * ENTRY_SIZE
-        ENTRY.pack_into(self._map, entry_at, hashed, physical_offset, min(diff, 2**31 - 1), previous)
-        SLOT.pack_into(self._map, slot_at, self.count)
-        self.count += 1
-        self.end_timestamp = store_timestamp
-        self.end_offset = physical_offset
-        self._write_header()
-        return True
+        return self.put_few([hashed], [physical_offset], [store_timestamp]) == 1
+
+    def put_few(self, hashed: Sequence[int], offsets: Sequence[int], timestamps: Sequence[int]) -> int:
+        """Add keys already hashed by :func:`key_hash`, in order, one by one, as many as fit;
+        returns how many. The header is written once at the end: a single send's keys are
+        indexed between two requests of a waiting client, where each write of it was a
+        fifth of a key's cost."""
+        buffer = self._map
+        count = self.count
+        room = self.max_entries - count
+        if room <= 0:
+            return 0
+        slots = self.slots
+        entries_at = HEADER_SIZE + slots * 4
+        taken = 0
+        for key, offset, timestamp in zip(hashed, offsets, timestamps, strict=True):
+            if taken == room:
+                break
+            slot_at = HEADER_SIZE + (key % slots) * 4
+            previous = SLOT.unpack_from(buffer, slot_at)[0]
+            if previous <= 0 or previous > count:
+                previous = 0
+            if count <= 1:
+                self.begin_timestamp = timestamp
+                self.begin_offset = offset
+            diff = (timestamp - self.begin_timestamp) // 1000
+            diff = 0 if diff < 0 else min(diff, 2**31 - 1)
+            ENTRY.pack_into(buffer, entries_at + count * ENTRY_SIZE, key, offset, diff, previous)
+            SLOT.pack_into(buffer, slot_at, count)
+            count += 1
+            taken += 1
+            self.end_timestamp = timestamp
+            self.end_offset = offset
+        self.count = count
+        if taken:
+            self._write_header()
+        return taken
 
     def put_many(self, hashed: np.ndarray, offsets: np.ndarray, timestamps: np.ndarray) -> int:
         """Add keys already hashed by :func:`key_hashes`, in order, as many as fit; returns how
@@ -364,36 +383,40 @@ class IndexService(TracksDispatchFailure):
         hashed: list[int] = []
         offsets: list[int] = []
         timestamps: list[int] = []
+        newest = None
         for r in records:
             if r.sys_flag & _TRANSACTION_TYPE == SYSFLAG_TRANSACTION_ROLLBACK:
                 continue
-            if r.physical_offset <= last:
+            offset = r.physical_offset
+            if offset <= last:
                 continue  # indexed before a restart
-            self._newest_timestamp = r.store_timestamp
-            many = (
-                _many_key_hashes(r.topic, r.keys)
-                if r.keys and len(r.keys) > MANY_KEYS_CHARS and r.keys.isascii()
-                else None
-            )
+            newest = timestamp = r.store_timestamp
+            topic, keys, unique = r.topic, r.keys, r.unique_key
+            bulk = keys and len(keys) > MANY_KEYS_CHARS and keys.isascii()
+            many = _many_key_hashes(topic, keys) if bulk else None
             if many is not None:
                 # A trace message: the ids and keys of hundreds of messages, hashed as arrays
                 # after the keys before it (entries stay in log order).
-                if r.unique_key:
-                    hashed.append(key_hash(f"{r.topic}#{r.unique_key}"))
-                    offsets.append(r.physical_offset)
-                    timestamps.append(r.store_timestamp)
+                if unique:
+                    hashed.append(key_hash(f"{topic}#{unique}"))
+                    offsets.append(offset)
+                    timestamps.append(timestamp)
                 if hashed:
                     self._write_keys(hashed, offsets, timestamps)
                     hashed, offsets, timestamps = [], [], []
-                self._write_keys(
-                    many, np.full(len(many), r.physical_offset), np.full(len(many), r.store_timestamp)
-                )
+                self._write_keys(many, np.full(len(many), offset), np.full(len(many), timestamp))
                 continue
-            keys = r.keys.split() if r.keys else []
-            for key in [r.unique_key, *keys] if r.unique_key else keys:
-                hashed.append(key_hash(f"{r.topic}#{key}"))
-                offsets.append(r.physical_offset)
-                timestamps.append(r.store_timestamp)
+            if unique:
+                hashed.append(key_hash(f"{topic}#{unique}"))
+                offsets.append(offset)
+                timestamps.append(timestamp)
+            if keys:
+                for key in keys.split():
+                    hashed.append(key_hash(f"{topic}#{key}"))
+                    offsets.append(offset)
+                    timestamps.append(timestamp)
+        if newest is not None:
+            self._newest_timestamp = newest
         if hashed:
             self._write_keys(hashed, offsets, timestamps)
 
@@ -424,11 +447,14 @@ class IndexService(TracksDispatchFailure):
         are so few that the bulk set-up would cost more, else by :meth:`IndexFile.put_many`."""
         if len(hashed) <= SMALL_PUT_KEYS:
             if isinstance(hashed, np.ndarray):
-                hashed, offsets, timestamps = hashed.tolist(), list(offsets), list(timestamps)
-            for key, offset, timestamp in zip(hashed, offsets, timestamps, strict=True):
+                hashed = hashed.tolist()
+            if isinstance(offsets, np.ndarray):
+                offsets, timestamps = offsets.tolist(), np.asarray(timestamps).tolist()
+            done = 0
+            while done < len(hashed):
                 if (not self.files or self.files[-1].full) and not self._new_file():
                     return
-                self.files[-1].put_hashed(int(key), int(offset), int(timestamp))
+                done += self.files[-1].put_few(hashed[done:], offsets[done:], timestamps[done:])
             return
         hashed = np.asarray(hashed, dtype=np.int64)
         offsets = np.asarray(offsets, dtype=np.int64)
