@@ -15,6 +15,7 @@ import pluggy
 
 from kernel.config import BrokerConfig, Config
 from kernel.persist import BackgroundWrites
+from kernel.sync_overlap import SyncOverlap
 from wire.remoting.metering import RequestMeters
 
 if TYPE_CHECKING:
@@ -67,6 +68,9 @@ class BrokerContext:
     stash: Stash = attrs.field(factory=Stash)
     background_writes: BackgroundWrites = attrs.field(factory=BackgroundWrites)
     """Periodic persists that failed (logged, counted, retried; never the end of the process)."""
+    sync_overlap: SyncOverlap = attrs.field(factory=SyncOverlap)
+    """Work the event loop does while the store's disk sync runs without it (the views'
+    dispatch of what was just appended): see :mod:`kernel.sync_overlap`."""
     parking_topics: frozenset[str] = frozenset()
     """Topics where plugins park messages until they are due
     (``trocket_register_parking_topics``): their consume-queue tag field holds each message's

@@ -125,6 +125,22 @@ class BufferedStore(Protocol):
 
 
 @runtime_checkable
+class HandedLogStore(Protocol):
+    """A store that keeps what its put path appended for the dispatch loop, so the records are
+    not read back, and can hand them over without waiting: the dispatch then runs while the
+    store's own sync runs in the kernel (:mod:`kernel.sync_overlap`)."""
+
+    def read_handed(
+        self, offset: int, *, end: int, max_bytes: int
+    ) -> tuple[Sequence[DispatchRecord], int] | None:
+        """The records appended in this process from ``offset`` on, as whole appends ending
+        at or before ``end`` and of at most ``max_bytes`` together, and the offset after them;
+        no read, no wait. None when the append at ``offset`` is not held (already dropped, or
+        written before a restart), ends past ``end`` or alone exceeds ``max_bytes``: the
+        dispatch loop reads it as usual."""
+
+
+@runtime_checkable
 class ReplicableStore(Protocol):
     """A store whose commit log can be copied byte for byte (RocketMQ's master/slave HA).
 

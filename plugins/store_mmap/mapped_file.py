@@ -18,6 +18,7 @@ from __future__ import annotations
 import logging
 import mmap
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 import attrs
@@ -308,9 +309,10 @@ class MappedFile:
         self.flushed = target
         return target
 
-    async def flush_through(self, ring: Ring) -> int:
+    async def flush_through(self, ring: Ring, meanwhile: Callable[[], object] | None = None) -> int:
         """:meth:`flush_blocking` for a file written with ``pwrite``, its ``fdatasync``
-        submitted to ``ring`` on the event loop (held by the caller meanwhile).
+        submitted to ``ring`` on the event loop (held by the caller meanwhile); ``meanwhile``
+        runs while the sync does (:meth:`Ring.run`).
 
         :raises OSError: the sync's error; ``flushed`` stays.
         """
@@ -319,7 +321,7 @@ class MappedFile:
             return self.flushed
         if self.use_mmap_writes:
             raise ValueError(f"{self.path} is written through its mapping: msync, not fdatasync")
-        await ring.datasync(self._fd)
+        await ring.datasync(self._fd, meanwhile)
         self.flushed = max(self.flushed, target)
         return self.flushed
 

@@ -33,6 +33,7 @@ import os
 import platform
 import struct
 import time
+from collections.abc import Callable
 
 import attrs
 import trio
@@ -74,6 +75,7 @@ _libc = ctypes.CDLL(None, use_errno=True)
 _syscall = _libc.syscall
 _syscall.restype = ctypes.c_long
 _ARG_SIZE = ctypes.c_size_t(24)
+_BLOCKING_WAIT = _ENTER_GETEVENTS | _ENTER_EXT_ARG
 
 
 def _call(number: int, *args: object) -> int:
@@ -173,16 +175,20 @@ class Ring:
         self.waits = BlockingWaits()
         """How operations were waited for (the flush thread's policy and counts)."""
 
-    async def datasync(self, fd: int) -> None:
+    async def datasync(self, fd: int, meanwhile: Callable[[], object] | None = None) -> None:
         """``fdatasync(fd)``; not cancellable once submitted (the caller's flushed position
-        depends on it having finished), as the flush thread's calls.
+        depends on it having finished), as the flush thread's calls. ``meanwhile``: see
+        :meth:`run`.
 
         :raises OSError: the sync's error (EIO, ENOSPC, EBADF ...).
         """
-        await self.run(RingOp.datasync(fd))
+        await self.run(RingOp.datasync(fd), meanwhile)
 
-    async def run(self, op: RingOp) -> int:
-        """Submit ``op`` and wait for its completion; its non-negative result.
+    async def run(self, op: RingOp, meanwhile: Callable[[], object] | None = None) -> int:
+        """Submit ``op`` and wait for its completion; its non-negative result. When the loop
+        is to block for it, ``meanwhile`` (synchronous, bounded, never raising: the
+        :class:`~kernel.sync_overlap.SyncOverlap` work) runs between the submission and the
+        wait, while the kernel's worker does the operation: one more ``io_uring_enter``.
 
         :raises OSError: with the completion's errno when it is negative.
         """
@@ -193,11 +199,11 @@ class Ring:
         else:
             lock.acquire_nowait()  # no scheduler pass on a lone flush's way to the disk
         try:
-            return await self._run_locked(op)
+            return await self._run_locked(op, meanwhile)
         finally:
             lock.release()
 
-    async def _run_locked(self, op: RingOp) -> int:
+    async def _run_locked(self, op: RingOp, meanwhile: Callable[[], object] | None) -> int:
         if self._fd < 0:
             raise OSError(errno.EBADF, "the io_uring is closed")
         user_data = self._next_id
@@ -212,22 +218,14 @@ class Ring:
         _U32.pack_into(self._sq, self._sq_tail, (tail + 1) & 0xFFFFFFFF)
         started = time.perf_counter()
         block = self.waits.may_block()
-        flags = _ENTER_GETEVENTS | _ENTER_EXT_ARG if block else 0
-        while True:
-            submitted = _call(
-                _SYS_IO_URING_ENTER, self._fd, 1, 1 if block else 0, flags, self._wait_ref, _ARG_SIZE
-            )
-            if submitted >= 0:
-                break
-            code = ctypes.get_errno()
-            if code not in (errno.EINTR, errno.EAGAIN, errno.EBUSY):
-                # The entry stays queued unsubmitted and would be the next call's: the ring
-                # is unusable from here (every later call: EBADF, the store read-only).
-                self.close()
-                raise OSError(code, f"io_uring_enter: {os.strerror(code)}")
-            if code != errno.EINTR:
-                with trio.CancelScope(shield=True):
-                    await trio.sleep(0.0001)  # the kernel is short of memory for a moment
+        if block and meanwhile is not None:
+            await self._submit(0)
+            meanwhile()
+            # A failure here (ETIME: slower than the limit; EINTR) leaves the completion to the
+            # eventfd wait below.
+            _call(_SYS_IO_URING_ENTER, self._fd, 0, 1, _BLOCKING_WAIT, self._wait_ref, _ARG_SIZE)
+        else:
+            await self._submit(_BLOCKING_WAIT if block else 0)
         result = self._reap(user_data)
         blocked = block and result is not None
         if not blocked:
@@ -243,6 +241,23 @@ class Ring:
         if result < 0:
             raise OSError(-result, os.strerror(-result))
         return result
+
+    async def _submit(self, flags: int) -> None:
+        """Submit the queued entry; with ``flags`` :data:`_BLOCKING_WAIT` also wait for one
+        completion, at most the block limit (the GIL released meanwhile)."""
+        waits = 1 if flags else 0
+        while True:
+            if _call(_SYS_IO_URING_ENTER, self._fd, 1, waits, flags, self._wait_ref, _ARG_SIZE) >= 0:
+                return
+            code = ctypes.get_errno()
+            if code not in (errno.EINTR, errno.EAGAIN, errno.EBUSY):
+                # The entry stays queued unsubmitted and would be the next call's: the ring
+                # is unusable from here (every later call: EBADF, the store read-only).
+                self.close()
+                raise OSError(code, f"io_uring_enter: {os.strerror(code)}")
+            if code != errno.EINTR:
+                with trio.CancelScope(shield=True):
+                    await trio.sleep(0.0001)  # the kernel is short of memory for a moment
 
     def _reap(self, user_data: int) -> int | None:
         """The result of ``user_data`` if its completion is in the queue (every completion up

@@ -24,6 +24,7 @@ from kernel.model import AppendResult, DispatchRecord, Message, QueueEntry, Reco
 from kernel.open_files import explain_open_failure
 from kernel.queue_entries import QueueEntries
 from kernel.sync import LogPositions
+from kernel.sync_overlap import SyncOverlap
 from plugins.store_mmap.checkpoint import Checkpoint
 from plugins.store_mmap.commit_log import CommitLog
 from plugins.store_mmap.config import StoreMmapConfig
@@ -76,6 +77,9 @@ class MmapStore:
     """The thread that commits and flushes the log (started on first use)."""
     ring: Ring | None = attrs.field(default=None, init=False)
     """The commit log's ``fdatasync`` goes through this io_uring when set (``sync_with``)."""
+    sync_overlap: SyncOverlap | None = attrs.field(default=None, init=False)
+    """Work the loop does while a sync through :attr:`ring` runs (the broker's dispatch of
+    what was just appended; :mod:`kernel.sync_overlap`)."""
     warmer: FileWarmer | None = attrs.field(default=None, init=False)
     """Writes zeros into log files ahead of the appends from recovery on; set by
     :func:`open_mmap_store` when ``warm_mapped_file`` is on."""
@@ -209,7 +213,9 @@ class MmapStore:
         """One commit-log file made durable: through the io_uring, or on the flush thread
         (``sync_with``; ``msync`` for ``write_path = "mmap"`` always takes the thread)."""
         if self.ring is not None:
-            await mapped.flush_through(self.ring)
+            overlap = self.sync_overlap
+            meanwhile = overlap.run if overlap is not None and overlap.wanted else None
+            await mapped.flush_through(self.ring, meanwhile)
         else:
             await self._flush_thread().run(mapped.flush_blocking)
 
@@ -368,6 +374,11 @@ class MmapStore:
     ) -> tuple[Sequence[DispatchRecord], int]:
         await trio.lowlevel.checkpoint()
         return self.commit_log.scan(offset, end=end, max_bytes=max_bytes)
+
+    def read_handed(
+        self, offset: int, *, end: int, max_bytes: int
+    ) -> tuple[Sequence[DispatchRecord], int] | None:
+        return self.commit_log.take_handed(offset, end=end, max_bytes=max_bytes)
 
     def dispatchers(self) -> Sequence[ConsumeQueues | IndexService]:
         # The index persists first, so the checkpoint written by the queues' persist covers it.
@@ -541,6 +552,7 @@ async def open_mmap_store(ctx: BrokerContext) -> AsyncIterator[MmapStore]:
             store.close()
             raise
         if store.ring is not None:
+            store.sync_overlap = ctx.sync_overlap
             log.info("commit-log syncs through io_uring")
         if config.warm_mapped_file:
             store.warmer = ctx.stash[WARMER] = FileWarmer()

@@ -243,6 +243,8 @@ async def runtime_info(
         "uptimeSeconds": int(trio.current_time() - net.started_at),
         "bootTimestamp": net.boot_timestamp,
         "dispatchErrors": dispatch.errors if dispatch else 0,
+        "dispatchBatchesTotal": dispatch.batches if dispatch else 0,
+        "dispatchOverlappedTotal": dispatch.overlapped if dispatch else 0,
         **runtime.ctx.background_writes.figures(),
     }
     for figures in runtime.ctx.hook.trocket_runtime_figures(ctx=runtime.ctx):

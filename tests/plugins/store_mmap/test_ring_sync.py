@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import errno
 import os
+import struct
 import time
 
 import pytest
@@ -18,6 +19,14 @@ from plugins.store_mmap import store as store_module
 from plugins.store_mmap.flush_thread import BLOCK_LIMIT
 from plugins.store_mmap.ring_sync import Ring, RingOp, RingUnavailable, open_ring
 from tests.plugins.store_mmap.helpers import loop_gaps_while
+
+
+def completions_waiting(ring: Ring) -> int:
+    """Completions in the ring's queue not yet consumed (read, not consumed: the ring's own
+    reaping must still find them)."""
+    head = struct.unpack_from("<I", ring._cq, ring._cq_head)[0]
+    tail = struct.unpack_from("<I", ring._cq, ring._cq_tail)[0]
+    return (tail - head) & 0xFFFFFFFF
 
 
 def ring_or_skip() -> Ring:
@@ -90,6 +99,51 @@ async def test_while_operations_run_slow_the_loop_does_not_block_at_all(ring):
     assert ring.waits.recent_seconds > BLOCK_LIMIT
     assert await ring.run(RingOp.nop()) == 0
     assert ring.waits.awaited == 2 and ring.waits.blocked == 0
+
+
+async def test_meanwhile_runs_after_the_submission_and_before_the_wait(ring):
+    """The work handed to ``run`` runs while the operation is in the kernel's hands: here a
+    0.5 ms operation (shorter than the block limit) is still pending when the work looks, and
+    the call returns after both, having blocked for the rest."""
+    seen: list[bool] = []
+
+    def meanwhile() -> None:
+        seen.append(completions_waiting(ring) == 0)
+
+    started = time.perf_counter()
+    with pytest.raises(OSError) as raised:
+        await ring.run(RingOp.sleep(0.0005), meanwhile)
+    assert raised.value.errno == errno.ETIME
+    assert seen == [True]
+    assert time.perf_counter() - started >= 0.0004
+    assert ring.waits.blocked == 1
+    assert await ring.run(RingOp.nop(), meanwhile) == 0  # the ring serves on
+    assert len(seen) == 2
+
+
+async def test_meanwhile_does_not_turn_a_slow_operation_into_a_long_block(ring):
+    """The wait after the work keeps the block limit: a stalled sync is then waited for
+    through the eventfd, the loop free."""
+    calls: list[float] = []
+
+    async def slow() -> None:
+        with pytest.raises(OSError):
+            await ring.run(RingOp.sleep(0.3), lambda: calls.append(time.perf_counter()))
+
+    gaps = await loop_gaps_while(slow)
+    assert len(calls) == 1
+    assert ring.waits.awaited == 1
+    assert max(gaps) < 0.1
+
+
+async def test_meanwhile_is_skipped_while_operations_run_slow(ring):
+    """Only a wait the loop blocks for has room for work: while recent operations were slow
+    the loop awaits them and does its work in its own tasks."""
+    with pytest.raises(OSError):
+        await ring.run(RingOp.sleep(0.05))
+    calls: list[int] = []
+    assert await ring.run(RingOp.nop(), lambda: calls.append(1)) == 0
+    assert calls == []
 
 
 async def test_a_cancelled_caller_still_waits_for_its_operation(ring):

@@ -1,0 +1,171 @@
+"""The views' dispatch of single sends runs while the commit log's sync runs in the kernel
+(:mod:`kernel.sync_overlap`): what a sync-flush put appended is in its consume queue when the
+put returns, encoded batches and large backlogs are left to the dispatch loop, and the loop and
+the overlap never dispatch a record twice or skip one."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+import trio
+
+from kernel import Broker, Message, MessageBatch
+from kernel.dispatch import OVERLAP_RECORDS, DispatchService
+from kernel.sync_overlap import SyncOverlap
+from kernel.testing import make_config
+from plugins.store_mmap.ring_sync import RingUnavailable, open_ring
+from trocket.client.batch import encode_batch
+from wire import record
+from wire.wire_batch import WireBatch
+
+from .helpers import messages, opened, store_context
+
+
+@pytest.fixture(autouse=True)
+def io_uring_or_skip() -> None:
+    try:
+        open_ring().close()
+    except RingUnavailable as error:  # the flush thread's syncs leave nothing to overlap
+        pytest.skip(f"io_uring unavailable: {error.strerror}")
+
+
+def sync_broker(data_dir) -> Broker:
+    return Broker.assemble(
+        make_config(
+            broker={"plugins": ["store_mmap", "flush_sync"], "data_dir": str(data_dir), "flush": "sync"},
+            store_mmap={"commit_log_file_size": "4MiB", "sync_with": "io_uring"},
+        )
+    )
+
+
+def fast_disk(broker: Broker) -> None:
+    """As the ring sees a healthy disk: it blocks for the next sync (and so runs the work
+    meanwhile) whatever a loaded test machine's last syncs took."""
+    broker.store.ring.waits.recent_seconds = 0.0  # type: ignore[attr-defined]
+
+
+def wire_batch(topic: str, queue_id: int, count: int, tag: str) -> WireBatch:
+    body = encode_batch((0, f"{tag}-{i}".encode(), {"UNIQ_KEY": f"{tag}{i:08d}"}) for i in range(count))
+    return WireBatch.decode(
+        body,
+        topic=topic,
+        queue_id=queue_id,
+        sys_flag=0,
+        born_timestamp=0,
+        born_host=("127.0.0.1", 40000),
+        reconsume_times=0,
+    )
+
+
+async def test_a_sync_put_returns_with_its_message_already_in_the_consume_queue(tmp_path):
+    broker = sync_broker(tmp_path)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(broker.run)
+        store = broker.store
+        for n in range(40):
+            fast_disk(broker)
+            result = await broker.put(MessageBatch([Message("Overlap", f"m{n}".encode(), queue_id=0)]))
+            assert result.ok, result.remark
+            # Dispatched while its own sync ran: no turn of the dispatch loop was needed.
+            assert store.max_queue_offset("Overlap", 0) == n + 1
+        stats = broker.statistics().dispatch
+        assert stats is not None and stats.overlapped >= 40
+        assert stats.dispatched_offset == store.positions.wrote.value
+        entries = store.lookup("Overlap", 0, 0, 40)
+        bodies = [record.decode_record(r).body for r in await store.read_records(entries)]
+        assert bodies == [f"m{n}".encode() for n in range(40)]
+        broker.request_stop()
+
+
+async def test_encoded_batches_are_left_to_the_dispatch_loop(tmp_path):
+    broker = sync_broker(tmp_path)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(broker.run)
+        fast_disk(broker)
+        result = await broker.put(MessageBatch(wire_batch("Batched", 0, 32, "b"), "group"))
+        assert result.ok, result.remark
+        stats = broker.statistics().dispatch
+        assert stats is not None and stats.overlapped == 0
+        await broker.wait_dispatched()
+        assert broker.store.max_queue_offset("Batched", 0) == 32
+        broker.request_stop()
+
+
+async def test_the_loop_and_the_overlap_together_dispatch_every_record_once_in_order(tmp_path):
+    """Single sends from many tasks (groups, lone puts), batches among them, under sync flush:
+    every queue ends up with each of its messages once, in queue-offset order."""
+    broker = sync_broker(tmp_path)
+    sent: dict[int, list[bytes]] = {queue_id: [] for queue_id in range(4)}
+
+    async def singles(queue_id: int) -> None:
+        for n in range(60):
+            body = f"s{queue_id}-{n}".encode()
+            assert (await broker.put(MessageBatch([Message("Mixed", body, queue_id=queue_id)]))).ok
+            sent[queue_id].append(body)
+
+    async def batches() -> None:
+        for n in range(5):
+            wire = wire_batch("Mixed", 3, 32, f"w{n}")
+            assert (await broker.put(MessageBatch(wire, "group"))).ok
+            sent[3].extend(f"w{n}-{i}".encode() for i in range(32))
+
+    async with trio.open_nursery() as nursery:
+        await nursery.start(broker.run)
+        async with trio.open_nursery() as producers:
+            for queue_id in range(3):
+                producers.start_soon(singles, queue_id)
+            producers.start_soon(batches)
+        await broker.wait_dispatched()
+        store = broker.store
+        for queue_id, bodies in sent.items():
+            entries = store.lookup("Mixed", queue_id, 0, 1000)
+            assert len(entries) == len(bodies)
+            stored = [record.decode_record(r) for r in await store.read_records(entries)]
+            assert [m.queue_offset for m in stored] == list(range(len(bodies)))
+            assert sorted(m.body for m in stored) == sorted(bodies)
+        stats = broker.statistics().dispatch
+        assert stats is not None and stats.overlapped > 0
+        broker.request_stop()
+
+
+async def test_the_overlap_skips_what_the_loop_holds_a_rewind_and_a_large_backlog(tmp_path):
+    async with opened(tmp_path, commit_log_file_size="4MiB") as (store, _):
+        service = DispatchService(store_context(tmp_path), store, list(store.dispatchers()))
+        service.dispatched.reset(store.positions.wrote.value)
+        await store.append(messages("Skip", 0, 1))
+        async with service._lock:  # the loop is in a batch
+            service.dispatch_while_syncing()
+        assert service.statistics().overlapped == 0
+        service.dispatch_while_syncing()
+        assert service.statistics().overlapped == 1
+        assert store.max_queue_offset("Skip", 0) == 1
+
+        await store.append(messages("Skip", 0, OVERLAP_RECORDS + 1, start=1))  # one append, too large
+        service.dispatch_while_syncing()
+        assert service.statistics().overlapped == 1
+        assert store.max_queue_offset("Skip", 0) == 1
+        offset = await service.dispatch_once(service.dispatched.value, store.positions.wrote.value)
+        assert offset == store.positions.wrote.value
+        assert store.max_queue_offset("Skip", 0) == OVERLAP_RECORDS + 2
+
+
+def test_failing_work_is_counted_and_logged_and_the_rest_still_runs(caplog):
+    overlap = SyncOverlap()
+    ran: list[str] = []
+
+    def broken() -> None:
+        raise OSError(28, "No space left on device")
+
+    assert not overlap.wanted
+    overlap.add(broken)
+    overlap.add(lambda: ran.append("second"))
+    assert overlap.wanted
+    with caplog.at_level(logging.ERROR, logger="kernel.sync_overlap"):
+        overlap.run()
+    assert ran == ["second"]
+    assert overlap.runs == 1 and overlap.failures == 1
+    assert "left to its owner" in caplog.text
+    overlap.remove(broken)
+    overlap.run()
+    assert overlap.failures == 1 and ran == ["second", "second"]
