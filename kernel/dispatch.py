@@ -53,11 +53,12 @@ TURN_RECORDS = 32
 """Batches of more records give the network a turn between the log read and each view (a
 request arriving meanwhile would wait for all of it: the tail of single-message latency);
 smaller ones, a few single sends at a few µs each, are dispatched in one go."""
-OVERLAP_RECORDS = 48
+OVERLAP_RECORDS = 16
 """Most records (at the mean record size) dispatched while a disk sync runs
-(:meth:`DispatchService.dispatch_while_syncing`): a few appends of single sends, or one batch
-of 32, which on this project's machines is about as long as the sync itself (0.1-0.2 ms); a
-larger backlog is the loop's, in its rounds."""
+(:meth:`DispatchService.dispatch_while_syncing`): about one sync's worth on this project's
+machines (a single send's record costs 5-7 µs to dispatch live, plus about 10 µs a call; a sync
+0.1-0.15 ms), so the work rarely outlasts the sync it hides in. Larger appends (a connection's
+group of many sends) are the loop's, in its rounds."""
 PERSIST_INTERVAL = 1.0
 THOROUGH_PERSIST_INTERVAL = 60.0
 RETRY_DELAY = 1.0
