@@ -109,6 +109,8 @@ class DispatchService:
     _errors: int = attrs.field(default=0, init=False)
     _overlapped: int = attrs.field(default=0, init=False)
     """Batches dispatched while a disk sync ran (:meth:`dispatch_while_syncing`)."""
+    _overlap_paused: bool = attrs.field(default=False, init=False)
+    """A view failed during a sync; the loop's next good batch resumes the overlap."""
     _dispatched_hook: Any = attrs.field(init=False)
 
     def __attrs_post_init__(self) -> None:
@@ -229,9 +231,9 @@ class DispatchService:
         batch (it holds the lock), after a rewind, or when the backlog's next append is not
         held or too large: the loop dispatches those in its rounds, as always.
 
-        :raises OSError: a view could not be written (the caller logs it; the loop retries the
-        batch, which is idempotent)."""
-        if self._rewound is not None or self._lock.locked():
+        A view that cannot be written (disk full, I/O error) pauses this until the loop, which
+        logs and retries the batch (dispatching is idempotent), has dispatched one again."""
+        if self._rewound is not None or self._lock.locked() or self._overlap_paused:
             return
         offset, end = self.dispatched.value, self.limit().value
         if offset >= end:
@@ -247,6 +249,9 @@ class DispatchService:
             for dispatcher in self.dispatchers:
                 self._feed(dispatcher, records, offset, next_offset)
             self._dispatched(records, next_offset)
+        except OSError:
+            self._overlap_paused = True  # the loop meets the same error, says so and retries
+            return
         finally:
             self._lock.release()
         self._overlapped += 1
@@ -265,6 +270,7 @@ class DispatchService:
         dispatcher.dispatch(todo, next_offset)
 
     def _dispatched(self, records: Sequence[Any], next_offset: int) -> None:
+        self._overlap_paused = False
         if records and self._dispatched_hook is not None:
             self._dispatched_hook(records, self.ctx)
         self._batches += 1

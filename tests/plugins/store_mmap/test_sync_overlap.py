@@ -98,9 +98,10 @@ async def test_the_loop_and_the_overlap_together_dispatch_every_record_once_in_o
     broker = sync_broker(tmp_path)
     sent: dict[int, list[bytes]] = {queue_id: [] for queue_id in range(4)}
 
-    async def singles(queue_id: int) -> None:
-        for n in range(60):
+    async def singles(queue_id: int, start: int) -> None:
+        for n in range(start, start + 30):
             body = f"s{queue_id}-{n}".encode()
+            fast_disk(broker)
             assert (await broker.put(MessageBatch([Message("Mixed", body, queue_id=queue_id)]))).ok
             sent[queue_id].append(body)
 
@@ -114,7 +115,13 @@ async def test_the_loop_and_the_overlap_together_dispatch_every_record_once_in_o
         await nursery.start(broker.run)
         async with trio.open_nursery() as producers:
             for queue_id in range(3):
-                producers.start_soon(singles, queue_id)
+                producers.start_soon(singles, queue_id, 0)
+        stats = broker.statistics().dispatch
+        assert stats is not None and stats.overlapped > 0
+        # A batch ahead of single sends holds the overlap back until the loop took it.
+        async with trio.open_nursery() as producers:
+            for queue_id in range(3):
+                producers.start_soon(singles, queue_id, 30)
             producers.start_soon(batches)
         await broker.wait_dispatched()
         store = broker.store
@@ -124,8 +131,6 @@ async def test_the_loop_and_the_overlap_together_dispatch_every_record_once_in_o
             stored = [record.decode_record(r) for r in await store.read_records(entries)]
             assert [m.queue_offset for m in stored] == list(range(len(bodies)))
             assert sorted(m.body for m in stored) == sorted(bodies)
-        stats = broker.statistics().dispatch
-        assert stats is not None and stats.overlapped > 0
         broker.request_stop()
 
 
@@ -169,3 +174,40 @@ def test_failing_work_is_counted_and_logged_and_the_rest_still_runs(caplog):
     overlap.remove(broken)
     overlap.run()
     assert overlap.failures == 1 and ran == ["second", "second"]
+
+
+class FailingView:
+    """A view that cannot write (disk full) while ``failing``."""
+
+    def __init__(self, view: object) -> None:
+        self.view = view
+        self.failing = True
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self.view, name)
+
+    def dispatch(self, records, end_offset: int) -> None:  # type: ignore[no-untyped-def]
+        if self.failing:
+            raise OSError(28, "No space left on device")
+        self.view.dispatch(records, end_offset)  # type: ignore[attr-defined]
+
+
+async def test_a_view_that_cannot_write_pauses_the_overlap_until_the_loop_dispatches_again(tmp_path):
+    async with opened(tmp_path, commit_log_file_size="4MiB") as (store, _):
+        queues = FailingView(store.queues)
+        service = DispatchService(store_context(tmp_path), store, [queues])  # type: ignore[list-item]
+        service.dispatched.reset(store.positions.wrote.value)
+        await store.append(messages("Full", 0, 1))
+        service.dispatch_while_syncing()  # no exception into the caller's flush
+        assert service.statistics().overlapped == 0
+        await store.append(messages("Full", 0, 1, start=1))
+        service.dispatch_while_syncing()  # paused: not even tried
+        assert service.statistics().overlapped == 0
+        queues.failing = False
+        offset = await service.dispatch_once(service.dispatched.value, store.positions.wrote.value)
+        assert offset == store.positions.wrote.value  # the loop's retry reads the records back
+        assert store.max_queue_offset("Full", 0) == 2
+        await store.append(messages("Full", 0, 1, start=2))
+        service.dispatch_while_syncing()
+        assert service.statistics().overlapped == 1
+        assert store.max_queue_offset("Full", 0) == 3
