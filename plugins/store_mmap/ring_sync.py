@@ -6,7 +6,9 @@ back: two futex wake-ups and two GIL hand-overs, 35-45 µs and 30 µs of CPU a f
 machine kind (a loop of 300 B ``pwrite`` + sync: 134-139 µs at the median through the thread,
 93-95 µs inline, 100 µs here). With io_uring the loop submits an ``IORING_OP_FSYNC`` and waits
 in the same ``io_uring_enter`` call; the kernel runs the sync on its own worker, and no
-Python runs anywhere else meanwhile.
+Python runs anywhere else meanwhile. A caller with work for that time (the broker's
+:class:`~kernel.sync_overlap.SyncOverlap`: the views' dispatch of what was just appended)
+submits, runs it on the loop while the worker syncs, then waits: one more system call.
 
 The waiting policy is the flush thread's, for the same promise: the loop blocks (GIL
 released) for at most :data:`~.flush_thread.BLOCK_LIMIT`, then waits for the completion
