@@ -109,12 +109,16 @@ class DispatchService:
     _errors: int = attrs.field(default=0, init=False)
     _overlapped: int = attrs.field(default=0, init=False)
     """Batches dispatched while a disk sync ran (:meth:`dispatch_while_syncing`)."""
+    _read_handed: Callable[..., tuple[Sequence[Any], int] | None] | None = attrs.field(init=False)
+    """The store's :meth:`~kernel.protocols.HandedLogStore.read_handed`, when it has one
+    (looked up once: a protocol check costs microseconds)."""
     _overlap_paused: bool = attrs.field(default=False, init=False)
     """A view failed during a sync; the loop's next good batch resumes the overlap."""
     _dispatched_hook: Any = attrs.field(init=False)
 
     def __attrs_post_init__(self) -> None:
         self._dispatched_hook = self.ctx.implemented("trocket_records_dispatched")
+        self._read_handed = self.store.read_handed if isinstance(self.store, HandedLogStore) else None
 
     def limit(self) -> Watermark:
         """The position dispatch may reach: the confirm offset in controller mode, flushed with
@@ -144,7 +148,7 @@ class DispatchService:
                 "dispatch resumes at %d (%d bytes behind)", offset, self.store.positions.wrote.value - offset
             )
         overlap = self.ctx.sync_overlap
-        if isinstance(self.store, HandedLogStore):
+        if self._read_handed is not None:
             overlap.add(self.dispatch_while_syncing)
         try:
             async with trio.open_nursery() as nursery:
@@ -238,9 +242,9 @@ class DispatchService:
         offset, end = self.dispatched.value, self.limit().value
         if offset >= end:
             return
-        store = self.store
-        assert isinstance(store, HandedLogStore)
-        handed = store.read_handed(offset, end=end, max_bytes=self._record_bytes * OVERLAP_RECORDS)
+        if self._read_handed is None:
+            return
+        handed = self._read_handed(offset, end=end, max_bytes=self._record_bytes * OVERLAP_RECORDS)
         if handed is None:
             return
         records, next_offset = handed
