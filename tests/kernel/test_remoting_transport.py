@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import struct
 from collections.abc import Awaitable, Callable
 
@@ -491,3 +492,45 @@ def test_a_frame_in_parts_is_the_same_bytes_as_the_whole_frame():
         assert len(parts) == (2 if len(body) >= SEPARATE_BODY_BYTES else 1)
         decoded = FrameDecoder().feed(b"".join(parts))
         assert decoded[0].body == body and decoded[0].ext == {"k": "v"}
+
+
+async def test_one_request_in_flight_makes_no_read_that_finds_nothing(nursery, monkeypatch):
+    """With one request in flight neither end can have data waiting after it answered or got
+    its answer, so neither tries a read before waiting: a read that fails is a syscall and an
+    exception on both ends of every single-message round trip. Requests still in flight keep
+    the read that finds pipelined data without a wait."""
+    router = Router(name="test")
+
+    async def echo(connection: Connection, request: RemotingCommand) -> RemotingCommand:
+        return request.response(0, request.ext, request.body)
+
+    router.register(ECHO, echo, inline_alone=True)  # as the broker answers a lone send
+    server = await serve(nursery, router, TransportLimits())
+    reads = {"data": 0, "empty": 0}
+    real_read = os.read
+
+    def counting_read(fd: int, size: int) -> bytes:
+        try:
+            data = real_read(fd, size)
+        except BlockingIOError:
+            reads["empty"] += 1
+            raise
+        reads["data"] += 1
+        return data
+
+    monkeypatch.setattr(os, "read", counting_read)
+    async with RemotingClient.open() as client:
+        address = f"127.0.0.1:{server.port}"
+        for i in range(20):
+            response = await client.invoke(address, RemotingCommand.request(ECHO, {"i": str(i)}))
+            assert response.ext == {"i": str(i)}
+        assert reads["data"] >= 40, "both ends read every frame with os.read"
+        assert reads["empty"] == 0
+
+        async def echo(i: int) -> None:
+            response = await client.invoke(address, RemotingCommand.request(ECHO, {"i": str(i)}))
+            assert response.ext == {"i": str(i)}
+
+        async with trio.open_nursery() as senders:
+            for i in range(64):
+                senders.start_soon(echo, i)

@@ -476,7 +476,12 @@ class Connection:
         while True:
             try:
                 if self._fd >= 0:
-                    data, waited_last = await self._receive_plain(waited_last)
+                    # Data can be there already only while something is outstanding: an answer
+                    # we wait for, or a request of the peer's still being handled (the peer
+                    # pipelines then). Otherwise the read would find nothing (one message in
+                    # flight: the peer sends again only after our answer).
+                    eager = bool(self._pending or self._in_flight)
+                    data, waited_last = await self._receive_plain(waited_last, eager)
                 else:
                     data = await self.stream.receive_some(RECEIVE_CHUNK)
             except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as error:
@@ -537,7 +542,7 @@ class Connection:
             if answers:
                 await self._send(answers)
 
-    async def _receive_plain(self, waited_last: bool) -> tuple[bytes, bool]:
+    async def _receive_plain(self, waited_last: bool, eager: bool = True) -> tuple[bytes, bool]:
         """The next bytes of a plain TCP socket, and whether they had to be waited for.
 
         Read with ``os.read`` when the socket holds data, else after trio's ``wait_readable``:
@@ -545,13 +550,17 @@ class Connection:
         was there, and the read after a wake-up is the single-message round trip's critical
         path on both ends. Two reads in a row that found data without waiting yield once in
         between, so a peer that keeps the socket full cannot starve the other tasks.
+        ``eager=False``: the caller expects nothing yet, so the read that would fail (a
+        syscall and an exception, on both ends of every single-message round trip) is
+        skipped and the wait comes first.
         """
-        if not waited_last:
-            await trio.lowlevel.checkpoint()
-        try:
-            return os.read(self._fd, RECEIVE_CHUNK), False
-        except BlockingIOError:
-            pass
+        if eager:
+            if not waited_last:
+                await trio.lowlevel.checkpoint()
+            try:
+                return os.read(self._fd, RECEIVE_CHUNK), False
+            except BlockingIOError:
+                pass
         while True:
             await trio.lowlevel.wait_readable(self._fd)
             try:
