@@ -542,7 +542,7 @@ class Connection:
             if answers:
                 await self._send(answers)
 
-    async def _receive_plain(self, waited_last: bool, eager: bool = True) -> tuple[bytes, bool]:
+    async def _receive_plain(self, waited_last: bool, eager: bool) -> tuple[bytes, bool]:
         """The next bytes of a plain TCP socket, and whether they had to be waited for.
 
         Read with ``os.read`` when the socket holds data, else after trio's ``wait_readable``:
