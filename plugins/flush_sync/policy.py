@@ -7,8 +7,12 @@ by the next one, so one fsync releases a whole group.
 A put that finds no flush running flushes itself (the *leader*): handing the flush to the
 loop's task and being woken by it cost a lone sync put four scheduler passes, each running the
 connections' busy poller (``docs/performance.md``, thirteenth step: 2,383 -> 2,683 sends a
-second in the probe). Puts arriving while the leader flushes wake the loop as before, so the
-next group forms behind it.
+second in the probe). The leader first lets the scheduler pass it was elected in finish, so
+the puts read in that pass (a pipelining connection's requests, other connections' lone sends)
+append before its sync and are covered by it: a leader that synced at once synced its own put
+alone, and each of those puts then led a sync of its own (16 connections with a send each in
+flight: 3.1k against 7.5-8.1k sends a second; docs/performance.md, sixteenth step). Puts
+arriving while the leader flushes wake the loop as before, so the next group forms behind it.
 """
 
 from __future__ import annotations
@@ -53,6 +57,9 @@ class GroupCommitFlush:
     _wanted: trio.Event = attrs.field(factory=trio.Event, init=False)
     _flushing: int = attrs.field(default=0, init=False)
     """Flushes under way (the loop's and a leader's; the store serialises them)."""
+    _leading: bool = attrs.field(default=False, init=False)
+    """A leader is elected and lets its scheduler pass finish: puts appended meanwhile are
+    covered by its flush and ask for none."""
     _led: int = attrs.field(default=0, init=False)
     _flushes: int = attrs.field(default=0, init=False)
     _released: int = attrs.field(default=0, init=False)
@@ -96,17 +103,17 @@ class GroupCommitFlush:
             self._released += 1
             return Durability.FLUSHED
         deadline = trio.current_time() + self.timeout
-        if wait and not self._flushing and not self._wanted.is_set() and flushed.failure is None:
-            # The leader: nobody flushes, so this put's task does, with no hand-over. Its
-            # deadline still holds while the flush waits (a slow disk); a flush already on the
-            # disk is waited for (it cannot be abandoned), as the loop's is.
+        idle = not (self._flushing or self._leading or self._wanted.is_set())
+        if wait and idle and flushed.failure is None:
+            # The leader: nobody flushes, so this put's task does, with no hand-over.
             self._led += 1
-            with trio.move_on_at(deadline):
-                await self._flush()
+            await self._lead(deadline)
             if flushed.value >= end:
                 self._released += 1
                 return Durability.FLUSHED
-        if flushed.failure is None:  # a failed store is not flushed again; its waiters get FAILED
+        if flushed.failure is None and not self._leading:
+            # A failed store is not flushed again (its waiters get FAILED); a put appended
+            # while a leader waits for its turn is covered by the leader's flush.
             self._wanted.set()
         if not wait:
             return Durability.IN_PAGE_CACHE
@@ -119,6 +126,26 @@ class GroupCommitFlush:
             return Durability.TIMEOUT
         self._released += 1
         return Durability.FLUSHED
+
+    async def _lead(self, deadline: float) -> None:
+        """The leader's flush, after one scheduler pass (see the module docstring). Its
+        deadline still holds while the flush waits (a slow disk); a flush already on the disk
+        is waited for (it cannot be abandoned), as the loop's is. Whatever stops the leader
+        short (its deadline, a cancelled request), the puts that counted on it are flushed
+        by the loop."""
+        self._leading = True
+        try:
+            try:
+                await trio.lowlevel.checkpoint()
+            finally:
+                self._leading = False
+            with trio.move_on_at(deadline):
+                await self._flush()
+        finally:
+            positions = self.store.positions
+            behind = positions.flushed.value < positions.wrote.value
+            if behind and not self._flushing and positions.flushed.failure is None:
+                self._wanted.set()
 
     async def final_flush(self) -> None:
         await self.store.flush()

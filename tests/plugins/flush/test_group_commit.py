@@ -127,3 +127,58 @@ async def test_a_leader_on_a_stalled_disk_is_answered_at_its_deadline(autojump_c
         store.positions.wrote.advance(20)
         assert await policy.wait_durable(appended(20), wait=True) is Durability.FLUSHED
         nursery.cancel_scope.cancel()
+
+
+async def test_puts_appended_in_the_leaders_scheduler_pass_share_its_flush():
+    """A leader syncs after the scheduler pass it was elected in: the puts read in that pass
+    (a pipelining connection's requests, other connections' single sends) are appended by
+    then and covered by its one flush, instead of each leading a flush of its own."""
+    store = GatedStore()
+    store.gate.set()
+    policy = GroupCommitFlush(store, timeout=5.0)  # type: ignore[arg-type]
+    results: dict[int, Durability] = {}
+
+    async def put(end: int) -> None:
+        store.positions.wrote.advance(end)
+        results[end] = await policy.wait_durable(appended(end), wait=True)
+
+    async with trio.open_nursery() as nursery:
+        await nursery.start(policy.run)
+        async with trio.open_nursery() as puts:
+            for end in range(10, 170, 10):  # 16 puts, all started in one scheduler pass
+                puts.start_soon(put, end)
+        assert results == {end: Durability.FLUSHED for end in range(10, 170, 10)}
+        await trio.testing.wait_all_tasks_blocked()
+        assert store.flushes == 1, "one flush covered the 16 puts"
+        statistics = policy.statistics()
+        assert (statistics.led, statistics.released) == (1, 16)
+        nursery.cancel_scope.cancel()
+
+
+async def test_puts_that_counted_on_a_cancelled_leader_are_flushed_by_the_loop():
+    """A leader cancelled before its flush (its request's connection closed) leaves no put of
+    its scheduler pass waiting for a flush nobody runs: the loop flushes them."""
+    store = GatedStore()
+    store.gate.set()
+    policy = GroupCommitFlush(store, timeout=5.0)  # type: ignore[arg-type]
+    results: dict[int, Durability] = {}
+
+    async def put(end: int, scope: trio.CancelScope | None = None) -> None:
+        store.positions.wrote.advance(end)
+        if scope is not None:
+            with scope:
+                await policy.wait_durable(appended(end), wait=True)
+            return
+        results[end] = await policy.wait_durable(appended(end), wait=True)
+
+    async with trio.open_nursery() as nursery:
+        await nursery.start(policy.run)
+        leader = trio.CancelScope()
+        async with trio.open_nursery() as puts:
+            puts.start_soon(put, 10, leader)
+            puts.start_soon(put, 20)
+            puts.start_soon(put, 30)
+            leader.cancel()  # before the leader's turn comes again
+        assert results == {20: Durability.FLUSHED, 30: Durability.FLUSHED}
+        assert store.positions.flushed.value == 30
+        nursery.cancel_scope.cancel()
