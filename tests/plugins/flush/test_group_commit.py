@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
+
 import attrs
 import pytest
 import trio
@@ -28,6 +30,19 @@ class CountingStore:
 
 def appended(end: int) -> AppendResult:
     return AppendResult([end - 10], [10], [0], 0, end)
+
+
+def recording_put(
+    store: CountingStore, policy: GroupCommitFlush, results: dict[int, Durability]
+) -> Callable[[int], Awaitable[None]]:
+    """A put as the pipeline makes it (append: ``wrote`` moves; then the wait), its outcome
+    recorded in ``results`` by its end offset."""
+
+    async def put(end: int) -> None:
+        store.positions.wrote.advance(end)
+        results[end] = await policy.wait_durable(appended(end), wait=True)
+
+    return put
 
 
 async def test_puts_of_a_group_already_flushed_ask_for_no_other_flush():
@@ -86,10 +101,7 @@ async def test_puts_arriving_during_a_leaders_flush_share_the_next_flush():
     store = GatedStore()
     policy = GroupCommitFlush(store, timeout=5.0)  # type: ignore[arg-type]
     results: dict[int, Durability] = {}
-
-    async def put(end: int) -> None:
-        store.positions.wrote.advance(end)
-        results[end] = await policy.wait_durable(appended(end), wait=True)
+    put = recording_put(store, policy, results)
 
     async with trio.open_nursery() as nursery:
         await nursery.start(policy.run)
@@ -137,10 +149,7 @@ async def test_puts_appended_in_the_leaders_scheduler_pass_share_its_flush():
     store.gate.set()
     policy = GroupCommitFlush(store, timeout=5.0)  # type: ignore[arg-type]
     results: dict[int, Durability] = {}
-
-    async def put(end: int) -> None:
-        store.positions.wrote.advance(end)
-        results[end] = await policy.wait_durable(appended(end), wait=True)
+    put = recording_put(store, policy, results)
 
     async with trio.open_nursery() as nursery:
         await nursery.start(policy.run)
