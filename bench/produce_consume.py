@@ -2,7 +2,8 @@
 
 One run, for 128 B and 1 KiB bodies and for async and sync flush, on this machine:
 
-* produce with 1 message in flight (also p50/p99 latency), with 64 in flight, with batches of 32;
+* produce with 1 message in flight (also p50/p99 latency), with 64 in flight (one producer),
+  from 64 producers with one send in flight each (64 connections), with batches of 32;
 * pipelined produce: 16 batches of 32 in flight (512 messages), which also builds the backlog;
 * consume that backlog (``--messages``, default 1,000,000) with a LitePullConsumer;
 * async flush only: 1 message in flight again against a second broker with
@@ -36,7 +37,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AsyncExitStack, contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -76,6 +77,8 @@ TARGET_CONSUME = 500_000
 TARGET_P50_MS = 0.15
 POLLING_OFF = "off"
 """``[remoting] busy_poll`` of the second broker the single-message rows run against again."""
+PRODUCERS = 64
+"""Producers of the "64 producers" row, each on a connection of its own."""
 
 
 def percentile(samples: list[float], q: float) -> float:
@@ -216,6 +219,7 @@ async def trocket_workloads(server: Server, size: int, args: argparse.Namespace,
                 nursery.start_soon(sender, total // 64)
         out["64 in flight"] = (total // 64 * 64) / (time.perf_counter() - started)
         out["cpu 64 in flight"] = cpu_per_message(server, cpu, total // 64 * 64)
+        out.update(await many_producers(server, topic, body, total))
 
         batch = [Message(topic, body) for _ in range(32)]
         rounds = args.batch_messages // 32
@@ -264,6 +268,39 @@ async def trocket_workloads(server: Server, size: int, args: argparse.Namespace,
     return out
 
 
+async def many_producers(server: Server, topic: str, body: bytes, total: int) -> Figures:
+    """``PRODUCERS`` producers, each on its own connection with one send in flight: many
+    applications sending to one broker. (The "64 in flight" row is one producer whose 64 sends
+    share a connection, so the broker reads them together and puts them as one group; here
+    they arrive on separate connections, and under sync flush only the flush's group commit
+    brings them together.) These producers do not busy-poll: 64 pollers in one process would
+    be 64 spinning tasks, where separate applications poll on cores of their own."""
+    async with AsyncExitStack() as stack:
+        producers = [
+            await stack.enter_async_context(
+                Producer("PG_bench_many", server.address, send_timeout=30, busy_poll=0)
+            )
+            for _ in range(PRODUCERS)
+        ]
+        for producer in producers:
+            await producer.send(Message(topic, body))  # route and connection warm
+
+        async def sender(producer: Producer, count: int) -> None:
+            for _ in range(count):
+                await producer.send(Message(topic, body))
+
+        count = total // PRODUCERS
+        cpu, started = server.cpu(), time.perf_counter()
+        async with trio.open_nursery() as nursery:
+            for producer in producers:
+                nursery.start_soon(sender, producer, count)
+        elapsed = time.perf_counter() - started
+    return {
+        "64 producers": count * PRODUCERS / elapsed,
+        "cpu 64 producers": cpu_per_message(server, cpu, count * PRODUCERS),
+    }
+
+
 async def trocket_polling_off(server: Server, size: int, args: argparse.Namespace, tag: str) -> Figures:
     """One message in flight again, with neither the broker nor the producer polling."""
     body = os.urandom(size // 2).hex().encode()[:size]
@@ -298,6 +335,8 @@ def redis_workloads(server: Server, size: int, args: argparse.Namespace, tag: st
     cpu = server.cpu()
     out["64 in flight"] = asyncio.run(_redis_concurrent(port, stream, body, args.concurrent_messages))
     out["cpu 64 in flight"] = cpu_per_message(server, cpu, args.concurrent_messages)
+    # redis-py's asyncio pool already sends the 64 on 64 connections: the same workload.
+    out["64 producers"], out["cpu 64 producers"] = out["64 in flight"], out["cpu 64 in flight"]
     rounds = args.batch_messages // 32
     cpu, started = server.cpu(), time.perf_counter()
     for _ in range(rounds):
@@ -349,7 +388,10 @@ async def _redis_concurrent(port: int, stream: str, body: bytes, total: int) -> 
 
 # --- report -----------------------------------------------------------------------------------
 
-ROWS = ["1 in flight", "p50 ms", "p99 ms", "64 in flight", "batch 32", "pipelined 512", "consume backlog"]
+ROWS = [
+    "1 in flight", "p50 ms", "p99 ms", "64 in flight", "64 producers", "batch 32", "pipelined 512",
+    "consume backlog",
+]  # fmt: skip
 BUSY_ROWS = ["1 in flight, polling off", "p50 ms, polling off", "p99 ms, polling off"]
 """Compared with Redis's plain single-message rows (redis-server needs no such setting)."""
 
