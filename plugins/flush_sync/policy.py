@@ -11,7 +11,7 @@ second in the probe). The leader first lets the scheduler pass it was elected in
 the puts read in that pass (a pipelining connection's requests, other connections' lone sends)
 append before its sync and are covered by it: a leader that synced at once synced its own put
 alone, and each of those puts then led a sync of its own (16 connections with a send each in
-flight: 3.1k against 7.5-8.1k sends a second; docs/performance.md, sixteenth step). Puts
+flight: 3.3-3.5k against 6.6-8.1k sends a second; docs/performance.md, sixteenth step). Puts
 arriving while the leader flushes wake the loop as before, so the next group forms behind it.
 """
 
