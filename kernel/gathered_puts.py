@@ -50,6 +50,11 @@ class GatheredPuts:
     puts: int = 0
     _open: _Group | None = attrs.field(default=None, init=False)
 
+    @property
+    def gathering(self) -> bool:
+        """A group waits for its pass to end: a put now joins it."""
+        return self._open is not None
+
     async def put(self, batch: MessageBatch) -> PutResult:
         """The batch's result, as ``Broker.put`` gives it.
 

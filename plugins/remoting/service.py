@@ -26,6 +26,7 @@ from kernel.topics import TopicQueues
 from plugins.remoting.clients import ClientManager
 from plugins.remoting.config import PROPERTIES, RUNTIME_KEYS, RemotingConfig
 from plugins.remoting.locks import QueueLocks
+from plugins.remoting.lone_sends import LoneSends
 from plugins.remoting.long_polling import PullWaiters
 from plugins.remoting.offsets import ConsumerOffsetManager
 from plugins.remoting.outgoing import OutgoingConnections
@@ -60,6 +61,12 @@ class BrokerNetwork:
     boot_timestamp: int = 0
     messages_pulled: int = 0
     stats: BrokerStats = attrs.field(factory=BrokerStats)
+    lone_sends: LoneSends = attrs.field(
+        default=attrs.Factory(
+            lambda self: LoneSends(self.runtime.put_group, self.runtime.put), takes_self=True
+        )
+    )
+    """Single sends of different connections, put together while several send."""
     """Put and get counts per topic and group over the last minute, hour and day (statsAll)."""
     """Messages answered to pulls since the start (``getMessageTimesTotal``: out TPS by difference)."""
 

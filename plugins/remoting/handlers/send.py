@@ -64,7 +64,7 @@ async def handle_send(
     if isinstance(prepared, RemotingCommand):
         return prepared
     batch, queue_id = prepared
-    result = await net.runtime.put(batch)
+    result = await net.lone_sends.put_from(connection, batch)
     _count(net, request, batch, result, trio.current_time())
     return _answer(net.config, request, queue_id, result)
 

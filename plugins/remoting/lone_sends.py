@@ -1,0 +1,54 @@
+"""Single sends of different connections, put together while several connections send.
+
+Why: a connection's sends read together are put as one group (``handle_send_group``), but 64
+producers with one send in flight each arrive one per connection, and each paid its own put:
+its own record encoding, ``pwrite`` and dispatch batch. Gathered through
+:class:`~kernel.gathered_puts.GatheredPuts` (the first put of a scheduler pass waits one pass,
+the others of that pass join it, one ``put_group`` for all) 64 producers went from 12.4-15.3k
+to 19.8-21.5k sends a second. But the pass a lone send waits costs one message in flight about
+a fifth of its rate (9.1-9.8k -> 7.8-8.0k), so sends are gathered only while another
+connection sent within ``WINDOW``: a single producer's sends, one at a time, are put at once
+as before (docs/performance.md, sixteenth step).
+"""
+
+from __future__ import annotations
+
+import attrs
+import trio
+
+from kernel.gathered_puts import GatheredPuts, PutGroup
+from kernel.model import MessageBatch, PutResult
+
+WINDOW = 0.001
+"""Sends of two connections this close together are gathered: a millisecond holds many sends
+of concurrent producers and none of a lone producer's previous send but its own connection's."""
+
+
+@attrs.define(eq=False)
+class LoneSends:
+    """Puts single sends directly, or gathered while several connections send (see the module
+    docstring)."""
+
+    put: PutGroup
+    """``BrokerRuntime.put_group``."""
+    direct: object
+    """``BrokerRuntime.put`` (typed loosely: a bound coroutine method)."""
+    _gathered: GatheredPuts = attrs.field(init=False)
+    _last_sender: object = attrs.field(default=None, init=False)
+    _last_at: float = attrs.field(default=float("-inf"), init=False)
+    gathered: int = attrs.field(default=0, init=False)
+    """Sends put through a gathered group."""
+
+    def __attrs_post_init__(self) -> None:
+        self._gathered = GatheredPuts(self.put)
+
+    async def put_from(self, sender: object, batch: MessageBatch) -> PutResult:
+        """Put ``batch``, sent on connection ``sender``: gathered when another connection
+        sent within ``WINDOW``, else at once."""
+        now = trio.current_time()
+        concurrent = sender is not self._last_sender and now - self._last_at < WINDOW
+        self._last_sender, self._last_at = sender, now
+        if concurrent or self._gathered.gathering:  # joining an open group keeps send order
+            self.gathered += 1
+            return await self._gathered.put(batch)
+        return await self.direct(batch)  # type: ignore[operator, no-any-return]
