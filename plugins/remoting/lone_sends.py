@@ -13,6 +13,8 @@ as before (docs/performance.md, sixteenth step).
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
+
 import attrs
 import trio
 
@@ -29,10 +31,10 @@ class LoneSends:
     """Puts single sends directly, or gathered while several connections send (see the module
     docstring)."""
 
-    put: PutGroup
+    put_group: PutGroup
     """``BrokerRuntime.put_group``."""
-    direct: object
-    """``BrokerRuntime.put`` (typed loosely: a bound coroutine method)."""
+    put: Callable[[MessageBatch], Awaitable[PutResult]]
+    """``BrokerRuntime.put``."""
     _gathered: GatheredPuts = attrs.field(init=False)
     _last_sender: object = attrs.field(default=None, init=False)
     _last_at: float = attrs.field(default=float("-inf"), init=False)
@@ -40,7 +42,7 @@ class LoneSends:
     """Sends put through a gathered group."""
 
     def __attrs_post_init__(self) -> None:
-        self._gathered = GatheredPuts(self.put)
+        self._gathered = GatheredPuts(self.put_group)
 
     async def put_from(self, sender: object, batch: MessageBatch) -> PutResult:
         """Put ``batch``, sent on connection ``sender``: gathered when another connection
@@ -51,4 +53,4 @@ class LoneSends:
         if concurrent or self._gathered.gathering:  # joining an open group keeps send order
             self.gathered += 1
             return await self._gathered.put(batch)
-        return await self.direct(batch)  # type: ignore[operator, no-any-return]
+        return await self.put(batch)

@@ -231,6 +231,7 @@ async def runtime_info(
         "putMessageTimesTotal": put.messages if put else 0,
         "putBatchesTotal": put.batches if put else 0,
         "putAppendsTotal": put.appends if put else 0,
+        "putGatheredTotal": net.lone_sends.gathered,
         "putStatus": json.dumps(put.by_status if put else {}),
         "getMessageTimesTotal": net.messages_pulled,
         "commitLogDiskRatio": f"{_disk_ratio(runtime.ctx.data_dir):.4f}",
