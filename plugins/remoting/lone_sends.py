@@ -22,8 +22,9 @@ from kernel.gathered_puts import GatheredPuts, PutGroup
 from kernel.model import MessageBatch, PutResult
 
 WINDOW = 0.001
-"""Sends of two connections this close together are gathered: a millisecond holds many sends
-of concurrent producers and none of a lone producer's previous send but its own connection's."""
+"""Sends of two different connections this close together are gathered: concurrent
+producers' sends come microseconds apart, and a single producer's come all on its own
+connection, which never counts as another."""
 
 
 @attrs.define(eq=False)
