@@ -8,7 +8,8 @@ the others of that pass join it, one ``put_group`` for all) 64 producers went fr
 to 19.8-21.5k sends a second. But the pass a lone send waits costs one message in flight about
 a fifth of its rate (9.1-9.8k -> 7.8-8.0k), so sends are gathered only while another
 connection sent within ``WINDOW``: a single producer's sends, one at a time, are put at once
-as before (docs/performance.md, sixteenth step).
+as before (docs/performance.md, sixteenth step). A batch request (SEND_BATCH_MESSAGE) takes the
+same way; ``put_group`` stores each batch on its own, so it only shares the pass.
 """
 
 from __future__ import annotations
@@ -39,11 +40,14 @@ class LoneSends:
     _gathered: GatheredPuts = attrs.field(init=False)
     _last_sender: object = attrs.field(default=None, init=False)
     _last_at: float = attrs.field(default=float("-inf"), init=False)
-    gathered: int = attrs.field(default=0, init=False)
-    """Sends put through a gathered group."""
 
     def __attrs_post_init__(self) -> None:
         self._gathered = GatheredPuts(self.put_group)
+
+    @property
+    def gathered(self) -> int:
+        """Sends put through a gathered group (``putGatheredTotal``)."""
+        return self._gathered.puts
 
     async def put_from(self, sender: object, batch: MessageBatch) -> PutResult:
         """Put ``batch``, sent on connection ``sender``: gathered when another connection
@@ -52,6 +56,5 @@ class LoneSends:
         concurrent = sender is not self._last_sender and now - self._last_at < WINDOW
         self._last_sender, self._last_at = sender, now
         if concurrent or self._gathered.gathering:  # joining an open group keeps send order
-            self.gathered += 1
             return await self._gathered.put(batch)
         return await self.put(batch)
