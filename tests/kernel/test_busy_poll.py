@@ -9,6 +9,7 @@ import trio
 from wire.remoting import RemotingClient, RemotingCommand, RemotingServer, Router
 from wire.remoting.busy_poll import (
     AUTO,
+    CROWD_HOLD,
     MAX_BACK_OFF,
     MAX_WINDOW,
     STRETCH,
@@ -156,6 +157,44 @@ async def test_an_adaptive_window_stretches_to_a_peer_that_answers_a_little_late
         await activity_after(100e-6, request=True)
         assert poller.answer_window == base
         nursery.cancel_scope.cancel()
+
+
+async def test_an_adaptive_poller_does_not_poll_while_several_peers_send(mock_clock):
+    """Bytes from two connections in turn (two producers): the loop has work coming anyway, so
+    it sleeps in epoll instead of polling, until one peer has been alone for CROWD_HOLD; a
+    lone peer's dense traffic is polled for as before. A fixed window ignores peers."""
+    poller = BusyPoller(200e-6, adaptive=True)
+    first, second = object(), object()
+
+    async def received(peer: object, after: float = 50e-6) -> None:
+        mock_clock.jump(after)
+        poller.touch(peer=peer)
+        for _ in range(3):
+            await trio.lowlevel.checkpoint()
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(poller.run)
+        await received(first, 1.0)
+        await received(first)
+        assert not poller.parked and not poller.crowded, "a lone peer's dense traffic is polled"
+        await received(second)
+        assert poller.crowded and poller.parked, "a second peer stops the poll at once"
+        spins, misses = poller.spins, poller.misses
+        for _ in range(20):
+            await received(first)
+            await received(second)
+        poller.touch(answer_due=True)  # an answer written meanwhile starts no window either
+        await trio.lowlevel.checkpoint()
+        assert poller.parked and poller.spins == spins and poller.misses == misses
+        await received(first, CROWD_HOLD + 1e-6)  # the second peer went quiet
+        await received(first)
+        assert not poller.crowded and not poller.parked, "alone again: polls"
+        nursery.cancel_scope.cancel()
+
+    fixed = BusyPoller(200e-6)
+    fixed.touch(peer=first)
+    fixed.touch(peer=second)
+    assert not fixed.crowded
 
 
 async def test_a_busy_polling_server_and_client_answer_every_request(nursery):

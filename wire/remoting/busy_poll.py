@@ -31,7 +31,13 @@ Two modes:
   second). A later answer puts the window back to its base length. Only the windows after a
   request stretch: a server waiting for a client's next request keeps the base window, even
   after one of its own requests (a transaction check) stretched its answer window, so a client
-  sending every millisecond does not keep a broker's core spinning.
+  sending every millisecond does not keep a broker's core spinning. And it polls only for a
+  lone peer: bytes from one connection arriving within :data:`CROWD_HOLD` of another's mean
+  several peers keep the loop busy, and there polling only takes the core from the work and
+  splits what one wait would have read together into more, smaller passes (the sends of
+  other connections a pass gathers into one put); :data:`CROWD_HOLD` after the last such
+  arrival the loop polls again (measured with 2 to 64 producers, one send in flight each,
+  against a broker with polling off: polling was 2-8 % slower at every count).
 - **fixed** (a duration): always poll for the window after each activity.
 
 Off with ``0``: the loop sleeps in epoll as it always did.
@@ -59,6 +65,12 @@ STRETCH = 1.25
 """A stretched window is this many times the lateness of the activity it missed."""
 MAX_BACK_OFF = 64
 """Most chances to poll an adaptive poller passes up after consecutive misses."""
+
+CROWD_HOLD = 10e-3
+"""How long bytes from a second peer keep an adaptive loop from polling (see the module
+docstring): longer than a busy loop's pass over many connections (64 sends of 64 producers
+take a few milliseconds), short enough that a lone producer left after a consumer's pull
+polls again after a few of its sends."""
 
 BusyPollSetting = float | str
 """Seconds of a fixed window, ``0`` for off, or :data:`AUTO`."""
@@ -94,6 +106,11 @@ class BusyPoller:
     _waits_for_answer: bool = attrs.field(default=False, init=False)
     """The current window was started by a request (its answer is due)."""
     _missed: bool = attrs.field(default=False, init=False)
+    _last_peer: object = attrs.field(default=None, init=False)
+    """The connection whose bytes arrived last (adaptive)."""
+    _last_receive: float = attrs.field(default=float("-inf"), init=False)
+    _crowded_until: float = attrs.field(default=float("-inf"), init=False)
+    """Until when a second peer's arrival keeps the loop from polling (adaptive)."""
     """A window waiting for an answer ran out; the next activity says how late it came."""
     answer_window: float = attrs.field(default=0.0, init=False)
     """The window polled after a request this end sent: ``window``, or longer once stretched
@@ -115,14 +132,27 @@ class BusyPoller:
         """Whether the loop sleeps as usual now (no activity within the window)."""
         return self._parked is not None
 
-    def touch(self, answer_due: bool = False) -> None:
+    @property
+    def crowded(self) -> bool:
+        """Whether several peers' bytes keep arriving, so an adaptive loop does not poll."""
+        return trio.current_time() < self._crowded_until
+
+    def touch(self, answer_due: bool = False, peer: object = None) -> None:
         """Activity now: keep polling for another window (wakes the parked loop), unless the
         adaptive rules say polling would not pay. ``answer_due``: the activity was a request
-        sent, whose answer the window waits for (only such windows stretch)."""
+        sent, whose answer the window waits for (only such windows stretch). ``peer``: the
+        connection whose bytes arrived (given for receives only)."""
         now = trio.current_time()
         gap = now - self._last_touch
         self._last_touch = now
         window = self.answer_window if answer_due else self.window
+        if self.adaptive and peer is not None:
+            if peer is not self._last_peer and now - self._last_receive <= CROWD_HOLD:
+                self._crowded_until = now + CROWD_HOLD
+            self._last_peer, self._last_receive = peer, now
+        if now < self._crowded_until:
+            self._hot_until = 0.0  # the loop parks without counting a miss
+            return
         if now <= self._hot_until:
             self.hits += 1
             self._back_off = 1

@@ -493,7 +493,7 @@ class Connection:
                 return
             self._last_activity = now = trio.current_time()
             if self.busy_poller is not None:
-                self.busy_poller.touch()
+                self.busy_poller.touch(peer=self)
             try:
                 commands = decoder.feed(data)
             except FrameError as error:
