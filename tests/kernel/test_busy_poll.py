@@ -45,7 +45,9 @@ async def test_no_window_starts_nothing_and_a_negative_one_is_refused():
         assert start_busy_poll(nursery, 0) is None
         assert start_busy_poll(nursery, "off") is None
         auto = start_busy_poll(nursery, "auto")
-        assert auto is not None and auto.adaptive
+        assert auto is not None and auto.adaptive and not auto.serves_peers
+        served = start_busy_poll(nursery, AUTO, serves_peers=True)
+        assert served is not None and served.serves_peers
         fixed = start_busy_poll(nursery, "200us")
         assert fixed is not None and not fixed.adaptive and fixed.window == pytest.approx(200e-6)
         nursery.cancel_scope.cancel()
@@ -162,8 +164,9 @@ async def test_an_adaptive_window_stretches_to_a_peer_that_answers_a_little_late
 async def test_an_adaptive_poller_does_not_poll_while_several_peers_send(mock_clock):
     """Bytes from two connections in turn (two producers): the loop has work coming anyway, so
     it sleeps in epoll instead of polling, until one peer has been alone for CROWD_HOLD; a
-    lone peer's dense traffic is polled for as before. A fixed window ignores peers."""
-    poller = BusyPoller(200e-6, adaptive=True)
+    lone peer's dense traffic is polled for as before. A client's poller and a fixed window
+    ignore peers."""
+    poller = BusyPoller(200e-6, adaptive=True, serves_peers=True)
     first, second = object(), object()
 
     async def received(peer: object, after: float = 50e-6) -> None:
@@ -191,10 +194,10 @@ async def test_an_adaptive_poller_does_not_poll_while_several_peers_send(mock_cl
         assert not poller.crowded and not poller.parked, "alone again: polls"
         nursery.cancel_scope.cancel()
 
-    fixed = BusyPoller(200e-6)
-    fixed.touch(peer=first)
-    fixed.touch(peer=second)
-    assert not fixed.crowded
+    for other in (BusyPoller(200e-6, adaptive=True), BusyPoller(200e-6, serves_peers=True)):
+        other.touch(peer=first)
+        other.touch(peer=second)
+        assert not other.crowded
 
 
 async def test_a_busy_polling_server_and_client_answer_every_request(nursery):
@@ -212,3 +215,4 @@ async def test_a_busy_polling_server_and_client_answer_every_request(nursery):
             answer = await client.invoke(server.address, RemotingCommand.request(ECHO, {"i": i}, b"x" * i))
             assert answer.ext["i"] == str(i) and answer.body == b"x" * i
         assert server.busy_poller.spins > 0 and client.busy_poller.spins > 0
+        assert server.busy_poller.serves_peers and not client.busy_poller.serves_peers

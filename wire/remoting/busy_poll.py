@@ -31,13 +31,15 @@ Two modes:
   second). A later answer puts the window back to its base length. Only the windows after a
   request stretch: a server waiting for a client's next request keeps the base window, even
   after one of its own requests (a transaction check) stretched its answer window, so a client
-  sending every millisecond does not keep a broker's core spinning. And it polls only for a
-  lone peer: bytes from one connection arriving within :data:`CROWD_HOLD` of another's mean
-  several peers keep the loop busy, and there polling only takes the core from the work and
-  splits what one wait would have read together into more, smaller passes (the sends of
-  other connections a pass gathers into one put); :data:`CROWD_HOLD` after the last such
-  arrival the loop polls again (measured with 2 to 64 producers, one send in flight each,
-  against a broker with polling off: polling was 2-8 % slower at every count).
+  sending every millisecond does not keep a broker's core spinning. And a server's poller
+  (``serves_peers``) polls only for a lone peer: bytes from one connection arriving within
+  :data:`CROWD_HOLD` of another's mean several peers keep the loop busy, and there polling
+  only takes the core from the work and splits what one wait would have read together into
+  more, smaller passes (the sends of other connections a pass gathers into one put);
+  :data:`CROWD_HOLD` after the last such arrival the loop polls again (measured with 2 to 64
+  producers, one send in flight each, against a broker with polling off: polling was 2-8 %
+  slower at every count). A client's poller waits for answers to its own requests, which
+  pays whatever the number of brokers it talks to, so it ignores peers.
 - **fixed** (a duration): always poll for the window after each activity.
 
 Off with ``0``: the loop sleeps in epoll as it always did.
@@ -97,6 +99,9 @@ class BusyPoller:
     """Seconds the loop keeps polling after the last :meth:`touch`."""
     adaptive: bool = False
     """Poll only while traffic is dense enough for it to pay (see the module docstring)."""
+    serves_peers: bool = False
+    """The loop serves requests of many peers (a server): adaptive polling stops while
+    several of them send (see the module docstring)."""
     _hot_until: float = attrs.field(default=0.0, init=False)
     _parked: trio.Event | None = attrs.field(default=None, init=False)
     _last_touch: float = attrs.field(default=float("-inf"), init=False)
@@ -146,7 +151,7 @@ class BusyPoller:
         gap = now - self._last_touch
         self._last_touch = now
         window = self.answer_window if answer_due else self.window
-        if self.adaptive and peer is not None:
+        if self.serves_peers and self.adaptive and peer is not None:
             if peer is not self._last_peer and now - self._last_receive <= CROWD_HOLD:
                 self._crowded_until = now + CROWD_HOLD
             self._last_peer, self._last_receive = peer, now
@@ -204,14 +209,17 @@ class BusyPoller:
             await parked.wait()
 
 
-def start_busy_poll(nursery: trio.Nursery, setting: BusyPollSetting) -> BusyPoller | None:
+def start_busy_poll(
+    nursery: trio.Nursery, setting: BusyPollSetting, *, serves_peers: bool = False
+) -> BusyPoller | None:
     """A poller running in ``nursery``: adaptive for :data:`AUTO`, a fixed window for a
-    positive number of seconds; None (nothing runs) for 0."""
+    positive number of seconds; None (nothing runs) for 0. ``serves_peers``: a server's
+    (:attr:`BusyPoller.serves_peers`)."""
     setting = parse_busy_poll(setting)
     if setting == AUTO:
-        poller = BusyPoller(AUTO_WINDOW, adaptive=True)
+        poller = BusyPoller(AUTO_WINDOW, adaptive=True, serves_peers=serves_peers)
     elif setting:
-        poller = BusyPoller(float(setting))
+        poller = BusyPoller(float(setting), serves_peers=serves_peers)
     else:
         return None
     nursery.start_soon(poller.run)

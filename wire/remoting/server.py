@@ -70,7 +70,7 @@ class RemotingServer:
         listeners, self.port = await open_listeners(self.name, self.host, self.port)
         log.info("%s listening on %s", self.name, self.address)
         async with trio.open_nursery() as nursery:
-            self.busy_poller = start_busy_poll(nursery, self.busy_poll)
+            self.busy_poller = start_busy_poll(nursery, self.busy_poll, serves_peers=True)
             task_status.started(self)
             await trio.serve_listeners(self._serve, listeners, handler_nursery=nursery)
 
