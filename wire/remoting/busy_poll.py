@@ -111,12 +111,13 @@ class BusyPoller:
     _waits_for_answer: bool = attrs.field(default=False, init=False)
     """The current window was started by a request (its answer is due)."""
     _missed: bool = attrs.field(default=False, init=False)
-    _last_peer: object = attrs.field(default=None, init=False)
-    """The connection whose bytes arrived last (adaptive)."""
-    _last_receive: float = attrs.field(default=float("-inf"), init=False)
-    _crowded_until: float = attrs.field(default=float("-inf"), init=False)
-    """Until when a second peer's arrival keeps the loop from polling (adaptive)."""
     """A window waiting for an answer ran out; the next activity says how late it came."""
+    _last_peer: object = attrs.field(default=None, init=False)
+    """The connection whose bytes arrived last (``serves_peers``)."""
+    _last_receive: float = attrs.field(default=float("-inf"), init=False)
+    """When they arrived."""
+    _crowded_until: float = attrs.field(default=float("-inf"), init=False)
+    """Until when a second peer's arrival keeps the loop from polling (``serves_peers``)."""
     answer_window: float = attrs.field(default=0.0, init=False)
     """The window polled after a request this end sent: ``window``, or longer once stretched
     (other activities always poll for ``window``)."""
@@ -142,7 +143,7 @@ class BusyPoller:
         """Whether several peers' bytes keep arriving, so an adaptive loop does not poll."""
         return trio.current_time() < self._crowded_until
 
-    def touch(self, answer_due: bool = False, peer: object = None) -> None:
+    def touch(self, answer_due: bool = False, peer: object | None = None) -> None:
         """Activity now: keep polling for another window (wakes the parked loop), unless the
         adaptive rules say polling would not pay. ``answer_due``: the activity was a request
         sent, whose answer the window waits for (only such windows stretch). ``peer``: the
