@@ -40,8 +40,11 @@ def running_trocket(root: Path, broker_keys: str = "", tables: str = "") -> Iter
 
 
 @contextmanager
-def trocket_process(root: Path, broker_keys: str = "", tables: str = "") -> Iterator[TrocketProcess]:
-    """As :func:`running_trocket`, yielding the process id too (for its CPU figures)."""
+def trocket_process(
+    root: Path, broker_keys: str = "", tables: str = "", *, repo: Path = REPO
+) -> Iterator[TrocketProcess]:
+    """As :func:`running_trocket`, yielding the process id too (for its CPU figures); ``repo``:
+    the source tree the process runs (another revision's checkout for an A/B)."""
     namesrv_port, broker_port = free_port(), free_port()
     config = root / "trocket.toml"
     config.write_text(
@@ -53,7 +56,7 @@ def trocket_process(root: Path, broker_keys: str = "", tables: str = "") -> Iter
     with log.open("w") as out:
         process = subprocess.Popen(
             [sys.executable, "-m", "trocket", "up", "-c", str(config)], stdout=out, stderr=subprocess.STDOUT,
-            env={**os.environ, "PYTHONPATH": str(REPO)},
+            env={**os.environ, "PYTHONPATH": str(repo)}, cwd=repo,  # ``-m`` imports from the cwd first
         )  # fmt: skip
     deadline = time.monotonic() + 60
     while "ready" not in log.read_text():
