@@ -64,8 +64,11 @@ def checkout(revision: str) -> Iterator[Path]:
     it was built from are the same (else both arms run the pure codec, to stay comparable)."""
     root = Path(tempfile.mkdtemp(prefix="trocket-ab-"))
     tree = root / "tree"
-    subprocess.run(["git", "-C", str(REPO), "worktree", "add", "--detach", str(tree), revision],
-                   check=True, capture_output=True)  # fmt: skip
+    command = ["git", "-C", str(REPO), "worktree", "add", "--detach", str(tree), revision]
+    added = subprocess.run(command, capture_output=True, text=True)
+    if added.returncode:
+        shutil.rmtree(root, ignore_errors=True)
+        raise SystemExit(f"cannot check out {revision!r}: {added.stderr.strip()}")
     try:
         codec = Path("wire/batch_codec")
         built = sorted((REPO / codec).glob("_compiled*.so"))
@@ -179,6 +182,8 @@ def main() -> None:
         "--remoting", action="append", default=[], help="a line for [remoting] of both brokers (repeatable)"
     )
     args = parser.parse_args()
+    if args.pairs < 1 or args.messages < PRODUCERS:
+        parser.error(f"--pairs must be at least 1 and --messages at least {PRODUCERS}")
     body = os.urandom(args.size // 2).hex().encode()[: args.size]
     results: dict[str, list[dict[str, float]]] = {"base": [], "this tree": []}
     with checkout(args.base) as base_tree:
