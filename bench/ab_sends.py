@@ -9,11 +9,12 @@ SDK of this tree) is the same for both arms; only the broker process runs the ot
     ./run bench ab_sends --base HEAD~1 [--workload one|producers|inflight|batch] [--flush async|sync]
                          [--pairs 4] [--messages 40000] [--size 128] [--remoting 'busy_poll = "off"']
 
-Workloads: ``one``: one producer, one send in flight (msgs/s, p50, p99); ``producers``: 64
+Workloads, each a row of ``produce_consume`` measured the same way (its functions where it has
+them): ``one``: one producer, one send in flight ("1 in flight", p50, p99); ``producers``: 64
 producers on their own connections, one send in flight each, not polling; ``inflight``: one
-producer with 64 sends in flight; ``batch``: batches of 32, one in flight. Each arm prints
-messages a second and the broker's CPU microseconds a message; the summary gives each arm's
-median and the ratio this tree / base.
+producer with 64 sends in flight; ``batch``: batches of 32, one in flight. Each run prints its
+figures (``cpu ...``: the broker's CPU microseconds a message); the summary gives each arm's
+median and range and the ratio this tree / base.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterator
-from contextlib import AsyncExitStack, contextmanager
+from contextlib import contextmanager
 from pathlib import Path
 
 import trio
@@ -35,27 +36,20 @@ import trio
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from bench.trocket_process import cpu_seconds, trocket_process  # noqa: E402
+from bench.produce_consume import (  # noqa: E402
+    PRODUCERS,
+    Figures,
+    Server,
+    cpu_per_message,
+    many_producers,
+    one_in_flight,
+    warming_done,
+)
+from bench.trocket_process import trocket_process  # noqa: E402
 from trocket import Message, Producer  # noqa: E402
 
-PRODUCERS = 64
 WARM_SENDS = 2_000
-
-
-class Meter:
-    """The timed part of a workload: wall time and the broker's CPU from :meth:`start`."""
-
-    def __init__(self, broker_pid: int) -> None:
-        self.broker_pid = broker_pid
-        self._wall = self._cpu = 0.0
-
-    def start(self) -> None:
-        self._cpu, self._wall = cpu_seconds(self.broker_pid), time.perf_counter()
-
-    def figures(self, messages: int) -> dict[str, float]:
-        elapsed = time.perf_counter() - self._wall
-        cpu = cpu_seconds(self.broker_pid) - self._cpu
-        return {"msgs/s": messages / elapsed, "broker µs/msg": cpu / messages * 1e6}
+"""Sends before a measured one-in-flight or batch run (the interpreter and caches warm)."""
 
 
 @contextmanager
@@ -87,78 +81,63 @@ def checkout(revision: str) -> Iterator[Path]:
         shutil.rmtree(root, ignore_errors=True)
 
 
-async def one(namesrv: str, topic: str, body: bytes, count: int, meter: Meter) -> dict[str, float]:
-    async with Producer("PG_ab", namesrv, send_timeout=30) as producer:
+async def one(server: Server, topic: str, body: bytes, count: int) -> Figures:
+    """The bench's one-in-flight rows (``produce_consume.one_in_flight``), after a warm-up."""
+    async with Producer("PG_ab", server.address, send_timeout=30) as producer:
         for _ in range(WARM_SENDS):
             await producer.send(Message(topic, body))
-        latencies = []
-        meter.start()
-        for _ in range(count):
-            sent = time.perf_counter()
-            await producer.send(Message(topic, body))
-            latencies.append(time.perf_counter() - sent)
-        figures = meter.figures(count)
-    latencies.sort()
-    figures["p50 µs"] = latencies[len(latencies) // 2] * 1e6
-    figures["p99 µs"] = latencies[int(len(latencies) * 0.99)] * 1e6
-    return figures
+        return await one_in_flight(producer, server, topic, body, count)
 
 
-async def producers(namesrv: str, topic: str, body: bytes, count: int, meter: Meter) -> dict[str, float]:
-    async with AsyncExitStack() as stack:
-        clients = [
-            await stack.enter_async_context(Producer("PG_ab", namesrv, send_timeout=30, busy_poll=0))
-            for _ in range(PRODUCERS)
-        ]
-        for client in clients:
-            for _ in range(WARM_SENDS // PRODUCERS):
-                await client.send(Message(topic, body))
-        each = count // PRODUCERS
-
-        async def sender(client: Producer) -> None:
-            for _ in range(each):
-                await client.send(Message(topic, body))
-
-        meter.start()
-        async with trio.open_nursery() as nursery:
-            for client in clients:
-                nursery.start_soon(sender, client)
-        return meter.figures(each * PRODUCERS)
+async def producers(server: Server, topic: str, body: bytes, count: int) -> Figures:
+    """The bench's "64 producers" row (``produce_consume.many_producers``)."""
+    await warming_done(server)
+    return await many_producers(server, topic, body, count)
 
 
-async def inflight(namesrv: str, topic: str, body: bytes, count: int, meter: Meter) -> dict[str, float]:
-    async with Producer("PG_ab", namesrv, send_timeout=30) as producer:
+async def inflight(server: Server, topic: str, body: bytes, count: int) -> Figures:
+    """The bench's "64 in flight" row: one producer, 64 sends in flight on its connection."""
+    async with Producer("PG_ab", server.address, send_timeout=30) as producer:
         for _ in range(WARM_SENDS):
             await producer.send(Message(topic, body))
+        await warming_done(server)
         each = count // 64
 
         async def sender() -> None:
             for _ in range(each):
                 await producer.send(Message(topic, body))
 
-        meter.start()
+        cpu, started = server.cpu(), time.perf_counter()
         async with trio.open_nursery() as nursery:
             for _ in range(64):
                 nursery.start_soon(sender)
-        return meter.figures(each * 64)
+        return {
+            "64 in flight": each * 64 / (time.perf_counter() - started),
+            "cpu 64 in flight": cpu_per_message(server, cpu, each * 64),
+        }
 
 
-async def batch(namesrv: str, topic: str, body: bytes, count: int, meter: Meter) -> dict[str, float]:
-    async with Producer("PG_ab", namesrv, send_timeout=30) as producer:
+async def batch(server: Server, topic: str, body: bytes, count: int) -> Figures:
+    """The bench's "batch 32" row: batches of 32, one in flight."""
+    async with Producer("PG_ab", server.address, send_timeout=30) as producer:
         messages = [Message(topic, body) for _ in range(32)]
         for _ in range(WARM_SENDS // 32):
             await producer.send_batch(messages)
+        await warming_done(server)
         rounds = count // 32
-        meter.start()
+        cpu, started = server.cpu(), time.perf_counter()
         for _ in range(rounds):
             await producer.send_batch(messages)
-        return meter.figures(rounds * 32)
+        return {
+            "batch 32": rounds * 32 / (time.perf_counter() - started),
+            "cpu batch 32": cpu_per_message(server, cpu, rounds * 32),
+        }
 
 
 WORKLOADS = {"one": one, "producers": producers, "inflight": inflight, "batch": batch}
 
 
-def run_arm(tree: Path, args: argparse.Namespace, body: bytes) -> dict[str, float]:
+def run_arm(tree: Path, args: argparse.Namespace, body: bytes) -> Figures:
     remoting = "\n".join(args.remoting)
     store = 'commit_log_file_size = "512MiB"\n'
     if args.flush == "sync":
@@ -166,8 +145,13 @@ def run_arm(tree: Path, args: argparse.Namespace, body: bytes) -> dict[str, floa
     with tempfile.TemporaryDirectory(prefix="trocket-ab-run-") as root:
         tables = f"[remoting]\n{remoting}\n[store_mmap]\n{store}"
         with trocket_process(Path(root), f'flush = "{args.flush}"', tables, repo=tree) as broker:
-            workload = WORKLOADS[args.workload]
-            return trio.run(workload, broker.namesrv, "ABTopic", body, args.messages, Meter(broker.pid))
+            server = Server(broker.namesrv, broker.pid)
+            return trio.run(WORKLOADS[args.workload], server, "ABTopic", body, args.messages)
+
+
+def shown_value(value: float) -> str:
+    """Rates with thousands separators, milliseconds with three decimals."""
+    return f"{value:,.3f}" if abs(value) < 10 else f"{value:,.1f}"
 
 
 def main() -> None:
@@ -195,7 +179,7 @@ def main() -> None:
             for name, tree in arms if pair % 2 == 0 else arms[::-1]:
                 figures = run_arm(tree, args, body)
                 results[name].append(figures)
-                shown = "  ".join(f"{key} {value:,.1f}" for key, value in figures.items())
+                shown = "  ".join(f"{key} {shown_value(value)}" for key, value in figures.items())
                 print(f"pair {pair + 1} {name:>9}: {shown}", flush=True)
     print("median (range):")
     for key in results["base"][0]:
@@ -203,8 +187,9 @@ def main() -> None:
         for name, runs in results.items():
             values = [run[key] for run in runs]
             medians[name] = statistics.median(values)
-            print(f"  {key:>14} {name:>9}: {medians[name]:,.1f} ({min(values):,.1f}-{max(values):,.1f})")
-        print(f"  {key:>14}     ratio: {medians['this tree'] / medians['base']:.3f} (this tree / base)")
+            spread = f"{shown_value(min(values))}-{shown_value(max(values))}"
+            print(f"  {key:>18} {name:>9}: {shown_value(medians[name])} ({spread})")
+        print(f"  {key:>18}     ratio: {medians['this tree'] / medians['base']:.3f} (this tree / base)")
 
 
 if __name__ == "__main__":
