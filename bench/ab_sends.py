@@ -90,7 +90,11 @@ async def one(server: Server, topic: str, body: bytes, count: int) -> Figures:
 
 
 async def producers(server: Server, topic: str, body: bytes, count: int) -> Figures:
-    """The bench's "64 producers" row (``produce_consume.many_producers``)."""
+    """The bench's "64 producers" row (``produce_consume.many_producers``), after a warm-up
+    by one producer (the log's first file created and, under sync flush, warmed)."""
+    async with Producer("PG_ab", server.address, send_timeout=30) as producer:
+        for _ in range(WARM_SENDS):
+            await producer.send(Message(topic, body))
     await warming_done(server)
     return await many_producers(server, topic, body, count)
 
