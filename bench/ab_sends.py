@@ -81,11 +81,16 @@ def checkout(revision: str) -> Iterator[Path]:
         shutil.rmtree(root, ignore_errors=True)
 
 
+async def warm(producer: Producer, topic: str, body: bytes) -> None:
+    """``WARM_SENDS`` sends one after another: routes, connection, interpreter and caches warm."""
+    for _ in range(WARM_SENDS):
+        await producer.send(Message(topic, body))
+
+
 async def one(server: Server, topic: str, body: bytes, count: int) -> Figures:
     """The bench's one-in-flight rows (``produce_consume.one_in_flight``), after a warm-up."""
     async with Producer("PG_ab", server.address, send_timeout=30) as producer:
-        for _ in range(WARM_SENDS):
-            await producer.send(Message(topic, body))
+        await warm(producer, topic, body)
         return await one_in_flight(producer, server, topic, body, count)
 
 
@@ -93,8 +98,7 @@ async def producers(server: Server, topic: str, body: bytes, count: int) -> Figu
     """The bench's "64 producers" row (``produce_consume.many_producers``), after a warm-up
     by one producer (the log's first file created and, under sync flush, warmed)."""
     async with Producer("PG_ab", server.address, send_timeout=30) as producer:
-        for _ in range(WARM_SENDS):
-            await producer.send(Message(topic, body))
+        await warm(producer, topic, body)
     await warming_done(server)
     return await many_producers(server, topic, body, count)
 
@@ -102,8 +106,7 @@ async def producers(server: Server, topic: str, body: bytes, count: int) -> Figu
 async def inflight(server: Server, topic: str, body: bytes, count: int) -> Figures:
     """The bench's "64 in flight" row: one producer, 64 sends in flight on its connection."""
     async with Producer("PG_ab", server.address, send_timeout=30) as producer:
-        for _ in range(WARM_SENDS):
-            await producer.send(Message(topic, body))
+        await warm(producer, topic, body)
         await warming_done(server)
         each = count // 64
 

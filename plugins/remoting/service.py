@@ -60,9 +60,9 @@ class BrokerNetwork:
     started_at: float = 0.0
     boot_timestamp: int = 0
     messages_pulled: int = 0
+    """Messages answered to pulls since the start (``getMessageTimesTotal``: out TPS by difference)."""
     stats: BrokerStats = attrs.field(factory=BrokerStats)
     """Put and get counts per topic and group over the last minute, hour and day (statsAll)."""
-    """Messages answered to pulls since the start (``getMessageTimesTotal``: out TPS by difference)."""
     lone_sends: LoneSends = attrs.field(
         default=attrs.Factory(
             lambda self: LoneSends(self.runtime.put_group, self.runtime.put), takes_self=True

@@ -151,7 +151,6 @@ class BusyPoller:
         now = trio.current_time()
         gap = now - self._last_touch
         self._last_touch = now
-        window = self.answer_window if answer_due else self.window
         if self.serves_peers and self.adaptive and peer is not None:
             if peer is not self._last_peer and now - self._last_receive <= CROWD_HOLD:
                 self._crowded_until = now + CROWD_HOLD
@@ -159,6 +158,7 @@ class BusyPoller:
         if now < self._crowded_until:
             self._hot_until = 0.0  # the loop parks without counting a miss
             return
+        window = self.answer_window if answer_due else self.window
         if now <= self._hot_until:
             self.hits += 1
             self._back_off = 1
