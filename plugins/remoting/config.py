@@ -58,6 +58,10 @@ class RemotingConfig:
     200 µs only while requests come faster than that, and backs off when polls catch nothing:
     it then costs less CPU than the wake-ups it saves. A duration (``"200us"``) always polls
     that long; ``"off"`` or ``0`` never polls."""
+    read_reactor: bool = fields.boolean(True)
+    """Idle plain-TCP connections wait in one reader task that answers the lone sends of many
+    connections together (``wire.remoting.read_reactor``); ``false``: a task per connection
+    reads its own socket."""
     max_in_flight: int = fields.integer(256, minimum=1)
     """Requests of one connection handled concurrently (held pulls included)."""
     max_pull_messages: int = fields.integer(32, minimum=1)

@@ -164,6 +164,7 @@ class BrokerNetwork:
             on_close=[self._connection_closed],
             tls=server_tls(self.runtime.ctx.config),
             busy_poll=self.config.busy_poll,
+            read_reactor=self.config.read_reactor,
         )
         await self.topics.persist()
         runtime_settings.offer(self.runtime.ctx, self._runtime_settings())

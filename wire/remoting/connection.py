@@ -39,6 +39,7 @@ from wire.remoting.metering import (
     RESULT_SUCCESS,
     RequestMeter,
 )
+from wire.remoting.read_reactor import ReadReactor
 
 log = logging.getLogger(__name__)
 
@@ -60,6 +61,9 @@ GroupHandler = Callable[
     ["Connection", Sequence[RemotingCommand]], Awaitable[Sequence[RemotingCommand | None]]
 ]
 Guard = Callable[["Connection", RemotingCommand], "RemotingCommand | None"]
+AcrossHandler = Callable[
+    [Sequence[tuple["Connection", RemotingCommand]]], Awaitable[Sequence[RemotingCommand | None]]
+]
 
 
 @attrs.frozen
@@ -107,6 +111,9 @@ class Router:
     inline_idle: set[int] = attrs.field(factory=set)
     """Codes whose handlers run in the read loop when their request is the only one of its
     receive and nothing else of the connection is in flight (see :meth:`register`)."""
+    across_handlers: dict[int, AcrossHandler] = attrs.field(factory=dict)
+    """Handlers for lone requests of different connections at once (see
+    :meth:`register_across`)."""
 
     def register(
         self,
@@ -145,6 +152,60 @@ class Router:
         if code in self.group_handlers:
             raise ValueError(f"{self.name}: a group handler for {code_name(code)} is already registered")
         self.group_handlers[code] = handler
+
+    def register_across(self, code: int, handler: AcrossHandler) -> None:
+        """Register ``handler`` for lone requests of ``code`` read from different connections in
+        one pass of a server's :class:`~wire.remoting.read_reactor.ReadReactor` (each a request
+        alone in its receive, on a connection with nothing else in flight), one response each,
+        in order. ``code`` must also be registered ``inline_alone``: the reactor answers only
+        what the read loop would have answered itself, and only while nothing else of the
+        connection is in flight."""
+        if code in self.across_handlers:
+            raise ValueError(f"{self.name}: an across handler for {code_name(code)} is already registered")
+        self.across_handlers[code] = handler
+
+    async def handle_across(
+        self, lone: Sequence[tuple[Connection, RemotingCommand]]
+    ) -> list[RemotingCommand | None]:
+        """The answers to lone requests of several connections (see :meth:`register_across`):
+        one alone takes :meth:`handle`; more pass the guards each and go to their handler
+        together, grouped by handler."""
+        if len(lone) == 1:
+            connection, request = lone[0]
+            return [await self.handle(connection, request)]
+        started = perf_counter()
+        answers: list[RemotingCommand | None] = [None] * len(lone)
+        by_handler: dict[AcrossHandler, list[int]] = {}
+        for index, (connection, request) in enumerate(lone):
+            refused = self.refusal(connection, request) if self.guards else None
+            if refused is not None:
+                answers[index] = refused
+            else:
+                by_handler.setdefault(self.across_handlers[request.code], []).append(index)
+        failed: set[int] = set()
+        for handler, indexes in by_handler.items():
+            try:
+                responses = await handler([lone[index] for index in indexes])
+            except trio.Cancelled:
+                raise
+            except Exception as error:  # one bad group must not take the connections down
+                log.exception("%s: %d lone requests of as many connections failed", self.name, len(indexes))
+                remark = f"{type(error).__name__}: {error}"
+                responses = [
+                    lone[index][1].response(ResponseCode.SYSTEM_ERROR, remark=remark) for index in indexes
+                ]
+                failed.update(indexes)
+            if len(responses) != len(indexes):
+                raise AssertionError(
+                    f"{self.name}: an across handler answered {len(responses)} of {len(indexes)}"
+                )
+            for index, response in zip(indexes, responses, strict=True):
+                answers[index] = response
+        if self.meter is not None:
+            elapsed = perf_counter() - started
+            for index, ((_, request), response) in enumerate(zip(lone, answers, strict=True)):
+                self._observe(request, response, elapsed, failed=index in failed)
+        return answers
 
     def refusal(self, connection: Connection, request: RemotingCommand) -> RemotingCommand | None:
         """The first guard's refusal of ``request``, or ``None`` when every guard lets it through."""
@@ -307,6 +368,17 @@ class Connection:
     close_reason: str = ""
     busy_poller: BusyPoller | None = None
     """Told of every receive and every frame sent, when the process busy-polls."""
+    reactor: ReadReactor | None = None
+    """The server's reader of idle plain-TCP connections, when it has one: this connection's
+    read loop waits in it instead of on its own socket (see :mod:`wire.remoting.read_reactor`)."""
+    _decoder: FrameDecoder = attrs.field(init=False)
+    _fed: bytes | list[RemotingCommand] | OSError | None = attrs.field(default=None, init=False)
+    """What the reactor handed the read loop (bytes read, frames decoded, a read's error)."""
+    _fed_task: trio.lowlevel.Task | None = attrs.field(default=None, init=False)
+    _lone_last: bool = attrs.field(default=True, init=False)
+    """The last receive the read loop handled was one the reactor could have answered: the
+    connection waits in the reactor next while the server is crowded (a pipelining client's
+    connection reads its socket itself)."""
     _outbox: list[bytes] = attrs.field(factory=list, init=False)
     """Buffers of queued frames, in order (a frame may be several: see ``encode_parts``)."""
     _outbox_bytes: int = attrs.field(default=0, init=False)
@@ -338,8 +410,11 @@ class Connection:
     """The sleep of :meth:`_watch_reads`, moved earlier when a partial frame starts."""
 
     def __attrs_post_init__(self) -> None:
+        self._decoder = FrameDecoder(self.limits.max_frame_size)
         if type(self.stream) is trio.SocketStream:
             self._fd = self.stream.socket.fileno()
+        else:
+            self.reactor = None
 
     @property
     def closed(self) -> bool:
@@ -404,6 +479,8 @@ class Connection:
         if self._closed.is_set():
             return
         self._closed.set()
+        if self.reactor is not None and self._fd >= 0:
+            self.reactor.forget(self._fd)
         self._fd = -1  # the stream closes next; its number may then name another socket
         self._written.set()
         for pending in self._pending.values():
@@ -466,7 +543,7 @@ class Connection:
             watch.deadline = deadline
 
     async def _read_loop(self, nursery: trio.Nursery) -> None:
-        decoder = FrameDecoder(self.limits.max_frame_size)
+        decoder = self._decoder
         limiter = trio.CapacityLimiter(self.limits.max_in_flight)
         inline = self.router.inline if self.router is not None else set()
         inline_alone = self.router.inline_alone if self.router is not None else set()
@@ -481,21 +558,33 @@ class Connection:
                     # pipelines then). Otherwise the read would find nothing (one message in
                     # flight: the peer sends again only after our answer).
                     eager = bool(self._pending or self._in_flight)
-                    data, waited_last = await self._receive_plain(waited_last, eager)
+                    reactor = self.reactor
+                    if (
+                        reactor is not None
+                        and not eager
+                        and self._lone_last
+                        and reactor.crowded(trio.current_time())
+                    ):
+                        data = await reactor.wait_data(self, self._fd)
+                        waited_last = True
+                    else:
+                        data, waited_last = await self._receive_plain(waited_last, eager)
                 else:
                     data = await self.stream.receive_some(RECEIVE_CHUNK)
             except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as error:
                 self.close_reason = self.close_reason or f"receive failed: {error}"
                 return
-            if not data:
+            if isinstance(data, bytes) and not data:
                 self.close_reason = self.close_reason or "closed by peer"
                 self._peer_finished = True
                 return
             self._last_activity = now = trio.current_time()
             if self.busy_poller is not None:
                 self.busy_poller.touch(peer=self)
+            if self.reactor is not None and not isinstance(data, list):  # a list: the reactor saw it
+                self.reactor.saw(self, now)
             try:
-                commands = decoder.feed(data)
+                commands = data if isinstance(data, list) else decoder.feed(data)
             except FrameError as error:
                 self.close_reason = f"malformed frame: {error}"
                 log.warning("closing connection from %s: malformed frame: %s", self.peer, error)
@@ -513,6 +602,12 @@ class Connection:
                         pending.finish()
                 else:
                     requests.append(command)
+            if self.reactor is not None:
+                self._lone_last = (
+                    len(commands) == 1
+                    and len(requests) == 1
+                    and requests[0].code in self.router.across_handlers  # type: ignore[union-attr]
+                )
             answers: list[bytes] = []
             if len(requests) == 1 and (
                 requests[0].code in inline_alone or (requests[0].code in inline_idle and not self._in_flight)
@@ -541,6 +636,95 @@ class Connection:
                     nursery.start_soon(self._serve_group, run, limiter, tokens)
             if answers:
                 await self._send(answers)
+
+    # --- the read reactor's side (see wire.remoting.read_reactor) ---------------------------
+
+    async def fed(self) -> bytes | list[RemotingCommand]:
+        """What the reactor hands this connection's read loop next: bytes read (b"" at the end
+        of the stream) or frames it decoded.
+
+        :raises OSError: the reactor's read failed.
+        """
+        while self._fed is None:
+            self._fed_task = trio.lowlevel.current_task()
+
+            def abort(_: Any) -> trio.lowlevel.Abort:
+                self._fed_task = None
+                return trio.lowlevel.Abort.SUCCEEDED
+
+            await trio.lowlevel.wait_task_rescheduled(abort)
+        fed, self._fed = self._fed, None
+        if isinstance(fed, OSError):
+            raise fed
+        return fed
+
+    def _hand_over(self, fed: bytes | list[RemotingCommand] | OSError) -> None:
+        self._fed = fed
+        task, self._fed_task = self._fed_task, None
+        if task is not None:
+            trio.lowlevel.reschedule(task)
+
+    def feed_error(self, error: OSError) -> None:
+        """The reactor's read of this socket failed."""
+        self._hand_over(error)
+
+    def take_receive(self, data: bytes) -> RemotingCommand | None:
+        """Bytes the reactor read from this parked connection: the request it answers itself
+        (a lone request of a code the router handles across connections, nothing else of the
+        connection in flight, no bytes left over), or None when the read loop takes them (it
+        is woken). A malformed frame closes the connection, as in the read loop."""
+        router = self.router
+        if not data or router is None or self._in_flight or self._pending or self._decoder.buffered:
+            self._hand_over(data)
+            return None
+        reactor = self.reactor
+        assert reactor is not None
+        now = trio.current_time()
+        reactor.saw(self, now)
+        try:
+            commands = self._decoder.feed(data)
+        except FrameError as error:
+            log.warning("closing connection from %s: malformed frame: %s", self.peer, error)
+            self.close(f"malformed frame: {error}")  # cancels the parked read loop
+            return None
+        if len(commands) == 1 and not self._decoder.buffered and reactor.crowded(now):
+            # Not crowded any more: the read loop answers it and reads its own socket again.
+            request = commands[0]
+            if not request.is_response and request.code in router.across_handlers:
+                self._last_activity = trio.current_time()
+                if self.busy_poller is not None:
+                    self.busy_poller.touch(peer=self)
+                return request
+        self._hand_over(commands)
+        return None
+
+    def began_lone(self) -> None:
+        """The reactor handles a lone request of this connection (it counts as in flight)."""
+        self._in_flight += 1
+
+    def ended_lone(self) -> None:
+        self._in_flight -= 1
+        self.requests_handled += 1
+
+    def answer_now(self, parts: list[bytes]) -> None:
+        """Write an answer the reactor built, without waiting: what the socket does not take
+        at once (or all of it, behind frames already queued) goes to the write loop."""
+        if self.busy_poller is not None:
+            self.busy_poller.touch()
+        if self.closed:
+            return
+        if self._writing or self._outbox:
+            self._enqueue(parts)
+            return
+        try:
+            rest = self._write_now(parts)
+        except OSError as error:
+            self.close(f"send failed: {error}")
+            return
+        if rest:
+            self._enqueue(rest)
+        self._written.set()
+        self._last_activity = trio.current_time()
 
     async def _receive_plain(self, waited_last: bool, eager: bool) -> tuple[bytes, bool]:
         """The next bytes of a plain TCP socket, and whether they had to be waited for.

@@ -10,6 +10,7 @@ import trio
 
 from wire.remoting.busy_poll import BusyPoller, BusyPollSetting, start_busy_poll
 from wire.remoting.connection import Connection, Router, TransportLimits
+from wire.remoting.read_reactor import ReadReactor
 from wire.remoting.tls import ServerTls
 
 log = logging.getLogger(__name__)
@@ -56,6 +57,10 @@ class RemotingServer:
     """Polling after activity (see :mod:`wire.remoting.busy_poll`): ``"auto"``, seconds of a
     fixed window, or 0 (the default here: sleeps in epoll as usual; the broker's
     ``[remoting] busy_poll`` defaults to ``"auto"``)."""
+    read_reactor: bool = False
+    """Idle plain-TCP connections wait in one :class:`ReadReactor` (which answers lone requests
+    of the router's ``across`` codes together) instead of each on its own socket."""
+    reactor: ReadReactor | None = attrs.field(default=None, init=False)
     busy_poller: BusyPoller | None = attrs.field(default=None, init=False)
     connections: set[Connection] = attrs.field(factory=set, init=False)
     refused: int = attrs.field(default=0, init=False)
@@ -71,6 +76,9 @@ class RemotingServer:
         log.info("%s listening on %s", self.name, self.address)
         async with trio.open_nursery() as nursery:
             self.busy_poller = start_busy_poll(nursery, self.busy_poll, serves_peers=True)
+            if self.read_reactor and self.tls is None and self.router.across_handlers:
+                self.reactor = ReadReactor(self.router)
+                nursery.start_soon(self.reactor.run)
             task_status.started(self)
             await trio.serve_listeners(self._serve, listeners, handler_nursery=nursery)
 
@@ -101,6 +109,7 @@ class RemotingServer:
             local=format_address(stream.socket.getsockname()),
             on_close=[self.connections.discard, *self.on_close],
             busy_poller=self.busy_poller,
+            reactor=self.reactor,
         )
         self.connections.add(connection)
         for callback in self.on_connect:

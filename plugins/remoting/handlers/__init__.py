@@ -113,6 +113,9 @@ def register_all(router: Router, net: BrokerNetwork) -> None:
     sends = functools.partial(send.handle_send_group, net)
     for code in GROUPED:
         router.register_group(code, sends)
+    across = functools.partial(send.handle_sends_across, net)
+    for code in SENDS:
+        router.register_across(code, across)
 
 
 async def _answer_problems(

@@ -216,6 +216,7 @@ async def runtime_info(
     stats = runtime.statistics()
     put, dispatch = stats.put, stats.dispatch
     marks = runtime.store.watermarks()
+    reactor = net.server.reactor if net.server else None
     table: dict[str, Any] = {
         "brokerVersionDesc": VERSION_DESCRIPTION,
         "brokerVersion": "409",
@@ -232,6 +233,7 @@ async def runtime_info(
         "putBatchesTotal": put.batches if put else 0,
         "putAppendsTotal": put.appends if put else 0,
         "putGatheredTotal": net.lone_sends.gathered,
+        "sendsReadTogetherTotal": reactor.answered_across if reactor else 0,
         "putStatus": json.dumps(put.by_status if put else {}),
         "getMessageTimesTotal": net.messages_pulled,
         "commitLogDiskRatio": f"{_disk_ratio(runtime.ctx.data_dir):.4f}",

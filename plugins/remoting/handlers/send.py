@@ -75,10 +75,20 @@ async def handle_send_group(
     """Sends read from one connection at once (a client with many in flight): each is checked
     and answered on its own, and the broker appends the accepted ones with one store call
     (``Broker.put_group``)."""
+    return await handle_sends_across(net, [(connection, request) for request in requests])
+
+
+async def handle_sends_across(
+    net: BrokerNetwork, sends: Sequence[tuple[Connection, RemotingCommand]]
+) -> list[RemotingCommand]:
+    """Sends with the connections they came on (one connection's sends read together, or the
+    lone sends of many connections read in one pass of the server's read reactor): each is
+    checked and answered on its own, and the accepted ones are appended with one store call
+    (``Broker.put_group``)."""
     answers: list[RemotingCommand | None] = []
     batches: list[MessageBatch] = []
     queue_ids: list[int] = []
-    for request in requests:
+    for connection, request in sends:
         try:
             prepared = await _prepare(net, connection, request)
         except RequestProblem as problem:
@@ -96,15 +106,14 @@ async def handle_send_group(
         queue_ids.append(prepared[1])
     put = await net.runtime.put_group(batches) if batches else []
     now = trio.current_time()
-    for batch, result, request in zip(
-        batches, put, (r for r, a in zip(requests, answers, strict=True) if a is None), strict=True
-    ):
+    accepted = (request for (_, request), answer in zip(sends, answers, strict=True) if answer is None)
+    for batch, result, request in zip(batches, put, accepted, strict=True):
         _count(net, request, batch, result, now)
     results = iter(put)
     ids = iter(queue_ids)
     return [
         answer if answer is not None else _answer(net.config, request, next(ids), next(results))
-        for request, answer in zip(requests, answers, strict=True)
+        for (_, request), answer in zip(sends, answers, strict=True)
     ]
 
 
