@@ -56,6 +56,9 @@ class ReadReactor:
     """Passes that found a ready socket (for statistics and tests)."""
     answered_across: int = attrs.field(default=0, init=False)
     """Lone requests answered by the reactor itself."""
+    passes_answered: int = attrs.field(default=0, init=False)
+    """Passes that answered lone requests (``answered_across / passes_answered``: how many a
+    pass took together)."""
     _last_peer: object = attrs.field(default=None, init=False)
     _last_receive: float = attrs.field(default=float("-inf"), init=False)
     _crowded_until: float = attrs.field(default=float("-inf"), init=False)
@@ -151,6 +154,7 @@ class ReadReactor:
         lone.append((connection, request))
 
     def _began(self, lone: list[tuple[Connection, RemotingCommand]]) -> None:
+        self.passes_answered += 1
         self.answered_across += len(lone)
         for connection, _ in lone:
             connection.began_lone()

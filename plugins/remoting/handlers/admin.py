@@ -234,6 +234,7 @@ async def runtime_info(
         "putAppendsTotal": put.appends if put else 0,
         "putGatheredTotal": net.lone_sends.gathered,
         "sendsReadTogetherTotal": reactor.answered_across if reactor else 0,
+        "sendsReadTogetherPasses": reactor.passes_answered if reactor else 0,
         "putStatus": json.dumps(put.by_status if put else {}),
         "getMessageTimesTotal": net.messages_pulled,
         "commitLogDiskRatio": f"{_disk_ratio(runtime.ctx.data_dir):.4f}",
