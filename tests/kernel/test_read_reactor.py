@@ -258,7 +258,8 @@ async def test_a_guard_refuses_one_request_of_a_group_and_the_others_are_answere
 
 async def test_a_group_that_waits_does_not_hold_up_the_other_connections(nursery, opened):
     """A code that is not answered at once (a put waiting for its flush) is handled in a task of
-    its own: the reactor reads and answers other connections meanwhile."""
+    its own: after waiting for it a moment (``WAIT_HOLD``), the reactor reads and answers other
+    connections meanwhile."""
     echoes, server, group = await parked(nursery, opened)
     waiting, others = group[: CLIENTS // 2], group[CLIENTS // 2 :]
     for client in waiting:

@@ -39,6 +39,12 @@ CROWD_HOLD = 10e-3
 """Receives of two different connections this close together make the server *crowded*: only
 then do connections wait in the reactor (a lone client's connection waits on its own socket,
 which costs its round trip one hop fewer)."""
+WAIT_HOLD = 2e-3
+"""Longest the reactor waits for a pass whose answers wait (a sync-flush put: 0.1-0.3 ms here)
+before it reads the next: waiting lets the next pass gather what arrives meanwhile (64
+producers under sync flush: 31 sends a pass instead of 10-16, 39-42 instead of 46-48 µs of
+the broker's CPU a send); a slow disk or replica holds the other connections' lone sends no
+longer than this."""
 RECEIVE_CHUNK = 256 * 1024
 MAX_EVENTS = 1024
 """Most sockets one pass reads (the rest are still ready for the next)."""
@@ -105,8 +111,14 @@ class ReadReactor:
                     self._began(lone)
                     if all(request.code in at_once for _, request in lone):
                         await self._answer(lone)
-                    else:  # a handler that waits (a sync flush): the next pass reads meanwhile
-                        nursery.start_soon(self._answer, lone)
+                        continue
+                    # A handler that waits (a sync flush, a replica): the pass is answered in a
+                    # task of its own, and the reactor waits for it up to WAIT_HOLD (the sends
+                    # arriving meanwhile make the next pass, and its put, bigger), then reads on.
+                    answered = trio.Event()
+                    nursery.start_soon(self._answer, lone, answered)
+                    with trio.move_on_after(WAIT_HOLD):
+                        await answered.wait()
         finally:
             for fd in list(self._parked):
                 self._unpark(fd)
@@ -159,12 +171,16 @@ class ReadReactor:
         for connection, _ in lone:
             connection.began_lone()
 
-    async def _answer(self, lone: list[tuple[Connection, RemotingCommand]]) -> None:
+    async def _answer(
+        self, lone: list[tuple[Connection, RemotingCommand]], answered: trio.Event | None = None
+    ) -> None:
         try:
             responses = await self.router.handle_across(lone)
         finally:
             for connection, _ in lone:
                 connection.ended_lone()
+            if answered is not None:
+                answered.set()
         for (connection, request), response in zip(lone, responses, strict=True):
             if response is not None and not request.is_oneway:
                 connection.answer_now(response.encode_parts())
