@@ -9,7 +9,6 @@ import trio
 from wire.remoting import RemotingClient, RemotingCommand, RemotingServer, Router
 from wire.remoting.busy_poll import (
     AUTO,
-    CROWD_HOLD,
     MAX_BACK_OFF,
     MAX_WINDOW,
     STRETCH,
@@ -17,6 +16,7 @@ from wire.remoting.busy_poll import (
     parse_busy_poll,
     start_busy_poll,
 )
+from wire.remoting.crowd import CROWD_HOLD, Crowd
 
 ECHO = 900
 
@@ -46,7 +46,7 @@ async def test_no_window_starts_nothing_and_a_negative_one_is_refused():
         assert start_busy_poll(nursery, "off") is None
         auto = start_busy_poll(nursery, "auto")
         assert auto is not None and auto.adaptive and not auto.serves_peers
-        served = start_busy_poll(nursery, AUTO, serves_peers=True)
+        served = start_busy_poll(nursery, AUTO, crowd=Crowd())
         assert served is not None and served.serves_peers
         fixed = start_busy_poll(nursery, "200us")
         assert fixed is not None and not fixed.adaptive and fixed.window == pytest.approx(200e-6)
@@ -166,12 +166,14 @@ async def test_an_adaptive_poller_does_not_poll_while_several_peers_send(mock_cl
     it sleeps in epoll instead of polling, until one peer has been alone for CROWD_HOLD; a
     lone peer's dense traffic is polled for as before. A client's poller and a fixed window
     ignore peers."""
-    poller = BusyPoller(200e-6, adaptive=True, serves_peers=True)
+    crowd = Crowd()
+    poller = BusyPoller(200e-6, adaptive=True, crowd=crowd)
     first, second = object(), object()
 
     async def received(peer: object, after: float = 50e-6) -> None:
         mock_clock.jump(after)
-        poller.touch(peer=peer)
+        crowd.saw(peer, trio.current_time())  # as a server's connection reports each receive
+        poller.touch()
         for _ in range(3):
             await trio.lowlevel.checkpoint()
 
@@ -195,10 +197,12 @@ async def test_an_adaptive_poller_does_not_poll_while_several_peers_send(mock_cl
         assert not poller.crowded and not poller.parked, "alone again: polls"
         nursery.cancel_scope.cancel()
 
-    for other in (BusyPoller(200e-6, adaptive=True), BusyPoller(200e-6, serves_peers=True)):
-        other.touch(peer=first)
-        other.touch(peer=second)
-        assert not other.crowded
+    assert crowd.crowded(trio.current_time()) is False
+    crowd.saw(first, trio.current_time())
+    crowd.saw(second, trio.current_time())
+    for other in (BusyPoller(200e-6, adaptive=True), BusyPoller(200e-6, crowd=crowd)):
+        other.touch()
+        assert not other.crowded and not other.parked
 
 
 async def test_a_busy_polling_server_and_client_answer_every_request(nursery):

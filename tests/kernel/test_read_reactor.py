@@ -15,8 +15,8 @@ from wire.remoting import (
     ResponseCode,
     Router,
     TransportLimits,
-    read_reactor,
 )
+from wire.remoting import crowd as crowd_module
 from wire.remoting.command import FrameDecoder
 
 ECHO, WAITS, PLAIN, BOOM = 900, 901, 902, 903
@@ -105,7 +105,7 @@ async def serve(nursery: trio.Nursery, echoes: Echoes, *, read_reactor: bool = T
 def crowded_for_a_minute(monkeypatch):
     """Any two connections' receives a minute apart make the server crowded: the connections
     of a test wait in the reactor whatever the pace of a loaded machine."""
-    monkeypatch.setattr(read_reactor, "CROWD_HOLD", 60.0)
+    monkeypatch.setattr(crowd_module, "CROWD_HOLD", 60.0)
 
 
 @pytest.fixture

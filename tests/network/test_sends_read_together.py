@@ -12,7 +12,8 @@ import trio
 
 from tests.network.conftest import pulled
 from trocket import Message, Producer
-from wire.remoting import RequestCode, read_reactor
+from wire.remoting import RequestCode
+from wire.remoting import crowd as crowd_module
 
 PRODUCERS = 24
 SENDS = 15
@@ -22,7 +23,7 @@ TOPIC = "Together"
 @pytest.fixture(autouse=True)
 def crowded_for_a_minute(monkeypatch):
     """The producers' receives count as crowded whatever the pace of a loaded machine."""
-    monkeypatch.setattr(read_reactor, "CROWD_HOLD", 60.0)
+    monkeypatch.setattr(crowd_module, "CROWD_HOLD", 60.0)
 
 
 async def send_from_many(cluster: Any) -> dict[bytes, tuple[int, int]]:

@@ -32,11 +32,12 @@ Two modes:
   request stretch: a server waiting for a client's next request keeps the base window, even
   after one of its own requests (a transaction check) stretched its answer window, so a client
   sending every millisecond does not keep a broker's core spinning. And a server's poller
-  (``serves_peers``) polls only for a lone peer: bytes from one connection arriving within
-  :data:`CROWD_HOLD` of another's mean several peers keep the loop busy, and there polling
-  only takes the core from the work and splits what one wait would have read together into
-  more, smaller passes (the sends of other connections a pass gathers into one put);
-  :data:`CROWD_HOLD` after the last such arrival the loop polls again (measured with 2 to 64
+  (given the server's :class:`~wire.remoting.crowd.Crowd`) polls only for a lone peer: bytes
+  from one connection arriving within ``CROWD_HOLD`` (10 ms) of another's mean several peers
+  keep the loop busy, and there polling only takes the core from the work and splits what one
+  wait would have read together into more, smaller passes (the sends of other connections a
+  pass gathers into one put); once one peer has been alone that long the loop polls again
+  (measured with 2 to 64
   producers, one send in flight each, against a broker with polling off: polling was 2-8 %
   slower at every count). A client's poller waits for answers to its own requests, which
   pays whatever the number of brokers it talks to, so it ignores peers.
@@ -54,6 +55,7 @@ import trio
 import trio.lowlevel
 
 from wire import units
+from wire.remoting.crowd import Crowd
 
 AUTO = "auto"
 """The setting for adaptive polling (see the module docstring)."""
@@ -68,11 +70,6 @@ STRETCH = 1.25
 MAX_BACK_OFF = 64
 """Most chances to poll an adaptive poller passes up after consecutive misses."""
 
-CROWD_HOLD = 10e-3
-"""How long bytes from a second peer keep an adaptive loop from polling (see the module
-docstring): longer than a busy loop's pass over many connections (64 sends of 64 producers
-take a few milliseconds), short enough that a lone producer left after a consumer's pull
-polls again after a few of its sends."""
 
 BusyPollSetting = float | str
 """Seconds of a fixed window, ``0`` for off, or :data:`AUTO`."""
@@ -99,9 +96,10 @@ class BusyPoller:
     """Seconds the loop keeps polling after the last :meth:`touch`."""
     adaptive: bool = False
     """Poll only while traffic is dense enough for it to pay (see the module docstring)."""
-    serves_peers: bool = False
-    """The loop serves requests of many peers (a server): adaptive polling stops while
-    several of them send (see the module docstring)."""
+    crowd: Crowd | None = None
+    """The server's peers, when the loop serves many (set by :class:`RemotingServer`; a
+    client's poller has none and ignores peers): adaptive polling stops while several of
+    them send (see the module docstring)."""
     _hot_until: float = attrs.field(default=0.0, init=False)
     _parked: trio.Event | None = attrs.field(default=None, init=False)
     _last_touch: float = attrs.field(default=float("-inf"), init=False)
@@ -112,12 +110,6 @@ class BusyPoller:
     """The current window was started by a request (its answer is due)."""
     _missed: bool = attrs.field(default=False, init=False)
     """A window waiting for an answer ran out; the next activity says how late it came."""
-    _last_peer: object = attrs.field(default=None, init=False)
-    """The connection whose bytes arrived last (``serves_peers``)."""
-    _last_receive: float = attrs.field(default=float("-inf"), init=False)
-    """When they arrived."""
-    _crowded_until: float = attrs.field(default=float("-inf"), init=False)
-    """Until when a second peer's arrival keeps the loop from polling (``serves_peers``)."""
     answer_window: float = attrs.field(default=0.0, init=False)
     """The window polled after a request this end sent: ``window``, or longer once stretched
     (other activities always poll for ``window``)."""
@@ -139,23 +131,25 @@ class BusyPoller:
         return self._parked is not None
 
     @property
+    def serves_peers(self) -> bool:
+        """The loop serves many peers (a server's: it has a :attr:`crowd`)."""
+        return self.crowd is not None
+
+    @property
     def crowded(self) -> bool:
         """Whether several peers' bytes keep arriving, so an adaptive loop does not poll."""
-        return trio.current_time() < self._crowded_until
+        return self.adaptive and self.crowd is not None and self.crowd.crowded(trio.current_time())
 
-    def touch(self, answer_due: bool = False, peer: object | None = None) -> None:
+    def touch(self, answer_due: bool = False) -> None:
         """Activity now: keep polling for another window (wakes the parked loop), unless the
         adaptive rules say polling would not pay. ``answer_due``: the activity was a request
-        sent, whose answer the window waits for (only such windows stretch). ``peer``: the
-        connection whose bytes arrived (given for receives only)."""
+        sent, whose answer the window waits for (only such windows stretch). A server's
+        receives are reported to its :attr:`crowd` first (by the connection)."""
         now = trio.current_time()
         gap = now - self._last_touch
         self._last_touch = now
-        if self.serves_peers and self.adaptive and peer is not None:
-            if peer is not self._last_peer and now - self._last_receive <= CROWD_HOLD:
-                self._crowded_until = now + CROWD_HOLD
-            self._last_peer, self._last_receive = peer, now
-        if now < self._crowded_until:
+        crowd = self.crowd
+        if crowd is not None and self.adaptive and crowd.crowded(now):
             self._hot_until = 0.0  # the loop parks without counting a miss
             return
         window = self.answer_window if answer_due else self.window
@@ -211,16 +205,16 @@ class BusyPoller:
 
 
 def start_busy_poll(
-    nursery: trio.Nursery, setting: BusyPollSetting, *, serves_peers: bool = False
+    nursery: trio.Nursery, setting: BusyPollSetting, *, crowd: Crowd | None = None
 ) -> BusyPoller | None:
     """A poller running in ``nursery``: adaptive for :data:`AUTO`, a fixed window for a
-    positive number of seconds; None (nothing runs) for 0. ``serves_peers``: a server's
-    (:attr:`BusyPoller.serves_peers`)."""
+    positive number of seconds; None (nothing runs) for 0. ``crowd``: a server's peers
+    (:attr:`BusyPoller.crowd`)."""
     setting = parse_busy_poll(setting)
     if setting == AUTO:
-        poller = BusyPoller(AUTO_WINDOW, adaptive=True, serves_peers=serves_peers)
+        poller = BusyPoller(AUTO_WINDOW, adaptive=True, crowd=crowd)
     elif setting:
-        poller = BusyPoller(float(setting), serves_peers=serves_peers)
+        poller = BusyPoller(float(setting), crowd=crowd)
     else:
         return None
     nursery.start_soon(poller.run)

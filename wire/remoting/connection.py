@@ -30,6 +30,7 @@ from wire.remoting.command import (
     FrameError,
     RemotingCommand,
 )
+from wire.remoting.crowd import Crowd
 from wire.remoting.metering import (
     NO_RESPONSE,
     OTHER_REQUEST,
@@ -368,6 +369,8 @@ class Connection:
     close_reason: str = ""
     busy_poller: BusyPoller | None = None
     """Told of every receive and every frame sent, when the process busy-polls."""
+    crowd: Crowd | None = None
+    """The server's peers (a server's connection reports each receive to it)."""
     reactor: ReadReactor | None = None
     """The server's reader of idle plain-TCP connections, when it has one: this connection's
     read loop waits in it instead of on its own socket (see :mod:`wire.remoting.read_reactor`)."""
@@ -563,7 +566,7 @@ class Connection:
                         reactor is not None
                         and not eager
                         and self._lone_last
-                        and reactor.crowded(trio.current_time())
+                        and reactor.crowd.crowded(trio.current_time())
                     ):
                         data = await reactor.wait_data(self, self._fd)
                         waited_last = True
@@ -579,10 +582,10 @@ class Connection:
                 self._peer_finished = True
                 return
             self._last_activity = now = trio.current_time()
+            if self.crowd is not None and not isinstance(data, list):  # a list: the reactor told
+                self.crowd.saw(self, now)
             if self.busy_poller is not None:
-                self.busy_poller.touch(peer=self)
-            if self.reactor is not None and not isinstance(data, list):  # a list: the reactor saw it
-                self.reactor.saw(self, now)
+                self.busy_poller.touch()
             try:
                 commands = data if isinstance(data, list) else decoder.feed(data)
             except FrameError as error:
@@ -677,23 +680,23 @@ class Connection:
         if not data or router is None or self._in_flight or self._pending or self._decoder.buffered:
             self._hand_over(data)
             return None
-        reactor = self.reactor
-        assert reactor is not None
+        crowd = self.crowd
+        assert crowd is not None
         now = trio.current_time()
-        reactor.saw(self, now)
+        crowd.saw(self, now)
         try:
             commands = self._decoder.feed(data)
         except FrameError as error:
             log.warning("closing connection from %s: malformed frame: %s", self.peer, error)
             self.close(f"malformed frame: {error}")  # cancels the parked read loop
             return None
-        if len(commands) == 1 and not self._decoder.buffered and reactor.crowded(now):
+        if len(commands) == 1 and not self._decoder.buffered and crowd.crowded(now):
             # Not crowded any more: the read loop answers it and reads its own socket again.
             request = commands[0]
             if not request.is_response and request.code in router.across_handlers:
-                self._last_activity = trio.current_time()
+                self._last_activity = now
                 if self.busy_poller is not None:
-                    self.busy_poller.touch(peer=self)
+                    self.busy_poller.touch()
                 return request
         self._hand_over(commands)
         return None

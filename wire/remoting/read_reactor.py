@@ -29,16 +29,13 @@ import attrs
 import trio
 
 from wire.remoting.command import RemotingCommand
+from wire.remoting.crowd import Crowd
 
 if TYPE_CHECKING:
     from wire.remoting.connection import Connection, Router
 
 log = logging.getLogger(__name__)
 
-CROWD_HOLD = 10e-3
-"""Receives of two different connections this close together make the server *crowded*: only
-then do connections wait in the reactor (a lone client's connection waits on its own socket,
-which costs its round trip one hop fewer)."""
 WAIT_HOLD = 2e-3
 """Longest the reactor waits for a pass whose answers wait (a sync-flush put: 0.1-0.3 ms here)
 before it reads the next: waiting lets the next pass gather what arrives meanwhile (64
@@ -55,6 +52,9 @@ class ReadReactor:
     """Run :meth:`run` in the server's nursery; connections park in it with :meth:`wait_data`."""
 
     router: Router
+    crowd: Crowd
+    """The server's peers: connections wait here only while several send (a lone client's
+    connection reads its own socket, which keeps its round trip one hop shorter)."""
     _epoll: select.epoll = attrs.field(factory=select.epoll, init=False)
     _parked: dict[int, Connection] = attrs.field(factory=dict, init=False)
     """Connections waiting for bytes, by socket descriptor (registered in the epoll)."""
@@ -65,29 +65,11 @@ class ReadReactor:
     passes_answered: int = attrs.field(default=0, init=False)
     """Passes that answered lone requests (``answered_across / passes_answered``: how many a
     pass took together)."""
-    _last_peer: object = attrs.field(default=None, init=False)
-    _last_receive: float = attrs.field(default=float("-inf"), init=False)
-    _crowded_until: float = attrs.field(default=float("-inf"), init=False)
 
     @property
     def parked(self) -> int:
         """Connections waiting in the reactor now."""
         return len(self._parked)
-
-    def saw(self, peer: object, now: float) -> None:
-        """Bytes of connection ``peer`` arrived at ``now`` (every receive, whoever read it)."""
-        if peer is not self._last_peer:
-            if now - self._last_receive <= CROWD_HOLD:
-                self._crowded_until = now + CROWD_HOLD
-            self._last_peer = peer
-        self._last_receive = now
-
-    def crowded(self, now: float) -> bool:
-        """Whether several connections' bytes keep arriving (see :data:`CROWD_HOLD`)."""
-        return now < self._crowded_until
-
-    def close(self) -> None:
-        self._epoll.close()
 
     async def run(self) -> None:
         """Read ready sockets until cancelled."""

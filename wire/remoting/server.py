@@ -10,6 +10,7 @@ import trio
 
 from wire.remoting.busy_poll import BusyPoller, BusyPollSetting, start_busy_poll
 from wire.remoting.connection import Connection, Router, TransportLimits
+from wire.remoting.crowd import Crowd
 from wire.remoting.read_reactor import ReadReactor
 from wire.remoting.tls import ServerTls
 
@@ -61,6 +62,8 @@ class RemotingServer:
     """Idle plain-TCP connections wait in one :class:`ReadReactor` (which answers lone requests
     of the router's ``across`` codes together) instead of each on its own socket."""
     reactor: ReadReactor | None = attrs.field(default=None, init=False)
+    crowd: Crowd = attrs.field(factory=Crowd, init=False)
+    """Whether several peers send now: the busy poller's and the reactor's switch."""
     busy_poller: BusyPoller | None = attrs.field(default=None, init=False)
     connections: set[Connection] = attrs.field(factory=set, init=False)
     refused: int = attrs.field(default=0, init=False)
@@ -75,9 +78,9 @@ class RemotingServer:
         listeners, self.port = await open_listeners(self.name, self.host, self.port)
         log.info("%s listening on %s", self.name, self.address)
         async with trio.open_nursery() as nursery:
-            self.busy_poller = start_busy_poll(nursery, self.busy_poll, serves_peers=True)
+            self.busy_poller = start_busy_poll(nursery, self.busy_poll, crowd=self.crowd)
             if self.read_reactor and self.tls is None and self.router.across_handlers:
-                self.reactor = ReadReactor(self.router)
+                self.reactor = ReadReactor(self.router, self.crowd)
                 nursery.start_soon(self.reactor.run)
             task_status.started(self)
             await trio.serve_listeners(self._serve, listeners, handler_nursery=nursery)
@@ -109,6 +112,7 @@ class RemotingServer:
             local=format_address(stream.socket.getsockname()),
             on_close=[self.connections.discard, *self.on_close],
             busy_poller=self.busy_poller,
+            crowd=self.crowd,
             reactor=self.reactor,
         )
         self.connections.add(connection)
