@@ -158,9 +158,10 @@ class Router:
         """Register ``handler`` for lone requests of ``code`` read from different connections in
         one pass of a server's :class:`~wire.remoting.read_reactor.ReadReactor` (each a request
         alone in its receive, on a connection with nothing else in flight), one response each,
-        in order. ``code`` must also be registered ``inline_alone``: the reactor answers only
-        what the read loop would have answered itself, and only while nothing else of the
-        connection is in flight."""
+        in order. ``code`` also needs an ordinary handler (a pass with one such request takes
+        :meth:`handle`). The reactor answers a pass itself, before it reads on, when every
+        code of it is registered ``inline_alone`` (its handler never waits); else in a task of
+        the pass's own, which it waits for at most ``WAIT_HOLD``."""
         if code in self.across_handlers:
             raise ValueError(f"{self.name}: an across handler for {code_name(code)} is already registered")
         self.across_handlers[code] = handler
@@ -691,13 +692,14 @@ class Connection:
             self.close(f"malformed frame: {error}")  # cancels the parked read loop
             return None
         if len(commands) == 1 and not self._decoder.buffered and crowd.crowded(now):
-            # Not crowded any more: the read loop answers it and reads its own socket again.
             request = commands[0]
             if not request.is_response and request.code in router.across_handlers:
                 self._last_activity = now
                 if self.busy_poller is not None:
                     self.busy_poller.touch()
                 return request
+        # Anything else, or the crowd is gone: the read loop handles it and reads its own
+        # socket again.
         self._hand_over(commands)
         return None
 

@@ -20,7 +20,6 @@ flight reads for itself, as before.
 
 from __future__ import annotations
 
-import logging
 import os
 import select
 from typing import TYPE_CHECKING
@@ -33,8 +32,6 @@ from wire.remoting.crowd import Crowd
 
 if TYPE_CHECKING:
     from wire.remoting.connection import Connection, Router
-
-log = logging.getLogger(__name__)
 
 WAIT_HOLD = 2e-3
 """Longest the reactor waits for a pass whose answers wait (a sync-flush put: 0.1-0.3 ms here)
@@ -58,8 +55,6 @@ class ReadReactor:
     _epoll: select.epoll = attrs.field(factory=select.epoll, init=False)
     _parked: dict[int, Connection] = attrs.field(factory=dict, init=False)
     """Connections waiting for bytes, by socket descriptor (registered in the epoll)."""
-    passes: int = attrs.field(default=0, init=False)
-    """Passes that found a ready socket (for statistics and tests)."""
     answered_across: int = attrs.field(default=0, init=False)
     """Lone requests answered by the reactor itself."""
     passes_answered: int = attrs.field(default=0, init=False)
@@ -82,7 +77,6 @@ class ReadReactor:
                     events = epoll.poll(0, MAX_EVENTS)
                     if not events:
                         continue
-                    self.passes += 1
                     lone: list[tuple[Connection, RemotingCommand]] = []
                     for fd, _ in events:
                         connection = self._parked.get(fd)
