@@ -37,10 +37,9 @@ Two modes:
   keep the loop busy, and there polling only takes the core from the work and splits what one
   wait would have read together into more, smaller passes (the sends of other connections a
   pass gathers into one put); once one peer has been alone that long the loop polls again
-  (measured with 2 to 64
-  producers, one send in flight each, against a broker with polling off: polling was 2-8 %
-  slower at every count). A client's poller waits for answers to its own requests, which
-  pays whatever the number of brokers it talks to, so it ignores peers.
+  (measured with 2 to 64 producers, one send in flight each, against a broker with polling
+  off: polling was 2-8 % slower at every count). A client's poller waits for answers to its
+  own requests, which pays whatever the number of brokers it talks to, so it ignores peers.
 - **fixed** (a duration): always poll for the window after each activity.
 
 Off with ``0``: the loop sleeps in epoll as it always did.
