@@ -483,8 +483,6 @@ class Connection:
         if self._closed.is_set():
             return
         self._closed.set()
-        if self.reactor is not None and self._fd >= 0:
-            self.reactor.forget(self._fd)
         self._fd = -1  # the stream closes next; its number may then name another socket
         self._written.set()
         for pending in self._pending.values():

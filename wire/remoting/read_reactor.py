@@ -100,9 +100,10 @@ class ReadReactor:
                 self._unpark(fd)
             self._epoll.close()
 
-    async def wait_data(self, connection: Connection, fd: int) -> bytes:
-        """The next bytes of ``connection``'s socket that its read loop must handle itself (b""
-        at the end of the stream); lone requests meanwhile are answered here.
+    async def wait_data(self, connection: Connection, fd: int) -> bytes | list[RemotingCommand]:
+        """What of ``connection``'s socket its read loop must handle itself (see
+        :meth:`Connection.fed`); lone requests meanwhile are answered here. The socket leaves
+        the epoll however the wait ends (a cancelled loop included), before it can close.
 
         :raises OSError: the read failed (the peer reset the connection).
         """
@@ -113,11 +114,6 @@ class ReadReactor:
         finally:
             if self._parked.get(fd) is connection:
                 self._unpark(fd)
-
-    def forget(self, fd: int) -> None:
-        """``fd`` is about to close: out of the epoll."""
-        if fd in self._parked:
-            self._unpark(fd)
 
     def _unpark(self, fd: int) -> None:
         del self._parked[fd]
