@@ -68,9 +68,13 @@ def run_client(
     timeout: float = 120,
     credentials: tuple[str, str] | None = None,
     env_extra: dict[str, str] | None = None,
+    shutdown_abort_ok: bool = False,
 ) -> list[dict]:
     """The official client's results; ``credentials`` (access key, secret) make it sign;
-    ``env_extra`` adds environment variables."""
+    ``env_extra`` adds environment variables. ``shutdown_abort_ok``: a client that reported
+    ``done`` and then aborted in its own ``shutdown()`` with ``boost::thread_interrupted`` (a
+    known crash of the C++ client's shutdown when several run at once, apache/rocketmq-clients
+    #421 and rocketmq-client-cpp #335 describe its kind) still returns its results."""
     env = subprocess_env() | (env_extra or {})
     if credentials is not None:
         env |= {"CPP_CLIENT_ACCESS_KEY": credentials[0], "CPP_CLIENT_SECRET_KEY": credentials[1]}
@@ -81,7 +85,13 @@ def run_client(
         timeout=timeout,
         env=env,
     )
-    assert result.returncode == 0, (
+    aborted_after_done = (
+        shutdown_abort_ok
+        and result.returncode == -signal.SIGABRT
+        and "boost::thread_interrupted" in result.stderr
+        and '"kind": "done"' in result.stdout
+    )
+    assert result.returncode == 0 or aborted_after_done, (
         f"official client failed ({result.returncode}):\n{result.stdout}\n{result.stderr}"
     )
     decoder = json.JSONDecoder()

@@ -108,6 +108,7 @@ def produce_for(namesrv: str, topic: str, seconds: float) -> None:
                 emit({"kind": "sync", "i": i, "t": time.time(), "status": int(result.status)})
             i += 1
             time.sleep(0.02)
+        emit({"kind": "done"})  # every send reported: what comes after is the client's shutdown
     finally:
         producer.shutdown()
 

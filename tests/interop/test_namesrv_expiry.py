@@ -69,6 +69,17 @@ def test_killed_and_stopped_brokers_leave_the_routes(tmp_path):
             broker.send_signal(stop)
             broker.wait(timeout=60)
             wait_until_gone(namesrv, name, seconds=10)
+        # No broker registered: commands that ask every master fail instead of answering none.
+        for command in ("pendingTransactions", "scheduleProgress"):
+            shown = subprocess.run(
+                [sys.executable, "-m", "trocket", "admin", command, "-n", namesrv],
+                capture_output=True,
+                text=True,
+                timeout=60,
+                env=subprocess_env(),
+            )
+            assert shown.returncode == 1, shown
+            assert "no master broker is registered with the NameServer yet" in shown.stderr, shown.stderr
     finally:
         ns.send_signal(signal.SIGTERM)
         ns.wait(timeout=60)

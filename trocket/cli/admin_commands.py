@@ -659,13 +659,24 @@ async def resend_dlq(client: AdminClient, args: argparse.Namespace) -> list[dict
     return [await retries.resend_dlq_message(client, args.consumerGroup, args.msgId)]
 
 
+async def _brokers_asked(client: AdminClient, args: argparse.Namespace) -> list[str]:
+    """``-b``, or every master the NameServers know. None known is an error, not an empty
+    answer: right after a restart the NameServer is up before its brokers register, and "no
+    pending transactions" would then be a wrong answer, not a missing one."""
+    if args.brokerAddr:
+        return [args.brokerAddr]
+    addresses = list((await client.master_addrs()).values())
+    if not addresses:
+        raise AdminError("no master broker is registered with the NameServer yet (give one with -b)")
+    return addresses
+
+
 async def schedule(client: AdminClient, args: argparse.Namespace) -> list[dict[str, Any]]:
-    addresses = [args.brokerAddr] if args.brokerAddr else list((await client.master_addrs()).values())
-    return await retries.schedule_progress(client, addresses)
+    return await retries.schedule_progress(client, await _brokers_asked(client, args))
 
 
 async def pending_transactions(client: AdminClient, args: argparse.Namespace) -> list[dict[str, Any]]:
-    addresses = [args.brokerAddr] if args.brokerAddr else list((await client.master_addrs()).values())
+    addresses = await _brokers_asked(client, args)
     rows = []
     for address in addresses:
         answer = await client.pending_transactions(address, args.producerGroup)
