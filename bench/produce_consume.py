@@ -6,6 +6,9 @@ One run, for 128 B and 1 KiB bodies and for async and sync flush, on this machin
   from 64 producers with one send in flight each (64 connections), with batches of 32;
 * pipelined produce: 16 batches of 32 in flight (512 messages), which also builds the backlog;
 * consume that backlog (``--messages``, default 1,000,000) with a LitePullConsumer;
+* 1 message in flight and batches of 32 again from a :class:`~trocket.BlockingProducer` (a
+  blocking socket, no event loop: how redis-py's client sends the Redis rows, and how code
+  without trio sends);
 * async flush only: 1 message in flight again against a second broker with
   ``[remoting] busy_poll = "off"`` and a producer with ``busy_poll=0``: what the adaptive
   polling both run with by default saves (see docs/performance.md); and the 64 producers
@@ -49,7 +52,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from bench.trocket_process import cpu_seconds, free_port, trocket_process  # noqa: E402
-from trocket import ConsumeFromWhere, LitePullConsumer, Message, Producer  # noqa: E402
+from trocket import BlockingProducer, ConsumeFromWhere, LitePullConsumer, Message, Producer  # noqa: E402
 from trocket.admin import AdminClient  # noqa: E402
 
 Figures = dict[str, float]
@@ -302,6 +305,34 @@ async def many_producers(server: Server, topic: str, body: bytes, total: int) ->
     }
 
 
+def trocket_blocking(server: Server, size: int, args: argparse.Namespace, tag: str) -> Figures:
+    """One message in flight and batches of 32 from a blocking producer (the trio rows' topic,
+    its files already made): the client Redis's rows use works the same way."""
+    body = os.urandom(size // 2).hex().encode()[:size]
+    topic = f"Bench{tag}"
+    out: Figures = {}
+    with BlockingProducer("PG_bench_blocking", server.address, send_timeout=30) as producer:
+        producer.send(Message(topic, body))  # route and connection warm
+        latencies = []
+        cpu, started = server.cpu(), time.perf_counter()
+        for _ in range(args.round_trips):
+            sent = time.perf_counter()
+            producer.send(Message(topic, body))
+            latencies.append(time.perf_counter() - sent)
+        out["1 in flight, blocking"] = args.round_trips / (time.perf_counter() - started)
+        out["p50 ms, blocking"] = percentile(latencies, 0.50) * 1000
+        out["p99 ms, blocking"] = percentile(latencies, 0.99) * 1000
+        out["cpu 1 in flight, blocking"] = cpu_per_message(server, cpu, args.round_trips)
+        batch = [Message(topic, body) for _ in range(32)]
+        rounds = args.batch_messages // 32
+        cpu, started = server.cpu(), time.perf_counter()
+        for _ in range(rounds):
+            producer.send_batch(batch)
+        out["batch 32, blocking"] = rounds * 32 / (time.perf_counter() - started)
+        out["cpu batch 32, blocking"] = cpu_per_message(server, cpu, rounds * 32)
+    return out
+
+
 async def trocket_polling_off(server: Server, size: int, args: argparse.Namespace, tag: str) -> Figures:
     """One message in flight again, with neither the broker nor the producer polling; and the
     64 producers again (they never poll) against the broker that does not: adaptive polling
@@ -398,9 +429,18 @@ ROWS = [
     "consume backlog",
 ]  # fmt: skip
 BUSY_ROWS = [
+    "1 in flight, blocking", "p50 ms, blocking", "p99 ms, blocking", "batch 32, blocking",
     "1 in flight, polling off", "p50 ms, polling off", "p99 ms, polling off", "64 producers, polling off",
 ]  # fmt: skip
-"""Compared with Redis's plain single-message rows (redis-server needs no such setting)."""
+"""Compared with Redis's plain rows of the same name (redis-server needs no such setting, and
+its rows are sent with redis-py's blocking client already)."""
+VARIANTS = (", polling off", ", blocking")
+
+
+def plain_row(row: str) -> str:
+    for suffix in VARIANTS:
+        row = row.removesuffix(suffix)
+    return row
 
 
 def report(results: dict[tuple[str, str, int], Figures], sizes: list[int], flushes: list[str]) -> None:
@@ -412,10 +452,10 @@ def report(results: dict[tuple[str, str, int], Figures], sizes: list[int], flush
             print(f"  {'workload':<26}{'Trocket':>14}{'Redis':>14}{'ratio':>8}{'CPU ours':>10}{'Redis':>8}")
             for row in ROWS + [r for r in BUSY_ROWS if r in ours]:
                 mine = ours[row]
-                other = theirs[row.removesuffix(", polling off")] if theirs else None
+                other = theirs[plain_row(row)] if theirs else None
                 cpu_row = "cpu " + row  # latency rows have none: their CPU is the "1 in flight" row's
                 my_cpu = ours.get(cpu_row)
-                other_cpu = theirs.get(cpu_row.removesuffix(", polling off")) if theirs and my_cpu else None
+                other_cpu = theirs.get(plain_row(cpu_row)) if theirs and my_cpu else None
                 cpu = f"{my_cpu:>10.1f}" if my_cpu is not None else f"{'':>10}"
                 cpu += f"{other_cpu:>8.1f}" if other_cpu is not None else ""
                 if other is None:
@@ -483,6 +523,9 @@ def main() -> None:
                     print(f"Trocket, {flush} flush, {size} B{warmed} ...", flush=True)
                     results[("trocket", flush, size)] = trio.run(
                         trocket_workloads, server, size, args, f"{flush}{size}"
+                    )
+                    results[("trocket", flush, size)].update(
+                        trocket_blocking(server, size, args, f"{flush}{size}")
                     )
         if flush == "async" and not args.skip_polling_off:
             with tempfile.TemporaryDirectory(prefix="trocket-bench-") as tmp:

@@ -5,6 +5,7 @@ certificates, and a bad setting stops the broker with the key and file named."""
 
 from __future__ import annotations
 
+import ssl
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +14,15 @@ import trio
 
 from kernel.errors import ConfigError, RemotingError
 from tests.network.conftest import pulled
-from trocket import ConsumeFromWhere, LitePullConsumer, Message, Producer, tls_context
+from trocket import (
+    BlockingProducer,
+    ClientError,
+    ConsumeFromWhere,
+    LitePullConsumer,
+    Message,
+    Producer,
+    tls_context,
+)
 from trocket.admin import AdminClient
 from wire.remoting import RemotingClient, RemotingCommand, RequestCode, ResponseCode
 
@@ -66,6 +75,23 @@ async def test_a_plain_text_client_is_refused_by_enforcing_and_the_port_keeps_se
         assert cluster.network.server is not None and cluster.network.server.refused >= 1
         answer = await route_of(cluster.client, cluster.namesrv_addr, "TBW102")
         assert answer.code == ResponseCode.SUCCESS
+
+
+async def test_a_blocking_producer_sends_over_tls_and_verifies_the_server(cluster_factory, pki):
+    """The BlockingProducer's sockets (run on worker threads here) speak TLS to the NameServer
+    and broker, and refuse a server whose certificate its CA did not sign."""
+
+    def send(tls: ssl.SSLContext, body: bytes) -> str:
+        with BlockingProducer("PG", cluster.namesrv_addr, tls=tls, send_timeout=5) as producer:
+            return producer.send(Message("SecureBlocking", body)).status.value
+
+    secure = tls_context(pki["ca"])
+    async with cluster_factory(broker=tls_broker(pki, "enforcing"), client_tls=secure) as cluster:
+        assert await trio.to_thread.run_sync(send, secure, b"over tls") == "SEND_OK"
+        with pytest.raises(ClientError, match="TLS handshake with .* failed.*certificate verify failed"):
+            await trio.to_thread.run_sync(send, tls_context(pki["stranger"]), b"never")
+        bodies = [m.body for q in range(4) for m in await pulled(cluster, "SecureBlocking", q)]
+        assert bodies == [b"over tls"]
 
 
 async def test_permissive_serves_tls_and_plain_clients_on_one_port(cluster_factory, pki):

@@ -1,5 +1,6 @@
 """The client SDK: applications produce and consume with it as with RocketMQ's clients."""
 
+from trocket.client.blocking_producer import BlockingProducer
 from trocket.client.consumer.listener import ConsumeContext, ConsumeStatus, OrderlyStatus
 from trocket.client.consumer.lite_pull import LitePullConsumer
 from trocket.client.consumer.modes import ConsumeFromWhere, MessageModel
@@ -15,6 +16,7 @@ from trocket.client.transaction import TransactionProducer, TransactionSendResul
 from wire.remoting.signature import SessionCredentials
 
 __all__ = [
+    "BlockingProducer",
     "ClientError",
     "ConsumeContext",
     "ConsumeFromWhere",

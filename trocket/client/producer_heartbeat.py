@@ -24,6 +24,13 @@ HEARTBEAT_INTERVAL = 30.0
 NEW_BROKER_POLL = 1.0
 
 
+def heartbeat_body(client_id: str, group: str) -> bytes:
+    """A producer's ``HEART_BEAT`` body (``HeartbeatData`` with one producer group)."""
+    return json.dumps(
+        {"clientID": client_id, "producerDataSet": [{"groupName": group}], "consumerDataSet": []}
+    ).encode()
+
+
 @attrs.define(eq=False)
 class ProducerHeartbeats:
     remoting: RemotingClient
@@ -51,13 +58,7 @@ class ProducerHeartbeats:
             connection = await self.remoting.connection(address)
             if only_if_new and self.sent.get(address) is connection:
                 return
-            body = json.dumps(
-                {
-                    "clientID": self.client_id,
-                    "producerDataSet": [{"groupName": self.group}],
-                    "consumerDataSet": [],
-                }
-            ).encode()
+            body = heartbeat_body(self.client_id, self.group)
             response = await connection.request(
                 self.remoting.signed(RemotingCommand.request(RequestCode.HEART_BEAT, {}, body)), 3.0
             )

@@ -44,6 +44,44 @@ def publish_info(topic: str, route: dict[str, Any], *, queue_limit: int | None =
     return PublishInfo(tuple(queues), addresses, auto_create=queue_limit is not None)
 
 
+def publish_info_from(
+    topic: str, route: dict[str, Any] | None, template: dict[str, Any] | None, queue_nums: int
+) -> PublishInfo:
+    """The topic's publish info from its route, or (``route`` ``None``: the topic does not exist
+    yet) from the ``TBW102`` template of brokers that auto-create topics, ``queue_nums`` queues
+    per broker.
+
+    :raises ClientError: neither gives a writable queue.
+    """
+    if route is not None:
+        info = publish_info(topic, route)
+    elif template is not None:
+        info = publish_info(topic, template, queue_limit=queue_nums)
+    else:
+        raise ClientError(f"topic {topic!r} has no route and no broker auto-creates topics")
+    if not info.queues:
+        raise ClientError(f"topic {topic!r} has no writable queue on any live master")
+    return info
+
+
+def route_request(topic: str) -> RemotingCommand:
+    return RemotingCommand.request(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": topic})
+
+
+def route_answer(
+    address: str, response: RemotingCommand, errors: list[str]
+) -> tuple[bool, dict[str, Any] | None]:
+    """What a NameServer's answer to :func:`route_request` says: ``(True, route)``,
+    ``(True, None)`` for a topic that does not exist, or ``(False, None)`` with the problem
+    appended to ``errors`` (ask the next NameServer)."""
+    if response.code == ResponseCode.TOPIC_NOT_EXIST:
+        return True, None
+    if response.code == ResponseCode.SUCCESS:
+        return True, dict(json.loads(response.body))
+    errors.append(f"{address}: code {response.code} {response.remark or ''}")
+    return False, None
+
+
 def subscribe_queues(topic: str, route: dict[str, Any]) -> tuple[MessageQueue, ...]:
     """The readable queues of ``topic``, sorted by broker name then queue id (what a consumer
     rebalances over, RocketMQ's ``topicSubscribeInfoTable``)."""
@@ -82,15 +120,8 @@ class RouteCache:
         if cached and not refresh and trio.current_time() - cached[0] < ROUTE_TTL:
             return cached[1]
         route = await self.route(topic)
-        if route is not None:
-            info = publish_info(topic, route)
-        else:
-            template = await self.route(DEFAULT_TOPIC)
-            if template is None:
-                raise ClientError(f"topic {topic!r} has no route and no broker auto-creates topics")
-            info = publish_info(topic, template, queue_limit=self.default_topic_queue_nums)
-        if not info.queues:
-            raise ClientError(f"topic {topic!r} has no writable queue on any live master")
+        template = await self.route(DEFAULT_TOPIC) if route is None else None
+        info = publish_info_from(topic, route, template, self.default_topic_queue_nums)
         self._cache[topic] = (trio.current_time(), info)
         return info
 
@@ -119,17 +150,14 @@ class RouteCache:
 
         :raises ClientError: no NameServer answered.
         """
-        errors = []
+        errors: list[str] = []
         for address in self.namesrv_addrs:
-            request = RemotingCommand.request(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": topic})
             try:
-                response = await self.remoting.invoke(address, request, self.timeout)
+                response = await self.remoting.invoke(address, route_request(topic), self.timeout)
             except RemotingError as error:
                 errors.append(str(error))
                 continue
-            if response.code == ResponseCode.TOPIC_NOT_EXIST:
-                return None
-            if response.code == 0:
-                return dict(json.loads(response.body))
-            errors.append(f"{address}: code {response.code} {response.remark or ''}")
+            found, route = route_answer(address, response, errors)
+            if found:
+                return route
         raise ClientError(f"no NameServer answered for topic {topic!r}: {'; '.join(errors)}")

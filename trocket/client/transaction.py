@@ -41,7 +41,8 @@ from kernel.model import (
 from kernel.model import PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX as PROPERTY_UNIQ_KEY
 from trocket.client.errors import ClientError, InvalidMessage
 from trocket.client.message import Message, SendResult, SendStatus
-from trocket.client.producer import Producer, _identified
+from trocket.client.producer import Producer
+from trocket.client.sending import identified
 from trocket.client.trace import transaction_ended
 from wire.record import StoredMessage, decode_record, parse_offset_msg_id
 from wire.remoting import Connection, RemotingCommand, RequestCode, Router
@@ -105,13 +106,13 @@ class TransactionProducer(Producer):
         """
         if message.delay_level > 0:
             raise InvalidMessage("a transactional message cannot have a delay level")
-        body, sys_flag = self._prepare(message)
-        properties = _identified(message)
+        body, sys_flag = self._rules.body(message)
+        properties = identified(message)
         properties[PROPERTY_TRANSACTION_PREPARED] = "true"
         properties[PROPERTY_PRODUCER_GROUP] = self.group
         transaction_id = properties[PROPERTY_UNIQ_KEY]
         await self._ensure_heartbeat(message.topic)
-        request = self._request(
+        request = self._rules.request(
             message.topic, message.flag, sys_flag | SYSFLAG_TRANSACTION_PREPARED, properties, body
         )
         half = attrs.evolve(message, properties={**message.properties, PROPERTY_TRANSACTION_PREPARED: "true"})

@@ -5,12 +5,23 @@ file is re-read while the broker runs."""
 
 from __future__ import annotations
 
+import pytest
 import trio
 
 from tests.network.conftest import pulled
 from tests.network.wire import pull_request, send_request
 from tests.plugins.pop.wire import ack_request, pop_request, popped
-from trocket import ConsumeFromWhere, LitePullConsumer, Message, Producer, SendError, SessionCredentials
+from trocket import (
+    BlockingProducer,
+    ConsumeFromWhere,
+    LitePullConsumer,
+    Message,
+    Producer,
+    SendError,
+    SendResult,
+    SendStatus,
+    SessionCredentials,
+)
 from trocket.admin import AdminClient, AdminError
 from trocket.admin.message_trace import query_trace
 from wire.remoting import ResponseCode
@@ -194,3 +205,23 @@ async def test_trace_records_are_signed_and_need_pub_on_the_trace_topic(cluster_
                     await trio.sleep(0.1)
             assert [(v.type, v.group, v.status) for v in views] == [("Pub", "PG", "success")]
             assert await query_trace(admin, untraced.msg_id) == []
+
+
+async def test_a_blocking_producer_signs_its_requests(acl_cluster):
+    """The BlockingProducer (a blocking socket per call, run here on a worker thread) signs as
+    the trio producer does: the right key sends, a wrong secret is refused with the reason."""
+
+    def send(credentials: SessionCredentials, body: bytes) -> SendResult:
+        producer = BlockingProducer(
+            "PG", cluster.namesrv_addr, credentials=credentials, retry_times_when_send_failed=0
+        )
+        with producer:
+            return producer.send(Message("Orders", body))
+
+    async with acl_cluster() as cluster:
+        stored = await trio.to_thread.run_sync(send, WRITER, b"signed")
+        assert stored.status is SendStatus.SEND_OK
+        with pytest.raises(SendError, match="Check signature failed for accessKey='writer-key'"):
+            await trio.to_thread.run_sync(send, SessionCredentials("writer-key", "wrong"), b"refused")
+        bodies = [m.body for q in range(4) for m in await pulled_as(cluster, ADMIN, "Orders", q)]
+        assert bodies == [b"signed"]

@@ -22,7 +22,8 @@ from trocket.client.consumer.session import HEARTBEAT_INTERVAL, ConsumerSession,
 from trocket.client.credentials import resolve_credentials
 from trocket.client.errors import ClientError
 from trocket.client.message_id import new_message_id
-from trocket.client.producer import _split, enter_trace_dispatcher
+from trocket.client.producer import enter_trace_dispatcher
+from trocket.client.sending import split_addresses
 from trocket.client.tls import resolve_tls
 from trocket.client.trace import ConsumeTrace, TraceDispatcher, consume_started
 from wire.remoting.busy_poll import BusyPollSetting
@@ -87,7 +88,7 @@ class ConsumerBase:
         if self._stack is not None:
             raise ClientError(f"consumer {self.group!r} is already started")
         allocate = resolve_strategy(self.allocate_strategy, self.allocate_options)
-        addresses = _split(self.namesrv_addr)
+        addresses = split_addresses(self.namesrv_addr)
         if not addresses:
             raise ClientError("no NameServer address given")
         return allocate, addresses

@@ -19,7 +19,8 @@ from trocket.client.consumer.received import RETRY_PREFIX, ReceivedMessage
 from trocket.client.consumer.session import ConsumerSession
 from trocket.client.errors import ClientError
 from trocket.client.message import Message
-from trocket.client.producer import PROPERTY_RECONSUME_TIME, Producer
+from trocket.client.producer import Producer
+from trocket.client.sending import PROPERTY_RECONSUME_TIME
 from wire.remoting import RequestCode, ResponseCode
 
 log = logging.getLogger(__name__)

@@ -29,8 +29,8 @@ import attrs
 from kernel.errors import RemotingError
 from trocket.client.credentials import resolve_credentials
 from trocket.client.errors import ClientError
-from trocket.client.producer import _split
 from trocket.client.routes import RouteCache
+from trocket.client.sending import split_addresses
 from trocket.client.tls import resolve_tls
 from wire import record
 from wire.names import PROPERTY_KEYS, PROPERTY_TAGS, PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX
@@ -100,7 +100,7 @@ class SimpleConsumer:
         """:raises ClientError: started already, no address, or a subscribed topic has no route."""
         if self._stack is not None:
             raise ClientError(f"simple consumer {self.group!r} is already started")
-        addresses = _split(self.namesrv_addr)
+        addresses = split_addresses(self.namesrv_addr)
         if not addresses:
             raise ClientError("no NameServer address given")
         stack = AsyncExitStack()
