@@ -90,12 +90,15 @@ class BlockingConnection:
         self._bound(timeout)
         self._write(request)
         while True:
-            for frame in self._receive(deadline, request):
-                if frame.is_response:
-                    if frame.opaque == opaque:
-                        return frame
-                    continue  # the late answer of a request that timed out
-                self._refuse(frame)
+            answer = None
+            for frame in self._receive(deadline, request):  # every frame read is dealt with
+                if not frame.is_response:
+                    self._refuse(frame)
+                elif frame.opaque == opaque:
+                    answer = frame
+                # any other answer is the late one of a request that timed out: dropped
+            if answer is not None:
+                return answer
 
     def oneway(self, request: RemotingCommand) -> None:
         request.opaque = next(self._opaques) & 0x7FFFFFFF
