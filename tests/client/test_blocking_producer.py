@@ -28,7 +28,7 @@ from trocket import (
     select_by_hash,
 )
 from trocket.client.blocking_connection import BlockingConnection
-from wire.remoting import RemotingCommand, RequestCode
+from wire.remoting import RemotingCommand, RequestCode, ResponseCode
 
 
 def consumed(namesrv: str, topic: str, count: int, group: str) -> list[ReceivedMessage]:
@@ -216,4 +216,39 @@ def test_a_peer_sending_a_broken_frame_costs_one_connection():
             connection.invoke(RemotingCommand.request(RequestCode.HEART_BEAT), 5)
         assert connection.closed
     finally:
+        listener.close()
+
+
+def test_a_request_from_the_peer_is_refused_even_when_read_with_the_answer():
+    """The peer writes the awaited answer and a request of its own in one go: the caller gets
+    its answer, and the peer gets REQUEST_CODE_NOT_SUPPORTED (a producer serves nothing)."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    address = f"127.0.0.1:{listener.getsockname()[1]}"
+    refusals: list[RemotingCommand] = []
+
+    def serve() -> None:
+        from wire.remoting.command import FrameDecoder
+
+        peer, _ = listener.accept()
+        decoder = FrameDecoder()
+        (request,) = decoder.feed(peer.recv(65536))
+        ours = RemotingCommand.request(RequestCode.CHECK_TRANSACTION_STATE, {"x": "1"})
+        ours.opaque = 77
+        peer.sendall(request.response(0, {"which": "answer"}).encode() + ours.encode())
+        while not refusals:
+            refusals.extend(decoder.feed(peer.recv(65536)))
+        peer.close()
+
+    server = threading.Thread(target=serve, daemon=True)
+    server.start()
+    connection = BlockingConnection(address)
+    try:
+        answer = connection.invoke(RemotingCommand.request(RequestCode.HEART_BEAT), 5)
+        assert answer.ext["which"] == "answer"
+        server.join(5)
+        (refusal,) = refusals
+        assert refusal.is_response and refusal.opaque == 77
+        assert refusal.code == ResponseCode.REQUEST_CODE_NOT_SUPPORTED
+    finally:
+        connection.close()
         listener.close()
