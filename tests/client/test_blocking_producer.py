@@ -9,7 +9,8 @@ import socket
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
 import pytest
 import trio
@@ -29,6 +30,7 @@ from trocket import (
 )
 from trocket.client.blocking_connection import BlockingConnection
 from wire.remoting import RemotingCommand, RequestCode, ResponseCode
+from wire.remoting.command import FrameDecoder
 
 
 def consumed(namesrv: str, topic: str, count: int, group: str) -> list[ReceivedMessage]:
@@ -167,88 +169,84 @@ def test_a_nameserver_that_never_answers_fails_the_send_within_its_timeout(silen
         assert time.monotonic() - began < 5
 
 
+@contextmanager
+def scripted_peer(
+    script: Callable[[socket.socket, FrameDecoder], None],
+) -> Iterator[tuple[str, threading.Thread]]:
+    """A listening port whose first connection is handed to ``script`` on a thread (with a
+    decoder for what it reads); yields the address and that thread."""
+    listener = socket.create_server(("127.0.0.1", 0))
+
+    def serve() -> None:
+        peer, _ = listener.accept()
+        with peer:
+            script(peer, FrameDecoder())
+
+    server = threading.Thread(target=serve, daemon=True)
+    server.start()
+    try:
+        yield f"127.0.0.1:{listener.getsockname()[1]}", server
+    finally:
+        listener.close()
+
+
 def test_a_request_timeout_leaves_the_connection_usable_and_drops_the_late_answer():
     """The peer answers the first request late, after the second was sent: the caller of the
     first got its timeout; the second gets its own answer, never the first's."""
-    listener = socket.create_server(("127.0.0.1", 0))
-    address = f"127.0.0.1:{listener.getsockname()[1]}"
 
-    def serve() -> None:
-        from wire.remoting.command import FrameDecoder
-
-        peer, _ = listener.accept()
-        decoder = FrameDecoder()
+    def answer_both_late(peer: socket.socket, decoder: FrameDecoder) -> None:
         requests: list[RemotingCommand] = []
         while len(requests) < 2:
             requests += decoder.feed(peer.recv(65536))
         for request in requests:  # the late answer first, then the one awaited
             peer.sendall(request.response(0, {"which": str(request.ext["n"])}).encode())
         time.sleep(0.5)
-        peer.close()
 
-    threading.Thread(target=serve, daemon=True).start()
-    connection = BlockingConnection(address)
-    try:
-        with pytest.raises(Exception, match="in time"):
-            connection.invoke(RemotingCommand.request(RequestCode.HEART_BEAT, {"n": "1"}), 0.2)
-        answer = connection.invoke(RemotingCommand.request(RequestCode.HEART_BEAT, {"n": "2"}), 5)
-        assert answer.ext["which"] == "2"
-    finally:
-        connection.close()
-        listener.close()
+    with scripted_peer(answer_both_late) as (address, _):
+        connection = BlockingConnection(address)
+        try:
+            with pytest.raises(Exception, match="in time"):
+                connection.invoke(RemotingCommand.request(RequestCode.HEART_BEAT, {"n": "1"}), 0.2)
+            answer = connection.invoke(RemotingCommand.request(RequestCode.HEART_BEAT, {"n": "2"}), 5)
+            assert answer.ext["which"] == "2"
+        finally:
+            connection.close()
 
 
 def test_a_peer_sending_a_broken_frame_costs_one_connection():
-    listener = socket.create_server(("127.0.0.1", 0))
-    address = f"127.0.0.1:{listener.getsockname()[1]}"
-
-    def serve() -> None:
-        peer, _ = listener.accept()
+    def break_the_stream(peer: socket.socket, decoder: FrameDecoder) -> None:
         peer.recv(65536)
         peer.sendall(b"\x00\x00\x00\x02\x00\x00\x00\x00")  # a frame length below the minimum
         time.sleep(0.5)
-        peer.close()
 
-    threading.Thread(target=serve, daemon=True).start()
-    connection = BlockingConnection(address)
-    try:
+    with scripted_peer(break_the_stream) as (address, _):
+        connection = BlockingConnection(address)
         with pytest.raises(Exception, match="broken frame: frame length 2"):
             connection.invoke(RemotingCommand.request(RequestCode.HEART_BEAT), 5)
         assert connection.closed
-    finally:
-        listener.close()
 
 
 def test_a_request_from_the_peer_is_refused_even_when_read_with_the_answer():
     """The peer writes the awaited answer and a request of its own in one go: the caller gets
     its answer, and the peer gets REQUEST_CODE_NOT_SUPPORTED (a producer serves nothing)."""
-    listener = socket.create_server(("127.0.0.1", 0))
-    address = f"127.0.0.1:{listener.getsockname()[1]}"
     refusals: list[RemotingCommand] = []
 
-    def serve() -> None:
-        from wire.remoting.command import FrameDecoder
-
-        peer, _ = listener.accept()
-        decoder = FrameDecoder()
+    def answer_and_ask(peer: socket.socket, decoder: FrameDecoder) -> None:
         (request,) = decoder.feed(peer.recv(65536))
         ours = RemotingCommand.request(RequestCode.CHECK_TRANSACTION_STATE, {"x": "1"})
         ours.opaque = 77
         peer.sendall(request.response(0, {"which": "answer"}).encode() + ours.encode())
         while not refusals:
             refusals.extend(decoder.feed(peer.recv(65536)))
-        peer.close()
 
-    server = threading.Thread(target=serve, daemon=True)
-    server.start()
-    connection = BlockingConnection(address)
-    try:
-        answer = connection.invoke(RemotingCommand.request(RequestCode.HEART_BEAT), 5)
-        assert answer.ext["which"] == "answer"
-        server.join(5)
-        (refusal,) = refusals
-        assert refusal.is_response and refusal.opaque == 77
-        assert refusal.code == ResponseCode.REQUEST_CODE_NOT_SUPPORTED
-    finally:
-        connection.close()
-        listener.close()
+    with scripted_peer(answer_and_ask) as (address, server):
+        connection = BlockingConnection(address)
+        try:
+            answer = connection.invoke(RemotingCommand.request(RequestCode.HEART_BEAT), 5)
+            assert answer.ext["which"] == "answer"
+            server.join(5)
+            (refusal,) = refusals
+            assert refusal.is_response and refusal.opaque == 77
+            assert refusal.code == ResponseCode.REQUEST_CODE_NOT_SUPPORTED
+        finally:
+            connection.close()

@@ -28,6 +28,9 @@ from wire.remoting.command import DEFAULT_MAX_FRAME_SIZE, FLAG_ONEWAY, FrameDeco
 from wire.remoting.signature import SessionCredentials
 
 RECEIVE_SIZE = 256 * 1024
+"""Bytes one ``recv_into`` may take. Received into a buffer kept per connection: a
+``recv(256 KiB)`` allocates (and gives back) that much per call, 30 µs on a machine of this
+kind against 3-5 µs for ``recv_into`` and a copy of what arrived."""
 _TIMEVAL = struct.Struct("@ll")
 
 
@@ -74,6 +77,8 @@ class BlockingConnection:
             self._sock = raw
         self._io_bound = -1.0
         self._decoder = FrameDecoder(max_frame_size)
+        self._received = bytearray(RECEIVE_SIZE)
+        self._received_view = memoryview(self._received)
         self._opaques = itertools.count(1)
         self.closed = False
 
@@ -136,7 +141,7 @@ class BlockingConnection:
             )
         self._bound(left)
         try:
-            data = self._sock.recv(RECEIVE_SIZE)
+            size = self._sock.recv_into(self._received)
         except (BlockingIOError, TimeoutError, ssl.SSLWantReadError):
             raise RemotingTimeoutError(
                 f"no answer from {self.address} to request code {request.code} in time"
@@ -144,20 +149,20 @@ class BlockingConnection:
         except OSError as error:
             self.close()
             raise RemotingClosedError(f"the connection to {self.address} failed: {error}") from None
-        if not data:
+        if not size:
             self.close()
             raise RemotingClosedError(f"{self.address} closed the connection")
         try:
-            return self._decoder.feed(data)
+            return self._decoder.feed(bytes(self._received_view[:size]))
         except FrameError as error:
             self.close()
             raise RemotingClosedError(f"{self.address} sent a broken frame: {error}") from None
 
     def _bound(self, left: float) -> None:
-        """Bound the next ``send`` and ``recv`` by about ``left`` seconds (at most 1 % and a millisecond
-        more). The kernel's bound is changed only when it would run past that or is far
-        shorter than needed: a send's budget is the same from one request to the next, so it
-        is set about once a connection, not once a request."""
+        """Bound the next ``send`` and ``recv`` by about ``left`` seconds (at most 1 % and a
+        millisecond more). The kernel's bound is changed only when it would run past that or is
+        far shorter than needed: a send's budget is the same from one request to the next, so
+        it is set about once a connection, not once a request."""
         if self._tls:
             self._sock.settimeout(left)
             return

@@ -212,8 +212,10 @@ class BlockingProducer(ProducerSettings):
         raise ClientError(f"no NameServer answered for topic {topic!r}: {'; '.join(errors)}")
 
     def _heartbeat_if_due(self, pool: ConnectionPool, address: str, now: float) -> None:
-        """Tell ``address`` about this producer when it has not heard within the interval (a
-        failed heartbeat is retried by the next send; it never fails the send)."""
+        """Tell ``address`` about this producer when it has not heard within the interval. A
+        heartbeat that gets no answer fails the attempt like the send would (the broker is not
+        reachable) and is tried again by the next send; one the broker refuses is retried by
+        the next send and does not hold this one."""
         if self.heartbeat_interval <= 0 or now - self._told.get(address, -1e18) < self.heartbeat_interval:
             return
         self._told[address] = now
