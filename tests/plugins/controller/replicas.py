@@ -78,23 +78,43 @@ class ReplicaCluster:
 
     async def wait_master(self, *, not_id: int | None = None, in_set: int = 1, timeout: float = 60) -> int:
         """The master's broker id once it serves as master (its brokerStatus says so) with at
-        least ``in_set`` members in its SyncStateSet."""
-        with trio.fail_after(timeout):
-            while True:
-                info = await self.replica_info()
-                master = info.get("masterBrokerId")
-                if (
-                    master not in (None, "")
-                    and int(master) != not_id
-                    and len(info.get("syncStateSet", ())) >= in_set
+        least ``in_set`` members in its SyncStateSet. A timeout fails with what the
+        controllers last answered and the tail of every replica's and controller's log (a rare
+        CI timeout printed nothing to go on)."""
+        try:
+            with trio.fail_after(timeout):
+                return await self._wait_master(not_id, in_set)
+        except trio.TooSlowError:
+            info = await self.replica_info()
+            raise AssertionError(
+                f"no master (not {not_id}, SyncStateSet >= {in_set}) in {timeout}s; controllers say "
+                f"{info}\n{self.log_tails()}"
+            ) from None
+
+    def log_tails(self, lines: int = 40) -> str:
+        """The last lines of each replica's and controller's log, headed by its name."""
+        parts = []
+        for process in [*self.controllers, *self.replicas.values()]:
+            tail = process.text().splitlines()[-lines:] if process.log.exists() else []
+            parts.append(f"--- {process.name} ---\n" + "\n".join(tail))
+        return "\n".join(parts)
+
+    async def _wait_master(self, not_id: int | None, in_set: int) -> int:
+        while True:
+            info = await self.replica_info()
+            master = info.get("masterBrokerId")
+            if (
+                master not in (None, "")
+                and int(master) != not_id
+                and len(info.get("syncStateSet", ())) >= in_set
+            ):
+                process = self.replicas[int(master)]
+                figures = await trio.to_thread.run_sync(self.ha.figures, process)
+                if figures.get("brokerRole") != "SLAVE" and figures.get("haMasterEpoch") == info.get(
+                    "masterEpoch"
                 ):
-                    process = self.replicas[int(master)]
-                    figures = await trio.to_thread.run_sync(self.ha.figures, process)
-                    if figures.get("brokerRole") != "SLAVE" and figures.get("haMasterEpoch") == info.get(
-                        "masterEpoch"
-                    ):
-                        return int(master)
-                await trio.sleep(0.2)
+                    return int(master)
+            await trio.sleep(0.2)
 
 
 @contextmanager
