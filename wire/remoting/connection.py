@@ -41,10 +41,10 @@ from wire.remoting.metering import (
     RequestMeter,
 )
 from wire.remoting.read_reactor import ReadReactor
+from wire.remoting.receive_buffer import RECEIVE_CHUNK, read_available
 
 log = logging.getLogger(__name__)
 
-RECEIVE_CHUNK = 256 * 1024
 OUTBOX_HIGH_WATER = 64 * 1024 * 1024
 """Handlers wait before queueing more once this many response bytes are unsent (a peer that
 does not read cannot make the broker buffer without bound)."""
@@ -732,7 +732,7 @@ class Connection:
     async def _receive_plain(self, waited_last: bool, eager: bool) -> tuple[bytes, bool]:
         """The next bytes of a plain TCP socket, and whether they had to be waited for.
 
-        Read with ``os.read`` when the socket holds data, else after trio's ``wait_readable``:
+        Read with :func:`read_available` when the socket holds data, else after trio's ``wait_readable``:
         trio's ``receive_some`` costs a scheduler pass after every read even when the data
         was there, and the read after a wake-up is the single-message round trip's critical
         path on both ends. Two reads in a row that found data without waiting yield once in
@@ -745,13 +745,13 @@ class Connection:
             if not waited_last:
                 await trio.lowlevel.checkpoint()
             try:
-                return os.read(self._fd, RECEIVE_CHUNK), False
+                return read_available(self._fd), False
             except BlockingIOError:
                 pass
         while True:
             await trio.lowlevel.wait_readable(self._fd)
             try:
-                return os.read(self._fd, RECEIVE_CHUNK), True
+                return read_available(self._fd), True
             except BlockingIOError:
                 continue  # woken without data (another reader cannot exist): wait again
 

@@ -20,7 +20,6 @@ flight reads for itself, as before.
 
 from __future__ import annotations
 
-import os
 import select
 from typing import TYPE_CHECKING
 
@@ -29,6 +28,7 @@ import trio
 
 from wire.remoting.command import RemotingCommand
 from wire.remoting.crowd import Crowd
+from wire.remoting.receive_buffer import read_available
 
 if TYPE_CHECKING:
     from wire.remoting.connection import Connection, Router
@@ -39,7 +39,6 @@ before it reads the next: waiting lets the next pass gather what arrives meanwhi
 producers under sync flush: 31 sends a pass instead of 10-16, 39-42 instead of 46-48 µs of
 the broker's CPU a send); a slow disk or replica holds the other connections' lone sends no
 longer than this."""
-RECEIVE_CHUNK = 256 * 1024
 MAX_EVENTS = 1024
 """Most sockets one pass reads (the rest are still ready for the next)."""
 
@@ -124,7 +123,7 @@ class ReadReactor:
 
     def _read(self, fd: int, connection: Connection, lone: list[tuple[Connection, RemotingCommand]]) -> None:
         try:
-            data = os.read(fd, RECEIVE_CHUNK)
+            data = read_available(fd)
         except BlockingIOError:
             return
         except OSError as error:
