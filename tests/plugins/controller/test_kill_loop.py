@@ -1,5 +1,5 @@
 """Issue 17's acceptance runs: 3 replicas under 64 producers, the master SIGKILLed again and
-again; a frozen (SIGSTOP) master fenced; every acknowledged message kept."""
+again (``KILLS`` times); a frozen (SIGSTOP) master fenced; every acknowledged message kept."""
 
 from __future__ import annotations
 
@@ -20,7 +20,10 @@ from wire.remoting import RemotingClient
 TOPIC = "KillLoop"
 PRODUCERS = 64
 QUEUES = 8
-KILLS = int(os.environ.get("TROCKET_FAILOVER_KILLS", "20"))
+KILLS = int(os.environ.get("TROCKET_FAILOVER_KILLS", "6"))
+"""Kills in the suite's run: six take a minute on the CI machine kind (twenty took over three,
+a sixth of the suite's budget). Issue 17's acceptance run is ``TROCKET_FAILOVER_KILLS=20``;
+``./run bench failover --kills 20`` measures RTO and RPO over twenty."""
 
 
 async def produce(cluster: ReplicaCluster, acked: set[bytes], stop: trio.Event) -> None:
@@ -50,7 +53,7 @@ async def bodies(addr: str) -> set[bytes]:
         return set(await pulled_bodies(client, addr, TOPIC, QUEUES))
 
 
-async def test_master_sigkilled_20_times_under_64_producers_loses_nothing(tmp_path: Path):
+async def test_master_sigkilled_again_and_again_under_64_producers_loses_nothing(tmp_path: Path):
     with replica_cluster(tmp_path) as cluster:
         for broker_id in (1, 2, 3):
             cluster.start_replica(broker_id)
