@@ -3,9 +3,11 @@ process the tests can SIGKILL and restart."""
 
 from __future__ import annotations
 
+import os
 import shutil
 import signal
 import subprocess
+import tempfile
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -23,8 +25,6 @@ ETCD = shutil.which("etcd") or "/usr/bin/etcd"
 def require_etcd() -> None:
     """Skip without etcd (``./run tests`` installs etcd-server; under CI a missing one fails)."""
     if not Path(ETCD).exists():
-        import os
-
         if os.environ.get("CI"):
             pytest.fail("etcd is not installed: ./run tests installs Debian's etcd-server")
         pytest.skip("etcd is not installed (apt-get install etcd-server)")
@@ -116,18 +116,41 @@ class EtcdCluster:
             member.kill()
 
 
+MEMORY_DISK = Path("/dev/shm")
+
+
+@contextmanager
+def etcd_data_root(root: Path) -> Iterator[Path]:
+    """Where the members keep their data: a directory on ``/dev/shm`` (removed after) when there
+    is one, else ``root``. etcd fsyncs its log on every write, and these tests run beside a
+    suite that keeps the disk busy: an fsync slower than the election timeout (1 s here) costs
+    etcd its leader and the controllers their leases, a fault the tests did not ask for (CI
+    once waited 60 s for a three-member set to form). Killed members keep their data there as
+    on a disk; the tests that fault etcd do it by killing members."""
+    if not (MEMORY_DISK.is_dir() and os.access(MEMORY_DISK, os.W_OK)):
+        yield root
+        return
+    data = Path(tempfile.mkdtemp(prefix="trocket-etcd-", dir=MEMORY_DISK))
+    try:
+        yield data
+    finally:
+        shutil.rmtree(data, ignore_errors=True)
+
+
 @contextmanager
 def etcd_cluster(root: Path, size: int = 1) -> Iterator[EtcdCluster]:
+    """``size`` members, healthy; logs in ``root``, data in :func:`etcd_data_root`."""
     require_etcd()
-    members = [
-        EtcdMember(f"m{i}", free_port(), free_port(), root / f"etcd-m{i}", root / f"etcd-m{i}.log")
-        for i in range(size)
-    ]
-    cluster = EtcdCluster(members)
-    try:
-        for member in members:
-            member.start(cluster.initial_cluster)
-        cluster.wait_healthy()
-        yield cluster
-    finally:
-        cluster.stop()
+    with etcd_data_root(root) as data:
+        members = [
+            EtcdMember(f"m{i}", free_port(), free_port(), data / f"etcd-m{i}", root / f"etcd-m{i}.log")
+            for i in range(size)
+        ]
+        cluster = EtcdCluster(members)
+        try:
+            for member in members:
+                member.start(cluster.initial_cluster)
+            cluster.wait_healthy()
+            yield cluster
+        finally:
+            cluster.stop()
