@@ -34,6 +34,9 @@ REPO = Path(__file__).resolve().parents[2]
 ETCD_CLIENT_PORT, ETCD_PEER_PORT = 2379, 2380
 CONTROLLER_PORT, NAMESRV_PORT, BROKER_PORT, HA_PORT = 9878, 9876, 10911, 10912
 LIBFAKETIME_GLOB = "/usr/lib/*/faketime/libfaketime.so.1"
+LIBFAKETIME_SHM = ("/dev/shm/faketime_shm_{pid}", "/dev/shm/sem.faketime_sem_{pid}")
+"""What libfaketime 0.9.10 makes per process (its shared clock state) and removes only at a
+normal exit: a SIGKILLed process leaves them."""
 
 IMAGE_SIZE = 384 << 20
 """A replica's disk when it can lose power: a sparse ext4 image."""
@@ -134,6 +137,8 @@ class LabCluster:
     clock_files: dict[str, Path] = attrs.field(factory=dict)
     images: dict[str, LoopImage] = attrs.field(factory=dict)
     cuts: list[Path] = attrs.field(factory=list)
+    faked_pids: list[int] = attrs.field(factory=list)
+    """Processes started with libfaketime, whose shared-memory files :meth:`stop` removes."""
 
     # -- starting -------------------------------------------------------------------------
 
@@ -144,6 +149,8 @@ class LabCluster:
             process.popen = subprocess.Popen(
                 self.lab.command(process.host, process.argv), stdout=out, stderr=subprocess.STDOUT, env=env
             )
+        if "LD_PRELOAD" in process.env:
+            self.faked_pids.append(process.popen.pid)
         if ready is None:
             return process
         deadline = time.monotonic() + 60
@@ -380,6 +387,10 @@ max_time_slave_not_catchup = "{catchup}"
             with contextlib.suppress(subprocess.CalledProcessError):  # tearing down: best effort
                 _umount(self.root / name)
             del self.images[name]
+        for pid in self.faked_pids:
+            for pattern in LIBFAKETIME_SHM:
+                Path(pattern.format(pid=pid)).unlink(missing_ok=True)
+        self.faked_pids.clear()
 
     # -- observing (from a task inside the lab: see NetLab.run_inside) ----------------------
 
