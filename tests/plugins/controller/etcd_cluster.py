@@ -117,17 +117,21 @@ class EtcdCluster:
 
 
 MEMORY_DISK = Path("/dev/shm")
+MEMORY_DISK_NEEDED = 1 << 30
+"""Free bytes ``/dev/shm`` must have to be used: each member preallocates a 64 MB log segment
+(a container's default ``/dev/shm`` of 64 MiB would not hold one member)."""
 
 
 @contextmanager
 def etcd_data_root(root: Path) -> Iterator[Path]:
     """Where the members keep their data: a directory on ``/dev/shm`` (removed after) when there
-    is one, else ``root``. etcd fsyncs its log on every write, and these tests run beside a
+    is one with room, else ``root``. etcd fsyncs its log on every write, and these tests run beside a
     suite that keeps the disk busy: an fsync slower than the election timeout (1 s here) costs
     etcd its leader and the controllers their leases, a fault the tests did not ask for (CI
     once waited 60 s for a three-member set to form). Killed members keep their data there as
     on a disk; the tests that fault etcd do it by killing members."""
-    if not (MEMORY_DISK.is_dir() and os.access(MEMORY_DISK, os.W_OK)):
+    usable = MEMORY_DISK.is_dir() and os.access(MEMORY_DISK, os.W_OK)
+    if not usable or shutil.disk_usage(MEMORY_DISK).free < MEMORY_DISK_NEEDED:
         yield root
         return
     data = Path(tempfile.mkdtemp(prefix="trocket-etcd-", dir=MEMORY_DISK))
