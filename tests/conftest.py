@@ -43,6 +43,58 @@ def pytest_sessionstart(session: pytest.Session) -> None:
         )
 
 
+SHARED_GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    # Fault and failover runs: many processes each, with election and lease timeouts. Two of
+    # them at once on CI's two cores would test the machine's load, not the product.
+    ("clusters", ("tests/chaos/", "tests/plugins/controller/", "tests/plugins/ha/",
+                  "tests/interop/test_official_client_failover.py")),
+    # ``trocket up`` with its default ports (NameServer 9876, broker 10911, gRPC 8081, etcd 2379).
+    ("default_ports", ("tests/cli/test_up.py", "tests/cli/test_up_auto.py", "tests/console/")),
+    # One local Spark (a JVM per worker that runs these) is enough.
+    ("spark", ("tests/spark/",)),
+)  # fmt: skip
+"""Tests that must not run beside each other under ``pytest -n`` (pytest-xdist): each group
+runs on one worker, in order. Every other module is a group of its own, so a module's fixtures
+are built once."""
+
+
+def xdist_group_of(nodeid: str) -> str:
+    """The group a test runs in under pytest-xdist: its shared group, or its module."""
+    path = nodeid.split("::", 1)[0]
+    for group, prefixes in SHARED_GROUPS:
+        if path.startswith(prefixes):
+            return group
+    return path
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """Workers take whole groups (:func:`xdist_group_of`) in collection order. pytest-xdist's
+    own ``--dist loadgroup`` marks node ids, which pytest 9.2's node ids no longer carry."""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class GroupScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return xdist_group_of(nodeid)
+
+    return GroupScheduling(config, log)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Under pytest-xdist, the shared groups first: they are the longest, and one started last
+    would be the suite's tail on one worker while the other waits."""
+    if not hasattr(config, "workerinput"):
+        return
+    shared = [group for group, _ in SHARED_GROUPS]
+
+    def rank(item: pytest.Item) -> int:
+        group = xdist_group_of(item.nodeid)
+        return shared.index(group) if group in shared else len(shared)
+
+    items.sort(key=rank)
+
+
 def pytest_report_header(config: pytest.Config) -> str:
     temp_root = Path(tempfile.gettempdir())
     return f"disk holding {temp_root}: {disk_used_ratio(temp_root) * 100:.1f}% used"

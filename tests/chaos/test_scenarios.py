@@ -18,7 +18,7 @@ import pytest
 from kernel.testing.power_cut import unavailable_reason as power_cut_unavailable
 from trocket.chaos import netlab
 from trocket.chaos.cluster import libfaketime
-from trocket.chaos.scenarios import SCENARIOS, UNSAFE, ScenarioResult, run_scenario
+from trocket.chaos.scenarios import SCENARIOS, UNSAFE, WARMUP_ACKS, ScenarioResult, run_scenario
 
 REASON = netlab.unavailable()
 pytestmark = pytest.mark.skipif(
@@ -30,7 +30,7 @@ def run(name: str, tmp_path, seed: int = 36) -> ScenarioResult:
     scenario, deployment = SCENARIOS[name]
     result = run_scenario(name, scenario, deployment=deployment, seed=seed, root=tmp_path)
     print(result.line())
-    assert result.report.acked > 1000, result.line()
+    assert result.report.acked >= WARMUP_ACKS, result.line()
     assert result.report.safe, result.line()
     return result
 

@@ -21,6 +21,7 @@ text editor and re-checked after the checker changes.
 from __future__ import annotations
 
 import time
+from collections import Counter
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import IO, Any
@@ -55,12 +56,15 @@ class HistoryWriter:
     out: IO[bytes]
     clock: Any = time.monotonic
     count: int = 0
+    kinds: Counter[str] = attrs.field(factory=Counter)
+    """Events written so far by kind (a run waits on ``kinds["ok"]`` before its fault)."""
 
     def event(self, kind: str, **fields: Any) -> None:
         if kind not in KINDS:
             raise ValueError(f"unknown event kind {kind!r}; known: {sorted(KINDS)}")
         self.out.write(orjson.dumps({"t": self.clock(), "kind": kind, **fields}) + b"\n")
         self.count += 1
+        self.kinds[kind] += 1
 
     def flush(self) -> None:
         self.out.flush()

@@ -33,6 +33,11 @@ from trocket.chaos.workload import Workload, consume, create_topic, drain, produ
 from wire import record
 from wire.remoting import RemotingClient, RemotingCommand, RequestCode, ResponseCode
 
+WARMUP_ACKS = 1000
+"""Acknowledged sends a run holds before its fault starts (beyond the warm-up's seconds)."""
+WARMUP_TIMEOUT = 60.0
+"""Seconds of warm-up after which too few acknowledgements fail the run: the workload is broken."""
+
 
 @attrs.define(eq=False)
 class FaultRun:
@@ -174,6 +179,7 @@ def run_scenario(
     deployment: Deployment = Deployment(),
     producers: int = 6,
     warmup: float = 3.0,
+    warmup_acks: int = WARMUP_ACKS,
     recover: float = 3.0,
 ) -> ScenarioResult:
     """Build the lab, run ``scenario`` under load, heal, drain, check. Blocking: it runs trio on
@@ -207,6 +213,7 @@ def run_scenario(
                 random.Random(seed),
                 producers,
                 warmup,
+                warmup_acks,
                 recover,
             )
         finally:
@@ -246,6 +253,7 @@ async def _drive(
     rng: random.Random,
     producers: int,
     warmup: float,
+    warmup_acks: int,
     recover: float,
 ) -> dict[str, Any]:
     assert cluster.namesrv is not None
@@ -261,6 +269,7 @@ async def _drive(
                 nursery.start_soon(produce, f"p{number}", workload, history, stop)
             nursery.start_soon(consume, workload, history, stop)
             await trio.sleep(warmup)
+            await _acknowledged(history, warmup_acks)
             try:
                 await scenario(run)
             finally:
@@ -281,6 +290,19 @@ async def _drive(
                 with trio.move_on_after(20):
                     await _read_replica(process.addr, workload, history)
     return run.figures
+
+
+async def _acknowledged(history: HistoryWriter, count: int, timeout: float = WARMUP_TIMEOUT) -> None:
+    """Wait until the producers hold ``count`` acknowledgements: a fault on a machine slower
+    than usual (or shared with other tests) still meets a cluster that has taken real load."""
+    with trio.move_on_after(timeout):
+        while history.kinds["ok"] < count:  # noqa: ASYNC110 - the producers append as they go
+            await trio.sleep(0.1)
+        return
+    raise RuntimeError(
+        f"the producers had {history.kinds['ok']} acknowledgements after {timeout:.0f}s of warm-up, "
+        f"fewer than the {count} a scenario starts with (failures: {history.kinds['fail']})"
+    )
 
 
 async def _read_replica(address: str, workload: Workload, history: HistoryWriter) -> None:
