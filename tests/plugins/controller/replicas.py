@@ -37,6 +37,7 @@ class ReplicaCluster:
         ha: str = "",
         catchup: str = "3s",
         plugins: tuple[str, ...] = (),
+        tables: str = "",
     ) -> Process:
         process = self.ha.start_broker(
             f"replica{broker_id}",
@@ -46,6 +47,7 @@ class ReplicaCluster:
             extra=f'broker_name = "{BROKER_NAME}"',
             ha=f"controller_mode = true\ncontroller_addr = {orjson.dumps(self.controller_addrs).decode()}\n"
             f'max_time_slave_not_catchup = "{catchup}"\n{ha}',
+            tables=tables,
         )
         self.replicas[broker_id] = process
         return process
