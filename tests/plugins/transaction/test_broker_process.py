@@ -8,6 +8,8 @@ import json
 import signal
 import subprocess
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import pytest
 import trio
@@ -57,13 +59,19 @@ def decide(state: TransactionState):
     return lambda message, arg: state
 
 
-@pytest.fixture
-def broker(tmp_path):
-    running = start_broker(tmp_path, tables=FAST)
+@contextmanager
+def running_broker(tmp_path, tables: str) -> Iterator[RunningBroker]:
+    running = start_broker(tmp_path, tables=tables)
     try:
         yield running
     finally:
         running.stop()
+
+
+@pytest.fixture
+def broker(tmp_path):
+    with running_broker(tmp_path, FAST) as running:
+        yield running
 
 
 async def test_committed_transactions_become_visible_once_and_the_rest_never(broker):
@@ -127,11 +135,8 @@ slow the machine."""
 
 @pytest.fixture
 def patient_broker(tmp_path):
-    running = start_broker(tmp_path, tables=PATIENT)
-    try:
+    with running_broker(tmp_path, PATIENT) as running:
         yield running
-    finally:
-        running.stop()
 
 
 async def test_a_broker_killed_between_prepare_and_end_resolves_every_transaction_after_restart(
