@@ -107,7 +107,8 @@ class AutoSwitchReplicator:
             or ctx.broker.visible_after_flush
             or (config.min_in_sync_replicas > 1 and ctx.broker.broker_role is BrokerRole.SYNC_MASTER)
         )
-        replicator.flush_log = getattr(store, "flush", None)  # every store; a replicable one need not say
+        # The store's own flush: every Store has one; the ReplicableStore contract does not name it.
+        replicator.flush_log = getattr(store, "flush", None)
         server.on_ack = replicator._acked
         return replicator
 
