@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 import tempfile
 from collections.abc import AsyncIterator, Callable
@@ -65,6 +66,36 @@ def xdist_group_of(nodeid: str) -> str:
         if path.startswith(prefixes):
             return group
     return path
+
+
+def usable_cores() -> int:
+    """Cores this process may run on: its CPU affinity, lowered by a cgroup CPU quota (a
+    container limited to two CPUs on a larger host sees every host CPU in its affinity)."""
+    cores = len(os.sched_getaffinity(0))
+    for quota_file, period_file in (
+        ("/sys/fs/cgroup/cpu.max", None),  # cgroup v2: "QUOTA PERIOD" or "max PERIOD"
+        ("/sys/fs/cgroup/cpu/cpu.cfs_quota_us", "/sys/fs/cgroup/cpu/cpu.cfs_period_us"),  # v1
+    ):
+        try:
+            fields = Path(quota_file).read_text().split()
+            if period_file is not None:
+                fields.append(Path(period_file).read_text().strip())
+        except OSError:
+            continue
+        if len(fields) == 2 and fields[0] not in ("max", "-1"):
+            cores = min(cores, max(1, int(fields[0]) // int(fields[1])))
+        break
+    return cores
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int | None:
+    """``-n auto``: one worker per usable core (:func:`usable_cores`); ``addopts`` caps it at
+    four. pytest-xdist's own count asks for physical cores (psutil, when installed), which a
+    VM's two hyperthreads can report as one. ``PYTEST_XDIST_AUTO_NUM_WORKERS`` still wins."""
+    if os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS"):
+        return None  # pytest-xdist's own hook reads it
+    return usable_cores()
 
 
 @pytest.hookimpl(optionalhook=True)
