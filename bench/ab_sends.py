@@ -27,6 +27,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import zipfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -54,8 +55,9 @@ WARM_SENDS = 2_000
 
 @contextmanager
 def checkout(revision: str) -> Iterator[Path]:
-    """``revision`` in a temporary worktree, with this tree's compiled codec when the sources
-    it was built from are the same (else both arms run the pure codec, to stay comparable)."""
+    """``revision`` in a temporary worktree, with its compiled codec: this tree's when the
+    sources it was built from are the same, else built for it (``pip wheel``, about a minute);
+    when that cannot be done both arms run the pure codec, to stay comparable."""
     root = Path(tempfile.mkdtemp(prefix="trocket-ab-"))
     tree = root / "tree"
     command = ["git", "-C", str(REPO), "worktree", "add", "--detach", str(tree), revision]
@@ -70,15 +72,32 @@ def checkout(revision: str) -> Iterator[Path]:
         if built and same:
             for library in built:
                 shutil.copy2(library, tree / codec / library.name)
-        else:
+        elif not built or not build_codec(tree, root / "wheel"):
             os.environ["TROCKET_PURE_CODEC"] = "1"
-            print("the codec's sources differ between the trees: both arms run the pure codec", flush=True)
+            print("the codec could not be built for both trees: both arms run the pure codec", flush=True)
         yield tree
     finally:
         subprocess.run(
             ["git", "-C", str(REPO), "worktree", "remove", "--force", str(tree)], capture_output=True
         )
         shutil.rmtree(root, ignore_errors=True)
+
+
+def build_codec(tree: Path, wheels: Path) -> bool:
+    """Build ``tree``'s compiled codec (a wheel of the tree, from which the extension is
+    taken into it); False when pip fails."""
+    print(f"building the codec of {tree.name} (pip wheel)...", flush=True)
+    command = [sys.executable, "-m", "pip", "wheel", "--no-deps", "--quiet", "--wheel-dir", str(wheels)]
+    command.append(str(tree))
+    if subprocess.run(command, capture_output=True, text=True).returncode:
+        return False
+    for wheel in wheels.glob("*.whl"):
+        with zipfile.ZipFile(wheel) as archive:
+            for name in archive.namelist():
+                if name.startswith("wire/batch_codec/_compiled") and name.endswith(".so"):
+                    (tree / name).write_bytes(archive.read(name))
+                    return True
+    return False
 
 
 async def warm(producer: Producer, topic: str, body: bytes) -> None:

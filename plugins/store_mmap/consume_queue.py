@@ -492,6 +492,17 @@ class ConsumeQueues(TracksDispatchFailure):
         """Append a batch's entries queue by queue: every entry encoded at once in queue order
         (a batch spread over a thousand queues costs no numpy call per queue), then each
         queue's run written as one slice."""
+        queue_ids = batch.queue_id
+        if len(batch.topics) == 1 and (queue_ids == queue_ids[0]).all():
+            # One queue (a batch put, or what a producer sent to it meanwhile): no grouping.
+            self._append_entries(
+                batch.topics[0],
+                int(queue_ids[0]),
+                int(batch.queue_offset[0]),
+                _encode(batch.physical_offset, batch.size, batch.tags_code),
+                len(batch),
+            )
+            return
         # Stable sort by (topic, queue id): each queue's records stay in log order.
         group_key = batch.topic_index * (1 << 32) + batch.queue_id
         order = np.argsort(group_key, kind="stable")

@@ -16,6 +16,7 @@ rebuilt from the log after a crash.
 
 from __future__ import annotations
 
+import functools
 import logging
 import mmap
 import struct
@@ -45,9 +46,13 @@ ENTRY_SIZE = 20
 ENTRY_DTYPE = np.dtype([("hash", ">i4"), ("offset", ">i8"), ("diff", ">i4"), ("previous", ">i4")])
 _TRANSACTION_TYPE = 0xC
 SMALL_PUT_KEYS = 32
-"""Up to this many keys a dispatch batch's keys are written one by one (about 1 µs each with the
-compiled hash, :meth:`IndexFile.put_few`) rather than by :meth:`IndexFile.put_many` (40-60 µs of
-array set-up whatever the count): the bulk write pays from about 40 keys."""
+"""With the pure codec, up to this many keys a dispatch batch's keys are written one by one
+(about 1 µs each, :meth:`IndexFile.put_few`) rather than by array operations (40-60 µs of
+set-up whatever the count): the bulk write pays from about 40 keys."""
+FEW_KEYS = 2
+"""With the compiled codec, keys in lists (records one by one) are written by the pure loop up
+to this many (a single send's one or two keys: 1.7 µs a key where making three arrays for the
+compiled loop costs 5 µs); more go to the compiled loop (32 keys: 10 µs against 55 µs)."""
 
 
 def key_hash(key: str) -> int:
@@ -79,6 +84,13 @@ def _many_key_hashes(topic: str, keys: str) -> np.ndarray | None:
     ends = np.concatenate((separators, [len(codes)]))
     kept = ends > starts
     return key_hashes(batch_codec.java_hashes_at(data, starts[kept], ends[kept], unsigned_hash(f"{topic}#")))
+
+
+@functools.lru_cache(maxsize=4096)
+def _prefix_hash(topic: str) -> int:
+    """The unsigned Java hash of ``topic#``, which every key of the topic's index entries
+    starts with (hashed once per topic, not per batch)."""
+    return unsigned_hash(f"{topic}#")
 
 
 def key_hashes(hashes: np.ndarray) -> np.ndarray:
@@ -154,41 +166,25 @@ class IndexFile:
         returns how many. The header is written once at the end: a single send's keys are
         indexed between two requests of a waiting client, where each write of it was a
         fifth of a key's cost."""
-        buffer = self._map
-        count = self.count
-        room = self.max_entries - count
-        if room <= 0:
+        room = self.max_entries - self.count
+        if room <= 0 or not hashed:
             return 0
-        slots = self.slots
-        entries_at = HEADER_SIZE + slots * 4
-        taken = 0
-        for key, offset, timestamp in zip(hashed, offsets, timestamps, strict=True):
-            if taken == room:
-                break
-            slot_at = HEADER_SIZE + (key % slots) * 4
-            previous = SLOT.unpack_from(buffer, slot_at)[0]
-            if previous <= 0 or previous > count:
-                previous = 0
-            if count <= 1:
-                self.begin_timestamp = timestamp
-                self.begin_offset = offset
-            diff = (timestamp - self.begin_timestamp) // 1000
-            diff = 0 if diff < 0 else min(diff, 2**31 - 1)
-            ENTRY.pack_into(buffer, entries_at + count * ENTRY_SIZE, key, offset, diff, previous)
-            SLOT.pack_into(buffer, slot_at, count)
-            count += 1
-            taken += 1
+        if self.count <= 1:
+            self.begin_timestamp = timestamps[0]
+            self.begin_offset = offsets[0]
+        taken = batch_codec.pure.index_entries(
+            self._map, self.slots, self.count, room, self.begin_timestamp, hashed, offsets, timestamps
+        )
         if taken:
-            self.count = count
+            self.count += taken
             self.end_timestamp, self.end_offset = timestamps[taken - 1], offsets[taken - 1]
             self._write_header()
         return taken
 
     def put_many(self, hashed: np.ndarray, offsets: np.ndarray, timestamps: np.ndarray) -> int:
         """Add keys already hashed by :func:`key_hashes`, in order, as many as fit; returns how
-        many. Each entry links to the previous entry of its slot: within the batch that is the
-        last earlier key with the same slot (found by a stable sort on the slot), otherwise
-        the slot's current entry."""
+        many: the entries :meth:`put_few` writes, by the compiled codec's loop (a fraction of a
+        µs a key) or, with the pure codec, by array operations."""
         count = min(self.max_entries - self.count, len(hashed))
         if count <= 0:
             return 0
@@ -196,6 +192,24 @@ class IndexFile:
         if self.count <= 1:
             self.begin_timestamp = int(timestamps[0])
             self.begin_offset = int(offsets[0])
+        if batch_codec.ACCELERATED:
+            written = batch_codec.index_entries(
+                self._map, self.slots, self.count, count, self.begin_timestamp, hashed, offsets, timestamps
+            )
+            assert written == count
+        else:
+            self._link_entries(hashed, offsets, timestamps)
+        self.count += count
+        self.end_timestamp = int(timestamps[count - 1])
+        self.end_offset = int(offsets[count - 1])
+        self._write_header()
+        return count
+
+    def _link_entries(self, hashed: np.ndarray, offsets: np.ndarray, timestamps: np.ndarray) -> None:
+        """:func:`wire.batch_codec.pure.index_entries` with arrays (the pure codec's bulk write,
+        tens of µs of set-up whatever the count): each entry links to the last earlier key of
+        its slot within the batch (a stable sort on the slot), or to the slot's entry."""
+        count = len(hashed)
         slot = hashed % self.slots
         numbers = np.arange(self.count, self.count + count, dtype=np.int64)
         order = np.argsort(slot, kind="stable")
@@ -222,11 +236,6 @@ class IndexFile:
         last_of_slot[:-1] = sorted_slot[:-1] != sorted_slot[1:]
         table[sorted_slot[last_of_slot]] = numbers[order][last_of_slot]
         del table, entries
-        self.count += count
-        self.end_timestamp = int(timestamps[-1])
-        self.end_offset = int(offsets[-1])
-        self._write_header()
-        return count
 
     def _write_header(self) -> None:
         HEADER.pack_into(
@@ -361,18 +370,25 @@ class IndexService(TracksDispatchFailure):
         batch = records
         if len(batch):
             last = self.files[-1].end_offset if self.files and self.files[-1].count > 1 else -1
-            rows = batch.key_rows
-            keep = (batch.physical_offset[rows] > last) & (
-                batch.sys_flag[rows] & _TRANSACTION_TYPE != SYSFLAG_TRANSACTION_ROLLBACK
-            )
-            if keep.any():
-                self._put_keys(batch, np.flatnonzero(keep))
-            fresh = (batch.physical_offset > last) & (
-                batch.sys_flag & _TRANSACTION_TYPE != SYSFLAG_TRANSACTION_ROLLBACK
-            )
-            if fresh.any():
-                self._newest_timestamp = int(batch.store_timestamp[np.flatnonzero(fresh)[-1]])
+            rolled_back = batch.sys_flag & _TRANSACTION_TYPE == SYSFLAG_TRANSACTION_ROLLBACK
+            if int(batch.physical_offset[0]) > last and not rolled_back.any():
+                # What a running broker dispatches: nothing indexed yet, nothing rolled back.
+                if len(batch.key_rows):
+                    self._put_keys(batch, None)
+                self._newest_timestamp = int(batch.store_timestamp[-1])
+            else:
+                self._dispatch_some(batch, last, ~rolled_back)
         self._dispatched = end_offset
+
+    def _dispatch_some(self, batch: DispatchBatch, last: int, indexed: np.ndarray) -> None:
+        """A batch partly indexed before (a replay after a restart) or holding rolled-back
+        half messages: only the ``indexed`` records past ``last``."""
+        fresh = (batch.physical_offset > last) & indexed
+        keep = fresh[batch.key_rows]
+        if keep.any():
+            self._put_keys(batch, np.flatnonzero(keep))
+        if fresh.any():
+            self._newest_timestamp = int(batch.store_timestamp[np.flatnonzero(fresh)[-1]])
 
     def _dispatch_each(self, records: Sequence[DispatchRecord]) -> None:
         """Records as objects (single sends, an idle broker's few): each ``topic#key`` hashed
@@ -423,21 +439,27 @@ class IndexService(TracksDispatchFailure):
         if hashed:
             self._write_keys(hashed, offsets, timestamps)
 
-    def _put_keys(self, batch: DispatchBatch, chosen: np.ndarray) -> None:
-        """Index keys ``chosen`` (positions among the batch's keys, in order) as
-        ``topic#key``: hashed where they lie in the batch's properties, one pass per topic
-        (:func:`wire.batch_codec.java_hashes_at` over the key spans), written in bulk, or one
-        by one when there are so few that the bulk set-up would cost more (an idle broker's
-        lone put)."""
-        rows = batch.key_rows[chosen]
-        topic_of = batch.topic_index[rows]
-        starts, ends = batch.key_start[chosen], batch.key_end[chosen]
+    def _put_keys(self, batch: DispatchBatch, chosen: np.ndarray | None) -> None:
+        """Index keys ``chosen`` (positions among the batch's keys, in order; None: all of
+        them) as ``topic#key``: hashed where they lie in the batch's properties, one pass per
+        topic (:func:`wire.batch_codec.java_hashes_at` over the key spans), written in bulk,
+        or one by one when there are so few that the bulk set-up would cost more (an idle
+        broker's lone put)."""
+        if chosen is None:
+            rows, starts, ends = batch.key_rows, batch.key_start, batch.key_end
+        else:
+            rows, starts, ends = batch.key_rows[chosen], batch.key_start[chosen], batch.key_end[chosen]
         blob = batch.properties_blob
-        hashes = np.empty(len(chosen), dtype=np.uint32)
-        for topic in np.unique(topic_of).tolist() if len(batch.topics) > 1 else [int(topic_of[0])]:
-            mine = np.flatnonzero(topic_of == topic) if len(batch.topics) > 1 else slice(None)
-            prefix = unsigned_hash(f"{batch.topics[topic]}#")
-            hashes[mine] = batch_codec.java_hashes_at(blob, starts[mine], ends[mine], prefix)
+        if len(batch.topics) == 1:
+            hashes = batch_codec.java_hashes_at(blob, starts, ends, _prefix_hash(batch.topics[0]))
+        else:
+            topic_of = batch.topic_index[rows]
+            hashes = np.empty(len(rows), dtype=np.uint32)
+            for topic in np.unique(topic_of).tolist():
+                mine = np.flatnonzero(topic_of == topic)
+                hashes[mine] = batch_codec.java_hashes_at(
+                    blob, starts[mine], ends[mine], _prefix_hash(batch.topics[topic])
+                )
         self._write_keys(key_hashes(hashes), batch.physical_offset[rows], batch.store_timestamp[rows])
 
     def _write_keys(
@@ -448,7 +470,8 @@ class IndexService(TracksDispatchFailure):
     ) -> None:
         """Write hashed keys in order, starting new files as they fill: one by one when there
         are so few that the bulk set-up would cost more, else by :meth:`IndexFile.put_many`."""
-        if len(hashed) <= SMALL_PUT_KEYS:
+        few = FEW_KEYS if batch_codec.ACCELERATED else SMALL_PUT_KEYS
+        if len(hashed) <= few:
             # Python ints for the struct packing (numpy scalars would reach the header fields).
             hashed, offsets, timestamps = (
                 column.tolist() if isinstance(column, np.ndarray) else column

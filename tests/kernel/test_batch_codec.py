@@ -281,3 +281,48 @@ def _regions(regions: list[bytes], gap: bytes) -> tuple[bytes, np.ndarray, np.nd
 def test_gather_of_long_and_short_regions(regions, gap):
     buffer, begin, end = _regions(regions, gap)
     assert compiled.gather(buffer, begin, end) == pure.gather(buffer, begin, end) == b"".join(regions)
+
+
+@st.composite
+def index_files(draw):
+    """An index file's slots and entries (a few slots, so keys share them) with whatever the
+    slot table held before (earlier entries, and numbers no entry of the file has), then keys
+    to add: hashes as the index makes them, store times before, within and far past the file's
+    first."""
+    slots = draw(st.integers(1, 9))
+    count = draw(st.integers(1, 30))
+    n = draw(st.integers(0, 40))
+    room = draw(st.integers(0, n + 2))
+    begin = draw(st.integers(0, 2**41))
+    buffer = bytearray(40 + slots * 4 + (count + n + 1) * 20)
+    for slot in range(slots):
+        struct.pack_into(">i", buffer, 40 + slot * 4, draw(st.integers(-(2**31), 2**31 - 1)))
+    columns = [
+        np.array(draw(st.lists(values, min_size=n, max_size=n)), dtype=np.int64)
+        for values in (
+            st.integers(0, 2**31 - 1),
+            st.integers(0, 2**63 - 1),
+            st.integers(begin - 10**7, begin + 2**32 * 1000),
+        )
+    ]
+    return buffer, slots, count, room, begin, columns
+
+
+@given(index_files())
+@settings(max_examples=300, deadline=None)
+def test_index_entry_writers_agree(case):
+    buffer, slots, count, room, begin, (hashed, offsets, timestamps) = case
+    mine, theirs = bytearray(buffer), bytearray(buffer)
+    written = compiled.index_entries(mine, slots, count, room, begin, hashed, offsets, timestamps)
+    expected = pure.index_entries(
+        theirs, slots, count, room, begin, hashed.tolist(), offsets.tolist(), timestamps.tolist()
+    )
+    assert written == expected == min(room, len(hashed))
+    assert mine == theirs
+
+
+def test_index_entries_refuse_a_buffer_too_short_for_them():
+    short = bytearray(40 + 4 + 20)
+    one = np.array([5], dtype=np.int64)
+    with pytest.raises(ValueError, match="ends before"):
+        compiled.index_entries(short, 1, 1, 1, 0, one, one, one)

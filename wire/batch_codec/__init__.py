@@ -54,6 +54,7 @@ size_chain = _impl.size_chain
 region_crcs = _impl.region_crcs
 find_byte = _impl.find_byte
 gather = _impl.gather
+index_entries = _impl.index_entries
 property_pairs = _impl.property_pairs
 string_hash = _impl.string_hash
 
@@ -93,6 +94,7 @@ __all__ = [
     "find_byte",
     "find_pairs",
     "gather",
+    "index_entries",
     "java_hashes_at",
     "property_pairs",
     "pure",

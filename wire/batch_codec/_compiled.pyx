@@ -504,3 +504,48 @@ def property_pairs(const uint8_t[::1] buffer, const int64_t[::1] begin, const in
                 at = stop + 1
     used = spans_a[:found]
     return counts_a, used[:, 0].copy(), used[:, 1].copy(), used[:, 2].copy(), used[:, 3].copy()
+
+
+cdef enum:
+    INDEX_HEADER = 40
+    INDEX_ENTRY = 20
+
+
+def index_entries(
+    uint8_t[::1] buffer,
+    int64_t slots,
+    int64_t count,
+    int64_t room,
+    int64_t begin_timestamp,
+    const int64_t[::1] hashed,
+    const int64_t[::1] offsets,
+    const int64_t[::1] timestamps,
+):
+    """Index entries written into an index file's slots and entries, key by key, the first
+    numbered ``count``, at most ``room``; returns how many (see ``pure.index_entries``)."""
+    cdef Py_ssize_t n = hashed.shape[0], i
+    if offsets.shape[0] != n or timestamps.shape[0] != n:
+        raise ValueError("index_entries: columns of different lengths")
+    if n > room:
+        n = room if room > 0 else 0
+    if n and buffer.shape[0] < INDEX_HEADER + slots * 4 + (count + n) * INDEX_ENTRY:
+        raise ValueError("index_entries: the buffer ends before the entries")
+    cdef uint8_t *p = &buffer[0] if buffer.shape[0] else NULL
+    cdef int64_t entries_at = INDEX_HEADER + slots * 4, slot_at, previous, diff
+    with nogil:
+        for i in range(n):
+            slot_at = INDEX_HEADER + (hashed[i] % slots) * 4
+            previous = read_i32(p + slot_at)
+            if previous <= 0 or previous > count:
+                previous = 0
+            diff = timestamps[i] - begin_timestamp
+            diff = 0 if diff < 0 else diff // 1000
+            if diff > 2147483647:
+                diff = 2147483647
+            write_i32(p + entries_at + count * INDEX_ENTRY, hashed[i])
+            write_i64(p + entries_at + count * INDEX_ENTRY + 4, offsets[i])
+            write_i32(p + entries_at + count * INDEX_ENTRY + 12, diff)
+            write_i32(p + entries_at + count * INDEX_ENTRY + 16, previous)
+            write_i32(p + slot_at, count)
+            count += 1
+    return n

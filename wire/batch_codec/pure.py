@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 import struct
 import zlib
+from collections.abc import Sequence
 from functools import lru_cache
 from itertools import repeat
 
@@ -352,3 +353,46 @@ def property_pairs(
     shift = begin[rows] - joined.starts[rows] if len(rows) else np.zeros(0, dtype=np.int64)
     counts = np.bincount(rows, minlength=len(begin)).astype(np.int64)
     return counts, item_start + shift, split + shift, split + 1 + shift, item_end + shift
+
+
+INDEX_HEADER = 40
+"""An index file's header (see :mod:`plugins.store_mmap.index_file`); slots follow it."""
+INDEX_ENTRY = 20
+_INDEX_SLOT = struct.Struct(">i")
+_INDEX_ENTRY = struct.Struct(">iqii")
+
+
+def index_entries(
+    buffer: Buffer,
+    slots: int,
+    count: int,
+    room: int,
+    begin_timestamp: int,
+    hashed: Sequence[int],
+    offsets: Sequence[int],
+    timestamps: Sequence[int],
+) -> int:
+    """Write index entries into the slots and entries of an index file ``buffer`` (RocketMQ's
+    layout: 40-byte header, ``slots`` big-endian slot numbers, 20-byte entries), key by key in
+    order, the first numbered ``count``, at most ``room`` of them; returns how many.
+
+    Each entry is (key hash, commit-log offset, seconds since ``begin_timestamp`` clamped to
+    [0, 2^31 - 1], the entry its slot held before: 0 when that is not an earlier entry of
+    this file), and its slot then holds its number. ``hashed`` are key hashes as
+    :func:`~plugins.store_mmap.index_file.key_hash` gives them (0 <= hash < 2^31)."""
+    entries_at = INDEX_HEADER + slots * 4
+    taken = 0
+    for key, offset, timestamp in zip(hashed, offsets, timestamps, strict=True):
+        if taken == room:
+            break
+        slot_at = INDEX_HEADER + (key % slots) * 4
+        previous = _INDEX_SLOT.unpack_from(buffer, slot_at)[0]
+        if previous <= 0 or previous > count:
+            previous = 0
+        diff = (timestamp - begin_timestamp) // 1000
+        diff = 0 if diff < 0 else min(diff, 2**31 - 1)
+        _INDEX_ENTRY.pack_into(buffer, entries_at + count * INDEX_ENTRY, key, offset, diff, previous)
+        _INDEX_SLOT.pack_into(buffer, slot_at, count)
+        count += 1
+        taken += 1
+    return taken

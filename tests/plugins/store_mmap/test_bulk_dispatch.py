@@ -22,7 +22,7 @@ from kernel.testing import dispatch_all
 from plugins.store_mmap import commit_log as commit_log_module
 from plugins.store_mmap.index_file import IndexFile, key_hash, key_hashes
 from tests.kernel.test_wire_batch import batch_body
-from wire import record
+from wire import batch_codec, record
 from wire.dispatch_batch import AppendedWire, DispatchBatch, as_batch
 from wire.dispatch_record import pack_host
 from wire.java_hash import as_signed, java_hashes, java_string_hash, unsigned_hash
@@ -179,9 +179,11 @@ def test_columns_of_a_run_of_appended_batches_match_the_stored_records(seed, cou
     assert handed.queue_keys() == scanned.queue_keys()
 
 
-@given(st.integers(0, 2**32), st.integers(1, 300), st.sampled_from([1, 3, 64]))
+@given(st.integers(0, 2**32), st.integers(1, 300), st.sampled_from([1, 3, 64]), st.booleans())
 @settings(max_examples=60, deadline=None)
-def test_put_many_writes_what_put_writes(tmp_path_factory, seed, count, slots):
+def test_put_many_writes_what_put_writes(tmp_path_factory, seed, count, slots, compiled):
+    """Both bulk writes: the compiled codec's loop, and the array operations of the pure codec."""
+    compiled = compiled and batch_codec.ACCELERATED  # the arrays alone without a built codec
     rng = random.Random(seed)
     root = tmp_path_factory.mktemp("index")
     keys = [f"T#{rng.choice(['k', 'order', 'ü'])}{rng.randint(0, 20)}" for _ in range(count)]
@@ -194,7 +196,9 @@ def test_put_many_writes_what_put_writes(tmp_path_factory, seed, count, slots):
         first = zip(keys[:split], offsets[:split], timestamps[:split], strict=True)
         before = sum(many.put(key, offset, ts) for key, offset, ts in first)
         hashed = key_hashes(java_hashes([k.encode() for k in keys[split:]]))
-        taken = many.put_many(hashed, np.array(offsets[split:]), np.array(timestamps[split:]))
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(batch_codec, "ACCELERATED", compiled)
+            taken = many.put_many(hashed, np.array(offsets[split:]), np.array(timestamps[split:]))
         expected = sum(one.put(k, o, t) for k, o, t in zip(keys, offsets, timestamps, strict=True))
         assert before + taken == expected
         assert bytes(one._map) == bytes(many._map)
