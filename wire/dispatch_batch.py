@@ -144,41 +144,42 @@ class DispatchBatch(Sequence[DispatchRecord]):
         the stored bytes (a property test holds them equal)."""
         if len(appended) == 1:
             return cls._from_one_wire(appended[0], parking)
-        counts = np.array([len(a.batch) for a in appended], dtype=np.int64)
-        total = int(counts.sum())
         topics: dict[str, int] = {}
-        per_batch = np.array(
-            [
+        counts: list[int] = []
+        table: list[tuple[int, ...]] = []
+        rows_before = blob_before = 0
+        for a in appended:
+            batch = a.batch
+            table.append(
                 (
-                    topics.setdefault(a.batch.topic, len(topics)),
-                    a.batch.queue_id,
-                    a.first_queue_offset,
-                    a.batch.sys_flag & _HOST_MASK,
+                    topics.setdefault(batch.topic, len(topics)),
+                    batch.queue_id,
+                    a.first_queue_offset - rows_before,
+                    batch.sys_flag & _HOST_MASK,
                     a.store_timestamp,
-                    len(a.batch.data),
+                    blob_before,
+                    _packed_host(batch.born_host),
+                    a.store_host,
                 )
-                for a in appended
-            ],
-            dtype=np.int64,
-        )
-        rows_before = np.cumsum(counts) - counts
-        blob_before = np.cumsum(per_batch[:, 5]) - per_batch[:, 5]
-
-        def each(column: int) -> np.ndarray:
-            return np.repeat(per_batch[:, column], counts)
-
-        blob_shift = np.repeat(blob_before, counts)
+            )
+            counts.append(len(batch))
+            rows_before += len(batch)
+            blob_before += len(batch.data)
+        # Each per-batch value repeated for its rows, all columns in one call (each row of
+        # the result a contiguous column).
+        per_row = np.repeat(np.array(table, dtype=np.int64).T, counts, axis=1)
+        blob_shift = per_row[5]
         made = cls(
             list(topics),
-            each(0),
-            each(1),
-            np.arange(total, dtype=np.int64) + np.repeat(per_batch[:, 2] - rows_before, counts),
+            per_row[0],
+            per_row[1],
+            per_row[2] + np.arange(rows_before, dtype=np.int64),
             np.concatenate([a.physical_offsets for a in appended]).astype(np.int64, copy=False),
             np.concatenate([a.sizes for a in appended]).astype(np.int64, copy=False),
-            each(3),
-            each(4),
-            np.zeros(total, dtype=np.int64),
-            np.zeros(total, dtype=np.int64),
+            per_row[3],
+            per_row[4],
+            np.zeros(rows_before, dtype=np.int64),
+            np.zeros(rows_before, dtype=np.int64),
             _empty(),
             _empty(),
             _empty(),
@@ -186,8 +187,8 @@ class DispatchBatch(Sequence[DispatchRecord]):
             np.concatenate([a.batch.props_at for a in appended]) + blob_shift,
             np.concatenate([a.batch.props_end for a in appended]) + blob_shift,
             np.concatenate([a.batch.body_len for a in appended]).astype(np.int64, copy=False),
-            np.repeat(np.array([_packed_host(a.batch.born_host) for a in appended], dtype=np.int64), counts),
-            np.repeat(np.array([a.store_host for a in appended], dtype=np.int64), counts),
+            per_row[6],
+            per_row[7],
         )
         made._read_properties(parking)
         return made
