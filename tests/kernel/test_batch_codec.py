@@ -300,7 +300,7 @@ def index_files(draw):
     columns = [
         np.array(draw(st.lists(values, min_size=n, max_size=n)), dtype=np.int64)
         for values in (
-            st.integers(0, 2**31 - 1),
+            st.integers(-(2**31), 2**31 - 1),  # the index's hashes are >= 0; any int32 slots alike
             st.integers(0, 2**63 - 1),
             st.integers(begin - 10**7, begin + 2**32 * 1000),
         )
@@ -326,3 +326,5 @@ def test_index_entries_refuse_a_buffer_too_short_for_them():
     one = np.array([5], dtype=np.int64)
     with pytest.raises(ValueError, match="ends before"):
         compiled.index_entries(short, 1, 1, 1, 0, one, one, one)
+    with pytest.raises(ValueError, match="at least one slot"):
+        compiled.index_entries(bytearray(100), 0, 1, 1, 0, one, one, one)

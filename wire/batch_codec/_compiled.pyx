@@ -528,13 +528,18 @@ def index_entries(
         raise ValueError("index_entries: columns of different lengths")
     if n > room:
         n = room if room > 0 else 0
+    if slots <= 0:
+        raise ValueError("index_entries: an index file has at least one slot")
     if n and buffer.shape[0] < INDEX_HEADER + slots * 4 + (count + n) * INDEX_ENTRY:
         raise ValueError("index_entries: the buffer ends before the entries")
     cdef uint8_t *p = &buffer[0] if buffer.shape[0] else NULL
     cdef int64_t entries_at = INDEX_HEADER + slots * 4, slot_at, previous, diff
     with nogil:
         for i in range(n):
-            slot_at = INDEX_HEADER + (hashed[i] % slots) * 4
+            slot_at = hashed[i] % slots
+            if slot_at < 0:
+                slot_at += slots  # Python's modulo, as the pure twin takes it
+            slot_at = INDEX_HEADER + slot_at * 4
             previous = read_i32(p + slot_at)
             if previous <= 0 or previous > count:
                 previous = 0
