@@ -83,7 +83,7 @@ def _many_key_hashes(topic: str, keys: str) -> np.ndarray | None:
     starts = np.concatenate(([0], separators + 1))
     ends = np.concatenate((separators, [len(codes)]))
     kept = ends > starts
-    return key_hashes(batch_codec.java_hashes_at(data, starts[kept], ends[kept], unsigned_hash(f"{topic}#")))
+    return key_hashes(batch_codec.java_hashes_at(data, starts[kept], ends[kept], _prefix_hash(topic)))
 
 
 @functools.lru_cache(maxsize=4096)
