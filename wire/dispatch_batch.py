@@ -142,8 +142,6 @@ class DispatchBatch(Sequence[DispatchRecord]):
         whole run of them into columns with one pass (one set of array operations and one
         property search per run, not per request). The same values :meth:`gather` reads from
         the stored bytes (a property test holds them equal)."""
-        if len(appended) == 1:
-            return cls._from_one_wire(appended[0], parking)
         topics: dict[str, int] = {}
         counts: list[int] = []
         table: list[tuple[int, ...]] = []
@@ -189,43 +187,6 @@ class DispatchBatch(Sequence[DispatchRecord]):
             np.concatenate([a.batch.body_len for a in appended]).astype(np.int64, copy=False),
             per_row[6],
             per_row[7],
-        )
-        made._read_properties(parking)
-        return made
-
-    @classmethod
-    def _from_one_wire(cls, appended: AppendedWire, parking: frozenset[str]) -> DispatchBatch:
-        """:meth:`from_wires` of one batch (a producer with one batch in flight leaves one per
-        dispatch round): its columns as they are and its scalars repeated, without the joins
-        and running sums a run of batches needs (about half of what a batch of 32 cost to
-        turn into columns)."""
-        batch = appended.batch
-        count = len(batch)
-
-        def repeated(value: int) -> np.ndarray:
-            return np.full(count, value, dtype=np.int64)
-
-        first = appended.first_queue_offset
-        made = cls(
-            [batch.topic],
-            np.zeros(count, dtype=np.int64),
-            repeated(batch.queue_id),
-            np.arange(first, first + count, dtype=np.int64),
-            appended.physical_offsets.astype(np.int64, copy=False),
-            appended.sizes.astype(np.int64, copy=False),
-            repeated(batch.sys_flag & _HOST_MASK),
-            repeated(appended.store_timestamp),
-            np.zeros(count, dtype=np.int64),
-            np.zeros(count, dtype=np.int64),
-            _empty(),
-            _empty(),
-            _empty(),
-            batch.data,
-            batch.props_at.astype(np.int64, copy=False),
-            batch.props_end.astype(np.int64, copy=False),
-            batch.body_len.astype(np.int64, copy=False),
-            repeated(_packed_host(batch.born_host)),
-            repeated(appended.store_host),
         )
         made._read_properties(parking)
         return made
