@@ -175,6 +175,7 @@ def trocket_runtime_figures(ctx: BrokerContext) -> dict[str, str]:
             "haConfirmOffset": str(replicator.confirmed.value),
             "haSyncStateSet": ",".join(str(i) for i in sorted(replicator.sync_state_set)),
             "haFencedPuts": str(replicator.fenced_puts),
+            "haDeposedPuts": str(replicator.deposed_puts),
         }
     figures = {"haConnections": str(len(stats.slaves))}
     if stats.address:

@@ -77,6 +77,9 @@ class AutoSwitchReplicator:
     _master_since: float = attrs.field(default=0.0, init=False)
     _latency: LatencyHistogram = attrs.field(factory=LatencyHistogram, init=False)
     fenced_puts: int = 0
+    deposed_puts: int = 0
+    """Puts that waited for their replicas while this replica stopped being master (or was
+    elected again): each answered as not replicated, whatever the confirm offset says."""
     alone_shows_flushed: bool = False
     """A master alone in its SyncStateSet lets consumers see only what it has flushed when it
     acknowledges after fsync (sync flush, or ``visible_after_flush``) or acknowledges nothing
@@ -132,9 +135,17 @@ class AutoSwitchReplicator:
             return Replication.NOT_REQUIRED
         started = trio.current_time()
         deadline = min(started + self.config.sync_timeout, self.lease_deadline)
+        epoch = self.master_epoch
         confirmed = await self.confirmed.wait_reached_by(result.end_offset, deadline)
         self._latency.observe(trio.current_time() - started)
         if not confirmed or trio.current_time() > self.lease_deadline:
+            return Replication.TIMEOUT
+        if not self.is_master or self.master_epoch != epoch:
+            # Deposed while the put waited: the confirm offset now follows another master's
+            # log, which may hold other messages where this put was appended (the tail is cut
+            # when the histories are compared). Fault scenario S5: a deposed master's puts were
+            # acknowledged at positions the new master had given to other sends.
+            self.deposed_puts += 1
             return Replication.TIMEOUT
         if len(self.sync_state_set | {self.broker_id}) < self.config.min_in_sync_replicas:
             # The set shrank below minInSyncReplicas while this put waited: the confirm offset

@@ -1,5 +1,6 @@
 """A controller-mode master that steps down shows consumers nothing its SyncStateSet never
-acknowledged: chaos finding 8 (fault scenario S1), reproduced in one process.
+acknowledged (chaos finding 8, fault scenario S1) and acknowledges none of the puts that were
+waiting for their replicas (chaos finding 11, fault scenario S5), reproduced in one process.
 
 The replica is driven through its controller agent as the controller's answers would drive it
 (the controller address it is given answers nobody), so the interleaving that S1 hit once in a
@@ -17,7 +18,7 @@ from plugins.ha.controller_agent import MasterView
 from tests.network.conftest import free_port
 
 
-def _replica(broker_factory, tmp_path):
+def _replica(broker_factory, tmp_path, sync_timeout: str = "200ms"):
     return broker_factory(
         plugins=["store_mmap", "ha"],
         store="mmap",
@@ -32,7 +33,7 @@ def _replica(broker_factory, tmp_path):
             "controller_mode": True,
             "controller_addr": [f"127.0.0.1:{free_port()}"],  # nobody: the test plays the controller
             "listen_port": free_port(),
-            "sync_timeout": "200ms",
+            "sync_timeout": sync_timeout,
         },
     )
 
@@ -71,3 +72,47 @@ async def test_a_master_that_steps_down_does_not_show_its_unconfirmed_tail(broke
                 await trio.sleep(0.02)
             await broker.wait_dispatched(end)
         assert store.max_queue_offset("StepDown", 0) == 1
+
+
+async def test_a_put_waiting_for_replicas_when_its_master_steps_down_is_not_acknowledged(
+    broker_factory, tmp_path
+):
+    """Chaos finding 11: the put waits for replica 2; the replica is deposed, cuts its tail and
+    follows the new master, whose log soon passes the put's end: the confirm offset, which now
+    follows that log, reaches the put. It held another message there, so the put must be
+    answered as not replicated (the client retries), not SEND_OK."""
+    async with broker_factory(
+        plugins=["store_mmap"], store="mmap", broker={"data_dir": str(tmp_path / "new-master")}
+    ) as new_master:
+        other = Message("StepDown", b"the new master's message at that offset" * 4, queue_id=0)
+        assert (await new_master.put(MessageBatch([other]))).status is PutStatus.PUT_OK
+        their_log = new_master.store.read_raw(0, new_master.store.positions.wrote.value)
+
+    async with _replica(broker_factory, tmp_path, sync_timeout="30s") as broker:
+        agent = broker.ctx.stash[AGENT]
+        replicator = broker.replicator
+        store = broker.store
+        await agent.apply(MasterView(1, "127.0.0.1:1", "127.0.0.1:2", 1, frozenset({1, 2}), 1))
+        replicator.lease_deadline = trio.current_time() + 60
+        results = []
+
+        async def put() -> None:
+            batch = MessageBatch([Message("StepDown", b"waiting for replica 2", queue_id=0)])
+            results.append(await broker.put(batch))
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(put)
+            with trio.fail_after(10):
+                while store.positions.wrote.value == 0:  # noqa: ASYNC110 - no event for it
+                    await trio.sleep(0.01)
+            assert len(their_log) > store.positions.wrote.value, "their log passes the put's end"
+            broker.change_role(broker.role.SLAVE)
+            replicator.become_slave("")
+            await broker.truncate_log(0)
+            replicator.truncated(0)
+            replicator.become_slave(f"127.0.0.1:{free_port()}")
+            await store.append_raw(0, their_log)
+        (result,) = results
+        assert replicator.confirmed.value == len(their_log)
+        assert result.status is PutStatus.FLUSH_SLAVE_TIMEOUT, "acknowledged by a deposed master"
+        assert replicator.deposed_puts == 1
