@@ -5,7 +5,8 @@
   ``TIMER_DELAY_MS``, ``TIMER_DELAY_SEC``) in ``rmq_sys_wheel_timer``; the delivery time goes to
   the consume-queue tag field (both are declared with ``trocket_register_parking_topics``).
 - two SCHEDULING-phase services deliver due messages to their real topic: one task per delay
-  level (progress in ``config/delayOffset.json``) and the timer (``config/timerProgress.json``).
+  level (progress in ``config/delayOffset.json``) and the timer (``config/timerProgress.json``);
+  ``trocket_records_dispatched`` wakes an idle one when a message is parked for it.
 - ``trocket_redelivery_decision`` (``trylast``): RocketMQ's retry schedule for messages a
   consumer sent back: delay level ``3 + reconsumeTimes`` until ``maxReconsumeTimes``, then the
   dead-letter queue. A plugin registered ``tryfirst`` overrides it.
@@ -14,6 +15,8 @@ Settings: ``[broker] message_delay_level`` (``messageDelayLevel``) and ``[retry_
 """
 
 from __future__ import annotations
+
+from collections.abc import Sequence
 
 from kernel import ConfigSection, Phase, Redelivery, ServiceSpec, hookimpl
 from kernel.clock import steady_ms
@@ -90,6 +93,15 @@ def trocket_register_services(ctx: BrokerContext) -> list[ServiceSpec]:
         ServiceSpec("retry_dlq.scheduler", Phase.SCHEDULING, make_scheduler),
         ServiceSpec("retry_dlq.timer", Phase.SCHEDULING, make_timer),
     ]
+
+
+@hookimpl
+def trocket_records_dispatched(records: Sequence[DispatchRecord], ctx: BrokerContext) -> None:
+    """Wake the delay level or timer waiting for a message parked in these records."""
+    for key in (SCHEDULER, TIMER):
+        service = ctx.stash.get(key, None)
+        if service is not None:
+            service.arrivals.notify(records)
 
 
 @hookimpl

@@ -13,8 +13,10 @@ from kernel.config import property_aliases as rocketmq
 class RetryDlqConfig:
     progress_persist_interval: float = fields.duration("10s")
     """How often per-level delivery progress is written to ``config/delayOffset.json``."""
-    poll_interval: float = fields.duration("100ms")
-    """How often an idle level looks for newly parked messages (RocketMQ polls every 100 ms)."""
+    poll_interval: float = fields.duration("1s")
+    """The longest an idle delay level or the timer sleeps between looks at its queue. A safety
+    net only: a newly parked message wakes its level (or the timer) as soon as it is
+    dispatched, and a pending one wakes it when due (RocketMQ polls every 100 ms instead)."""
     delivery_batch: int = fields.integer(256, minimum=1)
     """Due messages moved to their real topic per put."""
     timer_max_delay: float = fields.duration("3d")

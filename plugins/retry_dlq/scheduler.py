@@ -3,7 +3,8 @@
 
 A level's queue is FIFO by delivery time (every message of a level waits the same delay), so a
 task only looks at the head: due entries (tag field = delivery time) are delivered in batches,
-then it sleeps until the head is due or ``poll_interval`` passes.
+then it sleeps until the head is due (nothing parked later can be due sooner) or, with nothing
+parked, until a message is parked at its level (:mod:`.arrivals`; ``poll_interval`` at most).
 
 Progress (the next schedule-queue offset per level) lives in ``config/delayOffset.json``,
 written every ``progress_persist_interval`` and at shutdown, and corrected at start against the
@@ -23,6 +24,7 @@ from kernel.clock import steady_ms
 from kernel.context import BrokerRuntime
 from kernel.model import SCHEDULE_TOPIC
 from kernel.persist import JsonStateFile, lenient_json_keys, read_json_with_backup
+from plugins.retry_dlq.arrivals import ParkedArrivals, wait_for_arrival
 from plugins.retry_dlq.config import RetryDlqConfig
 from plugins.retry_dlq.delivery import RETRY_AFTER_FAILURE, deliver_parked, offset_in_range
 
@@ -52,6 +54,7 @@ class DelayScheduler:
     levels: tuple[float, ...]
     config: RetryDlqConfig
     path: Path
+    arrivals: ParkedArrivals = attrs.field(factory=ParkedArrivals)
     offsets: dict[int, int] = attrs.field(factory=dict)
     _delivered: dict[int, int] = attrs.field(factory=dict, init=False)
     _dropped: dict[int, int] = attrs.field(factory=dict, init=False)
@@ -96,6 +99,7 @@ class DelayScheduler:
         queue_id = level - 1
         while True:
             offset = self.offsets[level]
+            parked = self.arrivals.event(SCHEDULE_TOPIC, queue_id)
             entries = store.lookup(SCHEDULE_TOPIC, queue_id, offset, self.config.delivery_batch)
             if entries and entries[0].queue_offset > offset:
                 offset = self.offsets[level] = entries[0].queue_offset  # retention moved the head
@@ -106,10 +110,10 @@ class DelayScheduler:
                     break
                 due.append(entry)
             if not due:
-                wait = self.config.poll_interval
                 if entries:
-                    wait = min(wait, max(0.0, (entries[0].tags_code - now) / 1000))
-                await trio.sleep(wait)
+                    await trio.sleep(max(0.0, (entries[0].tags_code - now) / 1000))
+                else:
+                    await wait_for_arrival(parked, self.config.poll_interval)
                 continue
             delivery = await deliver_parked(self.runtime, due)
             if delivery.done:

@@ -5,7 +5,8 @@ Messages arrive in the timer queue in append order, not delivery order, so the s
 every pending message in a heap of plain ints ``deliver_ms << 40 | queue_offset`` (about 45
 bytes each; equal times keep append order), fed from the consume queue whose tag field holds
 the delivery time. Each round enqueues newly parked entries and delivers one batch of due ones
-in time order.
+in time order. Between rounds it sleeps until the heap's head is due or a message is parked
+(:mod:`.arrivals`), ``poll_interval`` at most while nothing is pending.
 
 Durable progress is a few numbers in ``config/timerProgress.json``, written between rounds
 every ``progress_persist_interval`` and at shutdown:
@@ -37,6 +38,7 @@ from kernel.clock import steady_ms
 from kernel.context import BrokerRuntime
 from kernel.model import TIMER_TOPIC, QueueEntry
 from kernel.persist import JsonStateFile, read_json_with_backup
+from plugins.retry_dlq.arrivals import ParkedArrivals, wait_for_arrival
 from plugins.retry_dlq.config import RetryDlqConfig
 from plugins.retry_dlq.delivery import RETRY_AFTER_FAILURE, Delivery, deliver_parked, offset_in_range
 
@@ -81,6 +83,7 @@ class TimerScheduler:
     config: RetryDlqConfig
     path: Path
     enqueue_offset: int = 0
+    arrivals: ParkedArrivals = attrs.field(factory=ParkedArrivals)
     _heap: list[int] = attrs.field(factory=list, init=False)
     _delivered: int = attrs.field(default=0, init=False)
     _dropped: int = attrs.field(default=0, init=False)
@@ -122,12 +125,16 @@ class TimerScheduler:
         persisted_at = trio.current_time()
         try:
             while True:
+                parked = self.arrivals.event(TIMER_TOPIC, TIMER_QUEUE)
                 with trio.CancelScope(shield=True):
                     worked = await self._round()
                 if trio.current_time() - persisted_at >= self.config.progress_persist_interval:
                     await self._persist_or_log()
                     persisted_at = trio.current_time()
-                await trio.sleep(0 if worked else self._idle_wait())
+                if worked:
+                    await trio.lowlevel.checkpoint()
+                else:
+                    await wait_for_arrival(parked, self._idle_wait())
         finally:
             with trio.CancelScope(shield=True):
                 await self._persist_or_log()
@@ -146,11 +153,11 @@ class TimerScheduler:
         )
 
     def _idle_wait(self) -> float:
-        wait = self.config.poll_interval
+        """Until the head is due; with nothing pending, ``poll_interval`` (a parked message
+        wakes the loop earlier either way)."""
         if self._heap:
-            due_in = (_split(self._heap[0])[0] - steady_ms()) / 1000
-            wait = min(wait, max(0.0, due_in))
-        return wait
+            return max(0.0, (_split(self._heap[0])[0] - steady_ms()) / 1000)
+        return self.config.poll_interval
 
     async def _round(self) -> bool:
         """Enqueue newly parked entries and deliver one batch of due ones; True if either

@@ -80,3 +80,17 @@ def test_default_redelivery_schedule_is_level_three_plus_reconsume_times_then_dl
     assert decide(message=None, group="g", attempt=5, max_attempts=16, ctx=Ctx) == Redelivery.retry(7)
     assert decide(message=None, group="g", attempt=16, max_attempts=16, ctx=Ctx) == Redelivery.retry(18)
     assert decide(message=None, group="g", attempt=17, max_attempts=16, ctx=Ctx) == Redelivery.dead_letter()
+
+
+async def test_an_idle_level_is_woken_by_a_parked_message_not_by_polling(broker_factory):
+    """With the safety poll at an hour, only the arrival's wake-up can deliver the message on
+    time: the level was idle (nothing parked) when it was put."""
+    async with broker_factory(
+        plugins=["retry_dlq"], broker=SHORT_LEVELS, retry_dlq={"poll_interval": "1h"}
+    ) as broker:
+        await trio.sleep(0.2)  # every level has looked at its empty queue and sleeps
+        started = trio.current_time()
+        await _put(broker, b"woken", level=1)
+        (message,) = await _wait_visible(broker)
+        assert message.body == b"woken"
+        assert 0.99 <= trio.current_time() - started < 5

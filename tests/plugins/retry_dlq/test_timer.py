@@ -135,3 +135,17 @@ async def test_pending_timers_survive_a_restart_and_nothing_is_delivered_twice(b
         assert all(m.store_timestamp >= start + 2500 for m in delivered[5:])
         await trio.sleep(0.3)
         assert len(await _delivered(broker)) == 10
+
+
+async def test_an_idle_timer_is_woken_by_a_parked_message_even_an_earlier_one(broker_factory):
+    """With the safety poll at an hour, only the arrivals wake the timer: first while nothing is
+    pending, then with a later message pending (the new one is due before the heap's head)."""
+    async with broker_factory(plugins=["retry_dlq"], retry_dlq={"poll_interval": "1h"}) as broker:
+        await trio.sleep(0.2)  # the timer has looked at its empty queue and sleeps
+        assert (await _put(broker, b"late", TIMER_DELAY_MS="600000")).status.stored
+        await trio.sleep(0.2)  # it now sleeps until the late one is due, ten minutes away
+        before = _now_ms()
+        assert (await _put(broker, b"soon", TIMER_DELAY_MS="500")).status.stored
+        (message,) = await _wait_for(broker, 1, seconds=5)
+        assert message.body == b"soon" and message.store_timestamp >= before + 500
+        assert TIMER in broker.ctx.stash and broker.ctx.stash[TIMER].progress().pending == 1
