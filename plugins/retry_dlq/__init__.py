@@ -98,10 +98,10 @@ def trocket_register_services(ctx: BrokerContext) -> list[ServiceSpec]:
 @hookimpl
 def trocket_records_dispatched(records: Sequence[DispatchRecord], ctx: BrokerContext) -> None:
     """Wake the delay level or timer waiting for a message parked in these records."""
-    for key in (SCHEDULER, TIMER):
-        service = ctx.stash.get(key, None)
-        if service is not None:
-            service.arrivals.notify(records)
+    if (scheduler := ctx.stash.get(SCHEDULER, None)) is not None:
+        scheduler.arrivals.notify(records)
+    if (timer := ctx.stash.get(TIMER, None)) is not None:
+        timer.arrivals.notify(records)
 
 
 @hookimpl

@@ -128,7 +128,9 @@ async def test_meanwhile_runs_after_the_submission_and_before_the_wait(ring):
     assert time.perf_counter() - started >= 0.0004
     assert ring.waits.blocked == 1
     assert await ring.run(RingOp.nop(), meanwhile) == 0  # the ring serves on
-    assert len(seen) == 2
+    # The work runs for every wait the loop blocks for, and only then: whether this one was
+    # blocked for depends on how long the first took to be reaped on a loaded machine.
+    assert len(seen) == ring.waits.blocked
 
 
 async def test_meanwhile_does_not_turn_a_slow_operation_into_a_long_block(ring):
