@@ -192,7 +192,7 @@ class Broker:
             flush = flush_provider.make(self.ctx, store)
             replicator = replicator_provider.make(self.ctx, store) if replicator_provider else None
             self._flush, self._replicator = flush, replicator
-            self._put = PutPipeline(self.ctx, store, flush, replicator)
+            self._put = PutPipeline(self.ctx, store, flush, replicator, refusal=self._write_refusal)
             dispatchers: list[Dispatcher] = list(store.dispatchers())
             dispatchers += flatten(self.ctx.hook.trocket_register_dispatchers(ctx=self.ctx, store=store))
             self._dispatch = DispatchService(
@@ -289,15 +289,19 @@ class Broker:
         slave mode, so putMessage is forbidden"): its log is its master's copy."""
         if self._put is None:
             raise RuntimeError("the broker is not running")
-        if self.role is BrokerRole.SLAVE or self.writes_refused:
-            cfg = self.config.broker
-            return PutResult(
-                PutStatus.SERVICE_NOT_AVAILABLE,
-                None,
-                self.writes_refused
-                or f"broker {cfg.broker_name} id {cfg.broker_id} is a SLAVE: send to its master",
-            )
+        refused = self._write_refusal()
+        if refused is not None:
+            return PutResult(PutStatus.SERVICE_NOT_AVAILABLE, None, refused)
         return await self._put.put(batch)
+
+    def _write_refusal(self) -> str | None:
+        """Why this broker takes no writes now, or None: refused writes, or a SLAVE."""
+        if self.writes_refused:
+            return self.writes_refused
+        if self.role is BrokerRole.SLAVE:
+            cfg = self.config.broker
+            return f"broker {cfg.broker_name} id {cfg.broker_id} is a SLAVE: send to its master"
+        return None
 
     async def put_group(self, batches: Sequence[MessageBatch]) -> list[PutResult]:
         """:meth:`put` for batches that arrived together, appended with one store call where

@@ -8,7 +8,7 @@ standalone broker) the flush wait is awaited directly, saving a nursery per put.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import attrs
@@ -163,6 +163,11 @@ class PutPipeline:
     store: MessageStore
     flush: FlushPolicy
     replicator: Replicator | None = None
+    refusal: Callable[[], str | None] = lambda: None
+    """Why the broker takes no writes right now (a SLAVE, writes refused), asked right before
+    each append: a batch of a group whose earlier batch waited for its flush or replicas is
+    appended only after that wait, and the replica may have been deposed meanwhile (its log
+    is then its new master's copy: nothing of its own may be appended to it)."""
     _batches: int = attrs.field(default=0, init=False)
     _messages: int = attrs.field(default=0, init=False)
     _by_status: dict[str, int] = attrs.field(factory=dict, init=False)
@@ -209,6 +214,9 @@ class PutPipeline:
                 group.append(i)
         if len(group) == 1:
             results[group[0]] = await self._append_and_wait(batches[group[0]])
+        elif group and (refused := self.refusal()) is not None:
+            for i in group:
+                results[i] = PutResult(PutStatus.SERVICE_NOT_AVAILABLE, None, refused)
         elif group:
             messages = [m for i in group for m in batches[i].payload]
             self._appends += 1
@@ -242,6 +250,9 @@ class PutPipeline:
         return result
 
     async def _append_and_wait(self, batch: MessageBatch) -> PutResult:
+        refused = self.refusal()
+        if refused is not None:
+            return PutResult(PutStatus.SERVICE_NOT_AVAILABLE, None, refused)
         self._appends += 1
         try:
             appended = await self.store.append(batch.payload)

@@ -16,6 +16,7 @@ from kernel.model import Message, MessageBatch, PutStatus
 from plugins.ha import AGENT
 from plugins.ha.controller_agent import MasterView
 from tests.network.conftest import free_port
+from tests.plugins.store_mmap.test_sync_overlap import wire_batch
 
 
 def _replica(broker_factory, tmp_path, sync_timeout: str = "200ms"):
@@ -116,3 +117,44 @@ async def test_a_put_waiting_for_replicas_when_its_master_steps_down_is_not_ackn
         assert replicator.confirmed.value == len(their_log)
         assert result.status is PutStatus.FLUSH_SLAVE_TIMEOUT, "acknowledged by a deposed master"
         assert replicator.deposed_puts == 1
+
+
+async def test_a_batch_waiting_behind_a_deposed_masters_put_is_not_appended(broker_factory, tmp_path):
+    """Batches read together are put as a group, a batch kept as the client encoded it appended
+    and waited for before the next: the next must not be appended once the replica was deposed
+    during that wait (its log is its new master's copy from then on)."""
+    async with broker_factory(
+        plugins=["store_mmap"], store="mmap", broker={"data_dir": str(tmp_path / "new-master")}
+    ) as new_master:
+        other = Message("StepDown", b"the new master's message at that offset" * 20, queue_id=0)
+        assert (await new_master.put(MessageBatch([other]))).status is PutStatus.PUT_OK
+        their_log = new_master.store.read_raw(0, new_master.store.positions.wrote.value)
+
+    async with _replica(broker_factory, tmp_path, sync_timeout="30s") as broker:
+        agent = broker.ctx.stash[AGENT]
+        replicator = broker.replicator
+        store = broker.store
+        await agent.apply(MasterView(1, "127.0.0.1:1", "127.0.0.1:2", 1, frozenset({1, 2}), 1))
+        replicator.lease_deadline = trio.current_time() + 60
+        group = [MessageBatch(wire_batch("StepDown", 0, 2, tag), "group") for tag in ("first", "second")]
+        results = []
+
+        async def put_group() -> None:
+            results.extend(await broker.put_group(group))
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(put_group)
+            with trio.fail_after(10):
+                while store.positions.wrote.value == 0:  # noqa: ASYNC110 - no event for it
+                    await trio.sleep(0.01)
+            assert len(their_log) > store.positions.wrote.value
+            broker.change_role(broker.role.SLAVE)
+            replicator.become_slave("")
+            await broker.truncate_log(0)
+            replicator.truncated(0)
+            replicator.become_slave(f"127.0.0.1:{free_port()}")
+            await store.append_raw(0, their_log)
+        first, second = results
+        assert first.status is PutStatus.FLUSH_SLAVE_TIMEOUT
+        assert second.status is PutStatus.SERVICE_NOT_AVAILABLE and "SLAVE" in second.remark
+        assert store.positions.wrote.value == len(their_log), "nothing of its own after the new master's"
