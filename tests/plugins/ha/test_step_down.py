@@ -75,6 +75,40 @@ async def test_a_master_that_steps_down_does_not_show_its_unconfirmed_tail(broke
         assert store.max_queue_offset("StepDown", 0) == 1
 
 
+async def _new_masters_log(broker_factory, tmp_path, length_at_least: int) -> bytes:
+    """A log as another replica, elected meanwhile, holds it: a message of its own at offset 0,
+    longer than ``length_at_least`` bytes of records."""
+    async with broker_factory(
+        plugins=["store_mmap"], store="mmap", broker={"data_dir": str(tmp_path / "new-master")}
+    ) as new_master:
+        body = b"the new master's message at that offset" * (length_at_least // 39 + 1)
+        assert (await new_master.put(MessageBatch([Message("StepDown", body, queue_id=0)]))).ok
+        return new_master.store.read_raw(0, new_master.store.positions.wrote.value)
+
+
+async def _deposed_while_putting(broker, their_log: bytes, put) -> None:
+    """Master of epoch 1 with replica 2 in its set (which never acknowledges): ``put`` starts,
+    and once it appended, the replica is deposed as its agent would do it (steps down, cuts its
+    tail, follows the new master) and receives ``their_log``."""
+    agent = broker.ctx.stash[AGENT]
+    replicator = broker.replicator
+    store = broker.store
+    await agent.apply(MasterView(1, "127.0.0.1:1", "127.0.0.1:2", 1, frozenset({1, 2}), 1))
+    replicator.lease_deadline = trio.current_time() + 60
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(put)
+        with trio.fail_after(10):
+            while store.positions.wrote.value == 0:  # noqa: ASYNC110 - no event for it
+                await trio.sleep(0.01)
+        assert len(their_log) > store.positions.wrote.value, "their log passes what was put"
+        broker.change_role(broker.role.SLAVE)
+        replicator.become_slave("")
+        await broker.truncate_log(0)
+        replicator.truncated(0)
+        replicator.become_slave(f"127.0.0.1:{free_port()}")
+        await store.append_raw(0, their_log)
+
+
 async def test_a_put_waiting_for_replicas_when_its_master_steps_down_is_not_acknowledged(
     broker_factory, tmp_path
 ):
@@ -82,79 +116,35 @@ async def test_a_put_waiting_for_replicas_when_its_master_steps_down_is_not_ackn
     follows the new master, whose log soon passes the put's end: the confirm offset, which now
     follows that log, reaches the put. It held another message there, so the put must be
     answered as not replicated (the client retries), not SEND_OK."""
-    async with broker_factory(
-        plugins=["store_mmap"], store="mmap", broker={"data_dir": str(tmp_path / "new-master")}
-    ) as new_master:
-        other = Message("StepDown", b"the new master's message at that offset" * 4, queue_id=0)
-        assert (await new_master.put(MessageBatch([other]))).status is PutStatus.PUT_OK
-        their_log = new_master.store.read_raw(0, new_master.store.positions.wrote.value)
-
+    their_log = await _new_masters_log(broker_factory, tmp_path, 150)
     async with _replica(broker_factory, tmp_path, sync_timeout="30s") as broker:
-        agent = broker.ctx.stash[AGENT]
-        replicator = broker.replicator
-        store = broker.store
-        await agent.apply(MasterView(1, "127.0.0.1:1", "127.0.0.1:2", 1, frozenset({1, 2}), 1))
-        replicator.lease_deadline = trio.current_time() + 60
         results = []
 
         async def put() -> None:
             batch = MessageBatch([Message("StepDown", b"waiting for replica 2", queue_id=0)])
             results.append(await broker.put(batch))
 
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(put)
-            with trio.fail_after(10):
-                while store.positions.wrote.value == 0:  # noqa: ASYNC110 - no event for it
-                    await trio.sleep(0.01)
-            assert len(their_log) > store.positions.wrote.value, "their log passes the put's end"
-            broker.change_role(broker.role.SLAVE)
-            replicator.become_slave("")
-            await broker.truncate_log(0)
-            replicator.truncated(0)
-            replicator.become_slave(f"127.0.0.1:{free_port()}")
-            await store.append_raw(0, their_log)
+        await _deposed_while_putting(broker, their_log, put)
         (result,) = results
-        assert replicator.confirmed.value == len(their_log)
+        assert broker.replicator.confirmed.value == len(their_log)
         assert result.status is PutStatus.FLUSH_SLAVE_TIMEOUT, "acknowledged by a deposed master"
-        assert replicator.deposed_puts == 1
+        assert broker.replicator.deposed_puts == 1
 
 
 async def test_a_batch_waiting_behind_a_deposed_masters_put_is_not_appended(broker_factory, tmp_path):
     """Batches read together are put as a group, a batch kept as the client encoded it appended
     and waited for before the next: the next must not be appended once the replica was deposed
     during that wait (its log is its new master's copy from then on)."""
-    async with broker_factory(
-        plugins=["store_mmap"], store="mmap", broker={"data_dir": str(tmp_path / "new-master")}
-    ) as new_master:
-        other = Message("StepDown", b"the new master's message at that offset" * 20, queue_id=0)
-        assert (await new_master.put(MessageBatch([other]))).status is PutStatus.PUT_OK
-        their_log = new_master.store.read_raw(0, new_master.store.positions.wrote.value)
-
+    their_log = await _new_masters_log(broker_factory, tmp_path, 800)
     async with _replica(broker_factory, tmp_path, sync_timeout="30s") as broker:
-        agent = broker.ctx.stash[AGENT]
-        replicator = broker.replicator
-        store = broker.store
-        await agent.apply(MasterView(1, "127.0.0.1:1", "127.0.0.1:2", 1, frozenset({1, 2}), 1))
-        replicator.lease_deadline = trio.current_time() + 60
         group = [MessageBatch(wire_batch("StepDown", 0, 2, tag), "group") for tag in ("first", "second")]
         results = []
 
         async def put_group() -> None:
             results.extend(await broker.put_group(group))
 
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(put_group)
-            with trio.fail_after(10):
-                while store.positions.wrote.value == 0:  # noqa: ASYNC110 - no event for it
-                    await trio.sleep(0.01)
-            assert len(their_log) > store.positions.wrote.value
-            broker.change_role(broker.role.SLAVE)
-            replicator.become_slave("")
-            await broker.truncate_log(0)
-            replicator.truncated(0)
-            replicator.become_slave(f"127.0.0.1:{free_port()}")
-            await store.append_raw(0, their_log)
+        await _deposed_while_putting(broker, their_log, put_group)
         first, second = results
         assert first.status is PutStatus.FLUSH_SLAVE_TIMEOUT
         assert second.status is PutStatus.SERVICE_NOT_AVAILABLE and "SLAVE" in second.remark
-        assert store.positions.wrote.value == len(their_log), "nothing of its own after the new master's"
+        assert broker.store.positions.wrote.value == len(their_log), "nothing of its own after theirs"
