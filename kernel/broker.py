@@ -308,7 +308,7 @@ class Broker:
         they can be (see ``PutPipeline.put_group``); one result per batch, in order."""
         if self._put is None:
             raise RuntimeError("the broker is not running")
-        if self.role is BrokerRole.SLAVE or self.writes_refused:
+        if self._write_refusal() is not None:
             return [await self.put(batch) for batch in batches]
         return await self._put.put_group(batches)
 

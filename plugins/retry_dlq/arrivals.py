@@ -21,39 +21,33 @@ from wire.dispatch_batch import DispatchBatch, queue_keys
 
 @attrs.define(eq=False)
 class ParkedArrivals:
-    """One :class:`trio.Event` per (topic, queue id) a task waits on; set and dropped when a
-    dispatched batch touches that queue."""
+    """The waits on the queues of one parking ``topic``: a :class:`trio.Event` per queue a task
+    waits on, set and dropped when a dispatched batch touches that queue."""
 
-    _waiting: dict[tuple[str, int], trio.Event] = attrs.field(factory=dict)
-    _topics: dict[str, int] = attrs.field(factory=dict)
-    """Waited-on queues per topic: a batch of other topics is passed over without its keys."""
+    topic: str
+    _waiting: dict[int, trio.Event] = attrs.field(factory=dict, init=False)
 
-    def event(self, topic: str, queue_id: int) -> trio.Event:
-        """The event the next arrival in ``topic`` / ``queue_id`` sets. Take it before looking
-        at the queue (with no checkpoint between): an arrival after the look then sets it."""
-        key = (topic, queue_id)
-        event = self._waiting.get(key)
+    def event(self, queue_id: int) -> trio.Event:
+        """The event the next arrival in queue ``queue_id`` sets. Take it before looking at the
+        queue (with no checkpoint between): an arrival after the look then sets it."""
+        event = self._waiting.get(queue_id)
         if event is None:
-            event = self._waiting[key] = trio.Event()
-            self._topics[topic] = self._topics.get(topic, 0) + 1
+            event = self._waiting[queue_id] = trio.Event()
         return event
 
     def notify(self, records: Sequence[DispatchRecord]) -> None:
-        """Set the events of the queues ``records`` touch (from the dispatch hook)."""
-        if not self._topics:
+        """Set the events of the queues ``records`` touch (from the dispatch hook). A batch
+        without this topic, the common case, is passed over without computing its queues."""
+        if not self._waiting:
             return
-        topics = records.topics if isinstance(records, DispatchBatch) else {r.topic for r in records}
-        if not any(topic in self._topics for topic in topics):
+        if isinstance(records, DispatchBatch):
+            if self.topic not in records.topics:
+                return
+        elif all(r.topic != self.topic for r in records):
             return
-        for key in queue_keys(records):
-            event = self._waiting.pop(key, None)
-            if event is not None:
+        for topic, queue_id in queue_keys(records):
+            if topic == self.topic and (event := self._waiting.pop(queue_id, None)) is not None:
                 event.set()
-                left = self._topics[key[0]] - 1
-                if left:
-                    self._topics[key[0]] = left
-                else:
-                    del self._topics[key[0]]
 
 
 async def wait_for_arrival(event: trio.Event, timeout: float) -> None:

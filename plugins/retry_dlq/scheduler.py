@@ -54,7 +54,7 @@ class DelayScheduler:
     levels: tuple[float, ...]
     config: RetryDlqConfig
     path: Path
-    arrivals: ParkedArrivals = attrs.field(factory=ParkedArrivals)
+    arrivals: ParkedArrivals = attrs.field(factory=lambda: ParkedArrivals(SCHEDULE_TOPIC))
     offsets: dict[int, int] = attrs.field(factory=dict)
     _delivered: dict[int, int] = attrs.field(factory=dict, init=False)
     _dropped: dict[int, int] = attrs.field(factory=dict, init=False)
@@ -99,7 +99,7 @@ class DelayScheduler:
         queue_id = level - 1
         while True:
             offset = self.offsets[level]
-            parked = self.arrivals.event(SCHEDULE_TOPIC, queue_id)
+            parked = self.arrivals.event(queue_id)
             entries = store.lookup(SCHEDULE_TOPIC, queue_id, offset, self.config.delivery_batch)
             if entries and entries[0].queue_offset > offset:
                 offset = self.offsets[level] = entries[0].queue_offset  # retention moved the head

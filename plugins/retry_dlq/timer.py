@@ -83,7 +83,7 @@ class TimerScheduler:
     config: RetryDlqConfig
     path: Path
     enqueue_offset: int = 0
-    arrivals: ParkedArrivals = attrs.field(factory=ParkedArrivals)
+    arrivals: ParkedArrivals = attrs.field(factory=lambda: ParkedArrivals(TIMER_TOPIC))
     _heap: list[int] = attrs.field(factory=list, init=False)
     _delivered: int = attrs.field(default=0, init=False)
     _dropped: int = attrs.field(default=0, init=False)
@@ -125,7 +125,7 @@ class TimerScheduler:
         persisted_at = trio.current_time()
         try:
             while True:
-                parked = self.arrivals.event(TIMER_TOPIC, TIMER_QUEUE)
+                parked = self.arrivals.event(TIMER_QUEUE)
                 with trio.CancelScope(shield=True):
                     worked = await self._round()
                 if trio.current_time() - persisted_at >= self.config.progress_persist_interval:
