@@ -17,7 +17,7 @@ import attrs
 import numpy as np
 
 from wire import batch_codec
-from wire.record_run import Buffer
+from wire.record_run import Buffer, first_problem_at, problem_at
 
 
 @attrs.frozen(eq=False)
@@ -34,6 +34,33 @@ class StoredRecords(Sequence[bytes]):
         positions = np.ascontiguousarray(positions, dtype=np.int64)
         sizes = np.ascontiguousarray(sizes, dtype=np.int64)
         return cls(batch_codec.gather(buffer, positions, positions + sizes), np.cumsum(sizes))
+
+    @classmethod
+    def read_checked(
+        cls, buffer: Buffer, positions: np.ndarray, sizes: np.ndarray, limit: int, *, base: int
+    ) -> StoredRecords:
+        """The records a consume queue points at (``positions`` in ``buffer``, whose first byte
+        is log offset ``base``; ``sizes`` the queue's), each checked as
+        :func:`~wire.record_run.check_at` checks them, copied out in one piece. The compiled
+        codec copies first and checks the copy; without it numpy checks the buffer, then
+        the records are gathered.
+
+        :raises CorruptRecord: the first problem, its offset relative to ``buffer``.
+        """
+        positions = np.ascontiguousarray(positions, dtype=np.int64)
+        sizes = np.ascontiguousarray(sizes, dtype=np.int64)
+        checked = batch_codec.gather_checked(buffer, positions, sizes, limit, base)
+        if checked is None:
+            verdict, row = first_problem_at(buffer, positions, sizes, limit, base=base)
+            data = b""
+        else:
+            data, verdict, row = checked
+        problem = problem_at(buffer, positions, sizes, limit, base=base, verdict=verdict, row=row)
+        if problem is not None:
+            raise problem
+        if checked is None:
+            data = batch_codec.gather(buffer, positions, positions + sizes)
+        return cls(data, np.cumsum(sizes))
 
     @classmethod
     def concat(cls, parts: Sequence[StoredRecords]) -> StoredRecords:

@@ -31,7 +31,7 @@ from plugins.store_mmap.mapped_file_queue import MappedFileQueue
 from wire import record
 from wire.dispatch_batch import AppendedWire, DispatchBatch, as_batch
 from wire.dispatch_record import pack_host
-from wire.record_run import check_at, check_run
+from wire.record_run import check_run
 from wire.stored_records import StoredRecords
 from wire.wire_batch import WireBatch
 
@@ -434,7 +434,8 @@ class CommitLog:
     def read_entries(self, entries: QueueEntries) -> StoredRecords:
         """Stored records for consume-queue entries, each checked (magic, lengths, its stored
         offset and size, body CRC, NUL-free text) in bulk, file by file
-        (:func:`~wire.record_run.check_at`), then copied out of the mapping in one piece.
+        (:meth:`~wire.stored_records.StoredRecords.read_checked`: the checks of
+        :func:`~wire.record_run.check_at`) and copied out of the mapping in one piece.
 
         :raises CorruptRecord: a record fails its check; it is never served.
         """
@@ -450,10 +451,12 @@ class CommitLog:
             mapped = self.files.find(int(physical[rows[0]]))
             positions = physical[rows] - mapped.start
             limit = min(mapped.committed, self.positions.wrote.value - mapped.start)
-            problem = check_at(mapped.buffer, positions, sizes[rows], limit, base=mapped.start)
-            if problem is not None:
-                raise CorruptRecord(mapped.start + problem.offset, problem.reason, str(mapped.path))
-            out.append(StoredRecords.gather(mapped.buffer, positions, sizes[rows]))
+            buffer, base = mapped.buffer, mapped.start
+            try:
+                read = StoredRecords.read_checked(buffer, positions, sizes[rows], limit, base=base)
+            except CorruptRecord as problem:
+                raise CorruptRecord(mapped.start + problem.offset, problem.reason, str(mapped.path)) from None
+            out.append(read)
         return StoredRecords.concat(out)
 
     def read_at(self, offset: int) -> bytes:

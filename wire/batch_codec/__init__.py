@@ -73,6 +73,20 @@ def dispatch_properties(
     return pure.dispatch_properties(buffer, begin, end, parked)
 
 
+def gather_checked(
+    buffer: Buffer, positions: np.ndarray, sizes: np.ndarray, limit: int, base: int
+) -> tuple[bytes, int, int] | None:
+    """Served records copied out and checked in one pass: ``(data, verdict, row)`` as
+    :func:`wire.record_run.first_problem_at` answers (the numpy definition) with the records
+    back to back in ``data`` when the verdict is 0; ``None`` without the compiled codec (the
+    caller then checks with numpy and gathers). Checking the copy instead of the mapping reads
+    each record from memory once: a pull of 1,000 records of 1 KiB spent 0.76 ms in the two
+    numpy-driven passes, about 40 % of what the broker did for it."""
+    if _compiled is None:
+        return None
+    return _compiled.gather_checked(buffer, positions, sizes, limit, base)  # type: ignore[no-any-return]
+
+
 def java_hashes_at(buffer: Buffer, start: np.ndarray, end: np.ndarray, prefix: int = 0) -> np.ndarray:
     """Unsigned Java hashes (``uint32``) of the UTF-8 strings ``buffer[start[i]:end[i]]``, each
     after a string whose unsigned hash is ``prefix`` (``topic#`` for index keys). Strings that
@@ -88,6 +102,7 @@ __all__ = [
     "CRC32_BACKEND",
     "Pairs",
     "dispatch_properties",
+    "gather_checked",
     "encode_entries",
     "encode_records",
     "entry_columns",

@@ -554,3 +554,99 @@ def index_entries(
             write_i32(p + slot_at, count)
             count += 1
     return n
+
+
+cdef enum:
+    STORED_OK = 0
+    STORED_OUTSIDE = 1      # a position or size the written log cannot hold
+    STORED_SIZE = 2         # the stored size is not the consume queue's
+    STORED_INVALID = 3      # the record fails check_header (CRC included) or its stored offset
+    MAGIC_V1 = -626843481   # 0xDAA320A7
+    MIN_RECORD_SIZE = 91    # HEADER_SIZE + topic length byte + properties length short
+
+
+cdef inline int64_t read_i64(const uint8_t *p) noexcept nogil:
+    cdef uint64_t v = 0
+    cdef int i
+    for i in range(8):
+        v = (v << 8) | p[i]
+    return <int64_t>v
+
+
+cdef inline int64_t read_i16(const uint8_t *p) noexcept nogil:
+    return <int64_t>(<short>((<uint32_t>p[0] << 8) | p[1]))
+
+
+cdef bint _stored_record_valid(const uint8_t *r, int64_t size, int64_t stored_offset) except -1:
+    """The checks of ``wire.record.check_header`` with its CRC and of ``check_at`` on one record
+    of ``size`` bytes (its stored size already matched), copied to ``r``."""
+    cdef int64_t body_len, topic_at, topic_len, props_at, props_len, i
+    cdef bint ascii = True
+    if read_i32(r + 4) != MAGIC_V1:
+        return False
+    body_len = read_i32(r + 84)
+    topic_at = HEADER_SIZE + body_len
+    if body_len < 0 or topic_at + 3 > size:
+        return False
+    topic_len = r[topic_at]
+    props_at = topic_at + 1 + topic_len
+    if props_at + 2 > size:
+        return False
+    props_len = read_i16(r + props_at)
+    if props_len < 0 or props_at + 2 + props_len != size:
+        return False
+    if read_i64(r + 28) != stored_offset:
+        return False
+    if <int64_t>(trocket_crc32(0, r + HEADER_SIZE, <unsigned int>body_len) & 0x7FFFFFFF) != read_i32(r + 8):
+        return False
+    if topic_len == 0 or memchr(r + topic_at + 1, 0, topic_len) != NULL:
+        return False
+    if props_len and memchr(r + props_at + 2, 0, props_len) != NULL:
+        return False
+    for i in range(topic_at + 1, props_at):
+        if r[i] >= 0x80:
+            ascii = False
+            break
+    if not ascii:
+        try:
+            PyBytes_FromStringAndSize(<const char *>(r + topic_at + 1), topic_len).decode()
+        except UnicodeDecodeError:
+            return False
+    return True
+
+
+def gather_checked(
+    const uint8_t[::1] buffer, const int64_t[::1] positions, const int64_t[::1] sizes, int64_t limit, int64_t base
+):
+    """The records at ``positions`` with the consume queue's ``sizes``, copied back to back into
+    one ``bytes`` and checked on the copy as ``wire.record_run.check_at`` checks them in the
+    buffer; ``(data, verdict, row)``: verdict 0 when all are valid, else 1 (a record outside
+    ``limit``), 2 (a stored size not the queue's) or 3 (a record failing its checks, CRC
+    included) for the first such ``row``, in check_at's order of checks."""
+    cdef Py_ssize_t count = positions.shape[0], i
+    cdef int64_t total = 0, at = 0, size
+    if limit > buffer.shape[0]:
+        limit = buffer.shape[0]
+    for i in range(count):
+        if positions[i] < 0 or sizes[i] < MIN_RECORD_SIZE or positions[i] + sizes[i] > limit:
+            return b"", STORED_OUTSIDE, i
+        total += sizes[i]
+    out = PyBytes_FromStringAndSize(NULL, total)
+    cdef uint8_t *w = <uint8_t *>PyBytes_AS_STRING(out)
+    cdef const uint8_t *p = &buffer[0] if buffer.shape[0] else NULL
+    with nogil:
+        for i in range(count):
+            memcpy(w + at, p + positions[i], sizes[i])
+            at += sizes[i]
+    at = 0
+    for i in range(count):
+        if read_i32(w + at) != sizes[i]:
+            return b"", STORED_SIZE, i
+        at += sizes[i]
+    at = 0
+    for i in range(count):
+        size = sizes[i]
+        if not _stored_record_valid(w + at, size, base + positions[i]):
+            return b"", STORED_INVALID, i
+        at += size
+    return out, STORED_OK, -1
