@@ -88,6 +88,27 @@ def test_every_complete_frame_in_a_buffer_is_decoded_and_partial_ones_wait():
     assert decoder.buffered == 0
 
 
+@settings(max_examples=300, deadline=None)
+@given(
+    bodies=st.lists(st.binary(max_size=600), min_size=1, max_size=6),
+    cuts=st.lists(st.integers(0, 4000), max_size=12),
+    large_frame=st.sampled_from([16, 200, 10**9]),
+)
+def test_frames_read_in_any_pieces_decode_as_one_read_does(bodies, cuts, large_frame):
+    """Large frames are collected chunk by chunk and joined once; whatever the reads' sizes,
+    the commands are the ones a single read gives, and nothing is left over."""
+    commands = [RemotingCommand.request(i, {"n": str(i)}, body) for i, body in enumerate(bodies)]
+    data = b"".join(command.encode() for command in commands)
+    points = sorted({min(cut, len(data)) for cut in cuts} | {0, len(data)})
+    decoder = FrameDecoder(large_frame=large_frame)
+    decoded = []
+    for start, end in zip(points, points[1:], strict=False):
+        decoded += decoder.feed(data[start:end])
+        assert decoder.buffered == end - sum(len(c.encode()) for c in decoded)
+    assert [(c.code, c.ext, c.body) for c in decoded] == [(c.code, c.ext, c.body) for c in commands]
+    assert decoder.buffered == 0
+
+
 @pytest.mark.parametrize(
     ("data", "reason"),
     [

@@ -145,16 +145,29 @@ def parse_bool(value: str | None, default: bool = False) -> bool:
     return value.lower() in ("true", "1")
 
 
+LARGE_FRAME = 256 * 1024
+"""Frames at least this long are collected as the reads' chunks and joined once: a 1 MiB pull
+answer appended to the buffer read by read, then sliced out, was copied twice more than the
+one join needs (about 0.13 µs of a consumer's 1.8 µs a 1 KiB message)."""
+
+
 class FrameDecoder:
     """Splits a byte stream into commands; feed it whatever the socket returned."""
 
-    def __init__(self, max_frame_size: int = DEFAULT_MAX_FRAME_SIZE) -> None:
+    def __init__(self, max_frame_size: int = DEFAULT_MAX_FRAME_SIZE, large_frame: int = LARGE_FRAME) -> None:
         self.max_frame_size = max_frame_size
+        self.large_frame = large_frame
+        """Frames of this size and more are collected in chunks (see :data:`LARGE_FRAME`)."""
         self._buffer = bytearray()
+        self._chunks: list[bytes] = []
+        """A large frame's bytes so far (the first chunk starts with its length), or empty."""
+        self._chunked = 0
+        self._frame_end = 0
+        """While chunks are collected: the frame's size, its 4-byte length included."""
 
     @property
     def buffered(self) -> int:
-        return len(self._buffer)
+        return len(self._buffer) + self._chunked
 
     def feed(self, data: bytes) -> list[RemotingCommand]:
         """Every complete frame now in the buffer, in order.
@@ -162,7 +175,18 @@ class FrameDecoder:
         :raises FrameError: a length out of bounds, an unknown serialize type or a header that
             does not decode; the stream cannot be resynchronised after that.
         """
+        if self._chunks:
+            self._chunks.append(data)
+            self._chunked += len(data)
+            if self._chunked < self._frame_end:
+                return []
+            command, rest = self._joined()
+            return [command, *self.feed(rest)] if rest else [command]
         buffer = self._buffer
+        if not buffer and len(data) >= 8 and self._starts_large_frame(data):
+            self._chunks.append(data)  # kept as it is: no copy until the join
+            self._chunked, self._frame_end = len(data), 4 + _LENGTHS.unpack_from(data, 0)[0]
+            return []
         buffer += data
         commands = []
         position = 0
@@ -171,11 +195,17 @@ class FrameDecoder:
             total, word = _LENGTHS.unpack_from(buffer, position)
             if total < 4 or total > self.max_frame_size:
                 raise FrameError(f"frame length {total} outside [4, {self.max_frame_size}]")
-            if end - position - 4 < total:
-                break
             serialize_type, header_length = word >> 24, word & 0xFFFFFF
             if header_length > total - 4:
                 raise FrameError(f"header length {header_length} exceeds frame length {total}")
+            if end - position - 4 < total:
+                if total >= self.large_frame:
+                    with memoryview(buffer) as view:
+                        self._chunks.append(bytes(view[position:]))
+                    self._chunked, self._frame_end = end - position, 4 + total
+                    buffer.clear()
+                    return commands
+                break
             start = position + 8
             view = memoryview(buffer)  # slices of a view copy once, a bytearray's twice
             header = bytes(view[start : start + header_length])
@@ -186,6 +216,42 @@ class FrameDecoder:
         if position:
             del buffer[:position]
         return commands
+
+    def _starts_large_frame(self, data: bytes) -> bool:
+        """Whether ``data`` begins a valid frame of at least :attr:`large_frame` bytes that it
+        does not hold whole (anything else, errors included, goes the buffer's way)."""
+        total, word = _LENGTHS.unpack_from(data, 0)
+        return (
+            self.large_frame <= total <= self.max_frame_size
+            and len(data) - 4 < total
+            and (word & 0xFFFFFF) <= total - 4
+        )
+
+    def _joined(self) -> tuple[RemotingCommand, bytes]:
+        """The collected large frame decoded (its body joined from the chunks in one copy), and
+        the bytes after it."""
+        chunks, frame_end = self._chunks, self._frame_end
+        self._chunks, self._chunked, self._frame_end = [], 0, 0
+        word = _LENGTHS.unpack_from(chunks[0], 0)[1]  # the first chunk holds both length words
+        serialize_type, header_length = word >> 24, word & 0xFFFFFF
+        body_start = 8 + header_length
+        pieces: list[memoryview] = []
+        header_pieces: list[memoryview] = []
+        at = 0
+        rest = b""
+        for chunk in chunks:
+            view = memoryview(chunk)
+            chunk_end = at + len(chunk)
+            if at < body_start:
+                header_pieces.append(view[max(0, 8 - at) : min(len(chunk), body_start - at)])
+            if chunk_end > body_start and at < frame_end:
+                pieces.append(view[max(0, body_start - at) : min(len(chunk), frame_end - at)])
+            if chunk_end > frame_end:
+                rest = bytes(view[max(0, frame_end - at) :])
+            at = chunk_end
+        header = b"".join(header_pieces)
+        body = b"".join(pieces)
+        return decode_header(serialize_type, header, body), rest
 
 
 def decode_header(serialize_type: int, header: bytes, body: bytes) -> RemotingCommand:
