@@ -188,7 +188,7 @@ class FrameDecoder:
             self._chunked, self._frame_end = len(data), 4 + _LENGTHS.unpack_from(data, 0)[0]
             return []
         buffer += data
-        commands = []
+        commands: list[RemotingCommand] = []
         position = 0
         end = len(buffer)
         while end - position >= 8:

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import collections
 import logging
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from contextlib import AsyncExitStack
 
 import attrs
@@ -35,7 +35,7 @@ from trocket.client.consumer.rebalance import (
     queue_offset,
     start_offset,
 )
-from trocket.client.consumer.received import ReceivedMessage
+from trocket.client.consumer.received import PulledMessages, ReceivedMessage
 from trocket.client.consumer.session import (
     ConsumerSession,
     new_subscription,
@@ -72,7 +72,7 @@ class LitePullConsumer(ConsumerBase):
 
     _assigned: bool = attrs.field(default=False, init=False)
     _owned: dict[MessageQueue, _Owned] = attrs.field(factory=dict, init=False)
-    _buffer: collections.deque[tuple[_Owned, int, list[ReceivedMessage]]] = attrs.field(
+    _buffer: collections.deque[tuple[_Owned, int, Sequence[ReceivedMessage]]] = attrs.field(
         factory=collections.deque, init=False
     )
     _buffered_total: int = attrs.field(default=0, init=False)
@@ -177,11 +177,12 @@ class LitePullConsumer(ConsumerBase):
         with trio.move_on_after(timeout):
             while True:
                 while self._buffer:
-                    owned, version, messages = self._buffer.popleft()
-                    owned.buffered -= len(messages)
-                    self._buffered_total -= len(messages)
+                    owned, version, pulled = self._buffer.popleft()
+                    owned.buffered -= len(pulled)
+                    self._buffered_total -= len(pulled)
                     if version != owned.version or self._owned.get(owned.queue) is not owned:
                         continue  # seeked or given up since it was pulled
+                    messages = pulled.messages() if isinstance(pulled, PulledMessages) else list(pulled)
                     owned.consumed = messages[-1].queue_offset + 1
                     if self.auto_commit:
                         assert self._offsets is not None
@@ -320,7 +321,7 @@ class LitePullConsumer(ConsumerBase):
                     address = await session.address_of(owned.queue.broker_name)
                     result = await pull(
                         session.remoting, address, self.group, owned.queue, owned.next_pull,
-                        owned.subscription, max_nums=self.pull_batch_size, suspend_ms=LONG_POLL_MS,
+                        owned.subscription, max_nums=self.pull_batch_size, suspend_ms=LONG_POLL_MS, lazy=True,
                     )  # fmt: skip
                 except (ClientError, RemotingError) as error:
                     log.warning("group %s: pull %s failed: %s", self.group, owned.queue, error)

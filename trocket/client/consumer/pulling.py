@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import enum
 import struct
+from collections.abc import Sequence
 
 import attrs
 
@@ -57,7 +58,8 @@ class PullResult:
     next_begin_offset: int
     min_offset: int
     max_offset: int
-    messages: list[ReceivedMessage]
+    messages: Sequence[ReceivedMessage]
+    """A list, or with ``pull(lazy=True)`` a :class:`PulledMessages` (made when asked for)."""
     """Those matching the subscription's exact tags (the broker filters by hash)."""
     raw_bytes: int = 0
 
@@ -141,9 +143,12 @@ async def pull(
     max_nums: int = 32,
     commit_offset: int = -1,
     suspend_ms: int = SUSPEND_MS,
+    lazy: bool = False,
 ) -> PullResult:
     """Pull from ``offset``; with ``commit_offset >= 0`` the broker also records that offset for
-    ``group`` (RocketMQ's piggy-backed commit).
+    ``group`` (RocketMQ's piggy-backed commit). ``lazy``: the messages as
+    :class:`~trocket.client.consumer.received.PulledMessages`, each made when asked for (a
+    consumer that buffers them), else as a list.
 
     :raises PullError: the broker answered with an error code, or sent a damaged record.
     :raises RemotingError: the broker could not be reached or did not answer in time.
@@ -159,14 +164,16 @@ async def pull(
         commit_offset=commit_offset,
         suspend_ms=suspend_ms,
     )
-    messages: list[ReceivedMessage] = []
+    messages: Sequence[ReceivedMessage] = []
     if raw.status is PullStatus.FOUND:
         try:
-            messages = decode_pulled(raw.body, queue)
+            pulled = decode_pulled(raw.body, queue)
         except (CorruptRecord, struct.error, IndexError, UnicodeDecodeError) as error:
             raise PullError(f"pull answer from {address} holds a damaged record: {error}") from None
         if subscription.tags is not None:
-            messages = [m for m in messages if m.tags in subscription.tags]
+            messages = pulled.tagged(subscription.tags)
+        else:
+            messages = pulled if lazy else pulled.messages()
     return PullResult(
         raw.status, raw.next_begin_offset, raw.min_offset, raw.max_offset, messages, len(raw.body)
     )

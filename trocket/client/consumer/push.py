@@ -425,8 +425,9 @@ class PushConsumer(ConsumerBase):
                     self._offsets.update(queue, result.next_begin_offset)
                 owned.next_offset = result.next_begin_offset
                 if result.messages:
-                    pq.put(result.messages)
-                    self._submit(owned, result.messages)
+                    messages = list(result.messages)  # a list already: pull() without lazy
+                    pq.put(messages)
+                    self._submit(owned, messages)
                 elif pq.count == 0 and result.status is not PullStatus.OFFSET_ILLEGAL:
                     self._offsets.update(queue, result.next_begin_offset, increase_only=True)
 
