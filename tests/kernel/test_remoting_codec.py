@@ -90,9 +90,16 @@ def test_every_complete_frame_in_a_buffer_is_decoded_and_partial_ones_wait():
 
 @settings(max_examples=300, deadline=None)
 @given(
-    bodies=st.lists(st.binary(max_size=600), min_size=1, max_size=6),
-    cuts=st.lists(st.integers(0, 4000), max_size=12),
-    large_frame=st.sampled_from([16, 200, 10**9]),
+    bodies=st.lists(
+        st.one_of(
+            st.binary(max_size=600),
+            st.builds(lambda n, b: bytes([b]) * n, st.integers(0, 9000), st.integers(0, 255)),
+        ),
+        min_size=1,
+        max_size=6,
+    ),
+    cuts=st.lists(st.integers(0, 30000), max_size=12),
+    large_frame=st.sampled_from([16, 200, 5000, 10**9]),
 )
 def test_frames_read_in_any_pieces_decode_as_one_read_does(bodies, cuts, large_frame):
     """Large frames are collected chunk by chunk and joined once; whatever the reads' sizes,

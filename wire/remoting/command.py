@@ -183,7 +183,7 @@ class FrameDecoder:
             command, rest = self._joined()
             return [command, *self.feed(rest)] if rest else [command]
         buffer = self._buffer
-        if not buffer and len(data) >= 8 and self._starts_large_frame(data):
+        if len(data) >= 4096 and not buffer and self._starts_large_frame(data):  # one compare for small reads
             self._chunks.append(data)  # kept as it is: no copy until the join
             self._chunked, self._frame_end = len(data), 4 + _LENGTHS.unpack_from(data, 0)[0]
             return []
