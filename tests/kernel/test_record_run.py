@@ -78,11 +78,8 @@ damage = st.one_of(
 )
 
 
-@settings(max_examples=400, deadline=None)
-@given(specs=specs, damage=damage, check_crc=st.booleans(), base=st.sampled_from([0, 1 << 30]))
-def test_bulk_verdict_equals_record_by_record(specs, damage, check_crc, base):
-    log = build_log(specs, base)
-    kind, where, value = damage
+def damaged(log: bytearray, kind: str, where: float, value: int) -> bytearray:
+    """``log`` with one drawn ``damage``: a byte set, a run of zeros, or its end cut off."""
     at = int(where * len(log))
     if kind == "byte":
         log[at] = value
@@ -90,6 +87,13 @@ def test_bulk_verdict_equals_record_by_record(specs, damage, check_crc, base):
         log[at : at + value] = bytes(len(log[at : at + value]))
     elif kind == "cut":
         del log[at:]
+    return log
+
+
+@settings(max_examples=400, deadline=None)
+@given(specs=specs, damage=damage, check_crc=st.booleans(), base=st.sampled_from([0, 1 << 30]))
+def test_bulk_verdict_equals_record_by_record(specs, damage, check_crc, base):
+    log = damaged(build_log(specs, base), *damage)
     log += bytes(64)  # never-written space after the log, as in a pre-allocated file
     data = bytes(log)
     assert bulk(data, len(data), base, check_crc) == reference(data, len(data), base, check_crc)

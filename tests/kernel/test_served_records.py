@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kernel.errors import CorruptRecord
-from tests.kernel.test_record_run import build_log, damage, specs
+from tests.kernel.test_record_run import build_log, damage, damaged, specs
 from wire import batch_codec, record, record_run
 from wire.stored_records import StoredRecords
 
@@ -36,17 +36,6 @@ def pure(buffer, positions, sizes, limit, base):
     verdict, row = record_run.first_problem_at(buffer, positions, sizes, limit, base=base)
     data = batch_codec.pure.gather(buffer, positions, positions + sizes) if not verdict else b""
     return data, verdict, row
-
-
-def damaged(log: bytearray, kind: str, where: float, value: int) -> bytearray:
-    at = int(where * len(log))
-    if kind == "byte":
-        log[at] = value
-    elif kind == "zeros":
-        log[at : at + value] = bytes(len(log[at : at + value]))
-    elif kind == "cut":
-        del log[at:]
-    return log
 
 
 @needs_compiled
