@@ -341,18 +341,3 @@ def problem_at(
         stored = _SIZE.unpack_from(buffer, position)[0]
         return CorruptRecord(position, f"size {stored} is not the queue's {int(sizes[row])}")
     return _reason(buffer, position, limit, base, True)
-    outside = (positions < 0) | (sizes < MIN_RECORD_SIZE) | (positions + sizes > limit)
-    if outside.any():
-        at = int(positions[np.argmax(outside)])
-        return CorruptRecord(at, "the consume queue points outside the written log")
-    stored = _values(buffer, np.dtype(">i4"), limit)[positions].astype(np.int64)
-    wrong = stored != sizes
-    if wrong.any():
-        row = int(np.argmax(wrong))
-        return CorruptRecord(
-            int(positions[row]), f"size {int(stored[row])} is not the queue's {int(sizes[row])}"
-        )
-    bad = _Records.gather(buffer, positions, limit, base, True).bad
-    if bad.any():
-        return _reason(buffer, int(positions[np.argmax(bad)]), limit, base, True)
-    return None

@@ -59,8 +59,8 @@ class PullResult:
     min_offset: int
     max_offset: int
     messages: Sequence[ReceivedMessage]
-    """A list, or with ``pull(lazy=True)`` a :class:`PulledMessages` (made when asked for)."""
-    """Those matching the subscription's exact tags (the broker filters by hash)."""
+    """Those matching the subscription's exact tags (the broker filters by hash): a list, or
+    with ``pull(lazy=True)`` and no tags a :class:`PulledMessages` (made when asked for)."""
     raw_bytes: int = 0
 
 
