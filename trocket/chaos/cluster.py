@@ -63,6 +63,31 @@ class ClusterError(RuntimeError):
     """A process did not start (the message carries its log's tail)."""
 
 
+def threads_stopped(pid: int, timeout: float) -> bool:
+    """Whether every thread of ``pid`` is stopped (``T`` or ``t`` in its ``/proc`` stat) within
+    ``timeout`` seconds; True when the process is gone. The kernel's io_uring workers
+    (``iou-*``) are not stopped by signals and are left out: what they finish was not answered
+    (the thread that answers is stopped)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        running = 0
+        for stat in glob.glob(f"/proc/{pid}/task/*/stat"):
+            try:
+                text = Path(stat).read_text()
+            except OSError:
+                continue  # the thread ended
+            name, _, rest = text.rpartition(")")
+            if name.split("(", 1)[-1].startswith("iou-"):
+                continue
+            if rest.split()[0] not in ("T", "t"):
+                running += 1
+        if not running:
+            return True
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.001)
+
+
 @attrs.define(eq=False)
 class LabProcess:
     name: str
@@ -92,6 +117,14 @@ class LabProcess:
     def pause(self) -> None:
         """SIGSTOP: the process stops at once (it could see SIGCONT, a frozen one sees nothing)."""
         self.send_signal(signal.SIGSTOP)
+
+    def pause_and_wait(self, timeout: float = 5.0) -> None:
+        """:meth:`pause`, returning once every thread of the process has stopped: ``kill``
+        returns before the signal reached them, and a broker still running answers sends whose
+        bytes a copy of its disk made meanwhile lacks (the S8-sync failure of 2026-11-29)."""
+        self.pause()
+        if self.popen is not None and not threads_stopped(self.popen.pid, timeout):
+            raise ClusterError(f"{self.name} did not stop within {timeout} s of SIGSTOP")
 
     def freeze(self) -> None:
         """The cgroup freezer: every thread stops where it is, in the kernel too, without a
@@ -325,7 +358,7 @@ max_time_slave_not_catchup = "{catchup}"
         :mod:`kernel.testing.power_cut`); the process is killed, not restarted."""
         process = self.replicas[broker_id]
         image = self.images[process.name]
-        process.pause()
+        process.pause_and_wait()
         cut = image.copy_to(image.path.with_name(f"{image.path.stem}-cut{len(self.cuts)}.img"))
         process.kill()
         _umount(self.root / process.name)

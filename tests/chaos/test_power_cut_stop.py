@@ -1,0 +1,36 @@
+"""A lab's power cut copies the disk only once the replica's threads have all stopped."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from trocket.chaos.cluster import LabProcess, threads_stopped
+
+BUSY_THREADS = """
+import threading
+def spin():
+    while True:
+        pass
+for _ in range(3):
+    threading.Thread(target=spin, daemon=True).start()
+spin()
+"""
+
+
+def test_pause_and_wait_returns_with_every_thread_stopped(tmp_path: Path):
+    process = LabProcess("busy", "host", [sys.executable, "-c", BUSY_THREADS], tmp_path / "busy.log")
+    process.popen = subprocess.Popen(process.argv)
+    try:
+        time.sleep(0.3)  # the threads are running
+        assert not threads_stopped(process.popen.pid, 0.05)
+        process.pause_and_wait()
+        states = [
+            path.read_text().rpartition(")")[2].split()[0]
+            for path in Path(f"/proc/{process.popen.pid}/task").glob("*/stat")
+        ]
+        assert len(states) == 4 and set(states) <= {"T", "t"}
+    finally:
+        process.kill()
