@@ -17,7 +17,7 @@ import attrs
 import numpy as np
 
 from wire import batch_codec
-from wire.record_run import Buffer, first_problem_at, problem_at
+from wire.record_run import Buffer, check_at, problem_at
 
 
 @attrs.frozen(eq=False)
@@ -51,15 +51,14 @@ class StoredRecords(Sequence[bytes]):
         sizes = np.ascontiguousarray(sizes, dtype=np.int64)
         checked = batch_codec.gather_checked(buffer, positions, sizes, limit, base)
         if checked is None:
-            verdict, row = first_problem_at(buffer, positions, sizes, limit, base=base)
-            data = b""
-        else:
-            data, verdict, row = checked
+            problem = check_at(buffer, positions, sizes, limit, base=base)
+            if problem is not None:
+                raise problem
+            return cls(batch_codec.gather(buffer, positions, positions + sizes), np.cumsum(sizes))
+        data, verdict, row = checked
         problem = problem_at(buffer, positions, sizes, limit, base=base, verdict=verdict, row=row)
         if problem is not None:
             raise problem
-        if checked is None:
-            data = batch_codec.gather(buffer, positions, positions + sizes)
         return cls(data, np.cumsum(sizes))
 
     @classmethod

@@ -7,7 +7,10 @@ import sys
 import time
 from pathlib import Path
 
-from trocket.chaos.cluster import LabProcess, threads_stopped
+import pytest
+
+from trocket.chaos import cluster
+from trocket.chaos.cluster import ClusterError, LabProcess, threads_stopped
 
 BUSY_THREADS = """
 import threading
@@ -32,5 +35,20 @@ def test_pause_and_wait_returns_with_every_thread_stopped(tmp_path: Path):
             for path in Path(f"/proc/{process.popen.pid}/task").glob("*/stat")
         ]
         assert len(states) == 4 and set(states) <= {"T", "t"}
+    finally:
+        process.kill()
+
+
+def test_pause_and_wait_refuses_to_go_on_while_a_thread_still_runs(tmp_path: Path, monkeypatch):
+    """The copy must not start before the threads stopped: a replica whose threads never show
+    as stopped is an error, not a cut (SIGSTOP itself lands too fast to catch it late here)."""
+    process = LabProcess("busy", "host", [sys.executable, "-c", BUSY_THREADS], tmp_path / "busy.log")
+    process.popen = subprocess.Popen(process.argv)
+    asked = []
+    monkeypatch.setattr(cluster, "threads_stopped", lambda pid, timeout: asked.append(pid) or False)
+    try:
+        with pytest.raises(ClusterError, match="did not stop"):
+            process.pause_and_wait(timeout=0.1)
+        assert asked == [process.popen.pid]
     finally:
         process.kill()

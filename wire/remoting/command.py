@@ -183,26 +183,21 @@ class FrameDecoder:
             command, rest = self._joined()
             return [command, *self.feed(rest)] if rest else [command]
         buffer = self._buffer
-        if len(data) >= 4096 and not buffer and self._starts_large_frame(data):  # one compare for small reads
-            self._chunks.append(data)  # kept as it is: no copy until the join
-            self._chunked, self._frame_end = len(data), 4 + _LENGTHS.unpack_from(data, 0)[0]
-            return []
+        if len(data) >= 4096 and not buffer:  # one compare for the small reads of single messages
+            total = self._lengths(data, 0)[0]
+            if total >= self.large_frame and len(data) - 4 < total:
+                self._collect(data, total)  # kept as it is: no copy until the join
+                return []
         buffer += data
         commands: list[RemotingCommand] = []
         position = 0
         end = len(buffer)
         while end - position >= 8:
-            total, word = _LENGTHS.unpack_from(buffer, position)
-            if total < 4 or total > self.max_frame_size:
-                raise FrameError(f"frame length {total} outside [4, {self.max_frame_size}]")
-            serialize_type, header_length = word >> 24, word & 0xFFFFFF
-            if header_length > total - 4:
-                raise FrameError(f"header length {header_length} exceeds frame length {total}")
+            total, serialize_type, header_length = self._lengths(buffer, position)
             if end - position - 4 < total:
                 if total >= self.large_frame:
                     with memoryview(buffer) as view:
-                        self._chunks.append(bytes(view[position:]))
-                    self._chunked, self._frame_end = end - position, 4 + total
+                        self._collect(bytes(view[position:]), total)
                     buffer.clear()
                     return commands
                 break
@@ -217,23 +212,32 @@ class FrameDecoder:
             del buffer[:position]
         return commands
 
-    def _starts_large_frame(self, data: bytes) -> bool:
-        """Whether ``data`` begins a valid frame of at least :attr:`large_frame` bytes that it
-        does not hold whole (anything else, errors included, goes the buffer's way)."""
-        total, word = _LENGTHS.unpack_from(data, 0)
-        return (
-            self.large_frame <= total <= self.max_frame_size
-            and len(data) - 4 < total
-            and (word & 0xFFFFFF) <= total - 4
-        )
+    def _lengths(self, data: bytes | bytearray, at: int) -> tuple[int, int, int]:
+        """The frame starting at ``at``: its length (after the length word), serialize type
+        and header length.
+
+        :raises FrameError: a length out of bounds.
+        """
+        total, word = _LENGTHS.unpack_from(data, at)
+        if total < 4 or total > self.max_frame_size:
+            raise FrameError(f"frame length {total} outside [4, {self.max_frame_size}]")
+        serialize_type, header_length = word >> 24, word & 0xFFFFFF
+        if header_length > total - 4:
+            raise FrameError(f"header length {header_length} exceeds frame length {total}")
+        return total, serialize_type, header_length
+
+    def _collect(self, first: bytes, total: int) -> None:
+        """Start collecting a large frame of ``total`` bytes (after its length word) whose
+        first ``first`` bytes arrived."""
+        self._chunks.append(first)
+        self._chunked, self._frame_end = len(first), 4 + total
 
     def _joined(self) -> tuple[RemotingCommand, bytes]:
         """The collected large frame decoded (its body joined from the chunks in one copy), and
         the bytes after it."""
         chunks, frame_end = self._chunks, self._frame_end
         self._chunks, self._chunked, self._frame_end = [], 0, 0
-        word = _LENGTHS.unpack_from(chunks[0], 0)[1]  # the first chunk holds both length words
-        serialize_type, header_length = word >> 24, word & 0xFFFFFF
+        _, serialize_type, header_length = self._lengths(chunks[0], 0)  # the first chunk holds both words
         body_start = 8 + header_length
         pieces: list[memoryview] = []
         header_pieces: list[memoryview] = []

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import collections
 import logging
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from contextlib import AsyncExitStack
 
 import attrs
@@ -72,7 +72,7 @@ class LitePullConsumer(ConsumerBase):
 
     _assigned: bool = attrs.field(default=False, init=False)
     _owned: dict[MessageQueue, _Owned] = attrs.field(factory=dict, init=False)
-    _buffer: collections.deque[tuple[_Owned, int, Sequence[ReceivedMessage]]] = attrs.field(
+    _buffer: collections.deque[tuple[_Owned, int, PulledMessages | list[ReceivedMessage]]] = attrs.field(
         factory=collections.deque, init=False
     )
     _buffered_total: int = attrs.field(default=0, init=False)
@@ -182,7 +182,7 @@ class LitePullConsumer(ConsumerBase):
                     self._buffered_total -= len(pulled)
                     if version != owned.version or self._owned.get(owned.queue) is not owned:
                         continue  # seeked or given up since it was pulled
-                    messages = pulled.messages() if isinstance(pulled, PulledMessages) else list(pulled)
+                    messages = pulled.messages() if isinstance(pulled, PulledMessages) else pulled
                     owned.consumed = messages[-1].queue_offset + 1
                     if self.auto_commit:
                         assert self._offsets is not None

@@ -9,13 +9,12 @@ from __future__ import annotations
 
 import enum
 import struct
-from collections.abc import Sequence
 
 import attrs
 
 from kernel.errors import CorruptRecord
 from kernel.model import MessageQueue
-from trocket.client.consumer.received import ReceivedMessage, decode_pulled
+from trocket.client.consumer.received import PulledMessages, ReceivedMessage, decode_pulled
 from trocket.client.errors import ClientError
 from wire.remoting import RemotingClient, RemotingCommand, RequestCode, ResponseCode
 from wire.subscription import Subscription
@@ -58,7 +57,7 @@ class PullResult:
     next_begin_offset: int
     min_offset: int
     max_offset: int
-    messages: Sequence[ReceivedMessage]
+    messages: PulledMessages | list[ReceivedMessage]
     """Those matching the subscription's exact tags (the broker filters by hash): a list, or
     with ``pull(lazy=True)`` and no tags a :class:`PulledMessages` (made when asked for)."""
     raw_bytes: int = 0
@@ -164,7 +163,7 @@ async def pull(
         commit_offset=commit_offset,
         suspend_ms=suspend_ms,
     )
-    messages: Sequence[ReceivedMessage] = []
+    messages: PulledMessages | list[ReceivedMessage] = []
     if raw.status is PullStatus.FOUND:
         try:
             pulled = decode_pulled(raw.body, queue)

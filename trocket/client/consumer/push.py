@@ -425,7 +425,8 @@ class PushConsumer(ConsumerBase):
                     self._offsets.update(queue, result.next_begin_offset)
                 owned.next_offset = result.next_begin_offset
                 if result.messages:
-                    messages = list(result.messages)  # a list already: pull() without lazy
+                    messages = result.messages
+                    assert isinstance(messages, list)  # pull() without lazy: the messages are made
                     pq.put(messages)
                     self._submit(owned, messages)
                 elif pq.count == 0 and result.status is not PullStatus.OFFSET_ILLEGAL:
