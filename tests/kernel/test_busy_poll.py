@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 import trio
+import trio.testing
 
 from wire.remoting import RemotingClient, RemotingCommand, RemotingServer, Router
 from wire.remoting.busy_poll import (
@@ -108,6 +109,20 @@ async def test_an_adaptive_poller_backs_off_after_windows_that_catch_nothing():
         nursery.cancel_scope.cancel()
 
 
+async def passes() -> None:
+    """Let the poller look at the clock (it parks once its window has passed)."""
+    for _ in range(3):
+        await trio.lowlevel.checkpoint()
+
+
+async def polled_for(clock: trio.testing.MockClock, seconds: float) -> None:
+    """Time passing while the poller polls (a pass every tenth of it): a window that runs out
+    this way was tried and is a miss (one the loop was held through is not)."""
+    for _ in range(10):
+        clock.jump(seconds / 10)
+        await passes()
+
+
 async def test_an_adaptive_window_stretches_to_a_peer_that_answers_a_little_later(mock_clock):
     """A sync-flush put is answered after about 0.45 ms, past the 0.2 ms window: the first
     activity after the miss says how late it came, and the window stretches to a quarter more
@@ -115,11 +130,6 @@ async def test_an_adaptive_window_stretches_to_a_peer_that_answers_a_little_late
     puts the window back to its base. Virtual time: the poller is driven by clock jumps."""
     base = 200e-6
     poller = BusyPoller(base, adaptive=True)
-
-    async def passes() -> None:
-        """Let the poller look at the clock (it parks once its window has passed)."""
-        for _ in range(3):
-            await trio.lowlevel.checkpoint()
 
     async def activity_after(seconds: float, request: bool = False) -> None:
         mock_clock.jump(seconds)
@@ -131,8 +141,7 @@ async def test_an_adaptive_window_stretches_to_a_peer_that_answers_a_little_late
         await activity_after(1.0)  # an answer after a quiet second: sparse, stays parked
         await activity_after(50e-6, request=True)  # the next request: polls the base window
         assert not poller.parked and poller.answer_window == base
-        mock_clock.jump(base + 1e-6)
-        await passes()
+        await polled_for(mock_clock, base + 1e-6)
         assert poller.misses == 1 and poller.parked, "the answer did not come within the window"
         await activity_after(450e-6 - base - 1e-6)  # the answer, 0.45 ms after the request
         assert poller.answer_window == pytest.approx(450e-6 * STRETCH)
@@ -145,19 +154,46 @@ async def test_an_adaptive_window_stretches_to_a_peer_that_answers_a_little_late
         # window only: a stretched window serves answers, not a slow sender.
         assert poller._hot_until == pytest.approx(trio.current_time() + base)
         await activity_after(50e-6, request=True)  # a request whose answer comes too late
-        mock_clock.jump(poller.answer_window + 1e-6)
-        await passes()
+        await polled_for(mock_clock, poller.answer_window + 1e-6)
         assert poller.misses == 2 and poller.parked
         await activity_after(MAX_WINDOW)  # later than any stretched window may be: back to base
         assert poller.answer_window == base
         # A window started by an answer (a server waiting for the next request) never
         # stretches, however soon after it ran out the request came.
         await activity_after(50e-6)
-        mock_clock.jump(base + 1e-6)
-        await passes()
+        await polled_for(mock_clock, base + 1e-6)
         assert poller.misses == 3 and poller.parked
         await activity_after(100e-6, request=True)
         assert poller.answer_window == base
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_window_the_loop_was_held_through_is_no_miss(mock_clock):
+    """A sync-flush put holds the loop (its io_uring wait) past the window its request opened:
+    that window was never tried, so it is no miss, and the answer written after the sync
+    polls for the client's next request although the request came more than a window
+    earlier. Whether the poller sees the window ran out before the answer's touch or not."""
+    base = 200e-6
+    poller = BusyPoller(base, adaptive=True)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(poller.run)
+        for poller_ran_first in (False, True, False):
+            poller.touch()  # an answer
+            await passes()
+            mock_clock.jump(60e-6)
+            poller.touch()  # the client's next request, soon after: polls
+            await passes()
+            assert not poller.parked
+            mock_clock.jump(330e-6)  # the request's sync: the loop is held, the poller does not run
+            if poller_ran_first:
+                await passes()
+            poller.touch()  # its answer
+            await passes()
+            assert poller.misses == 0 and poller._back_off == 1
+            assert not poller.parked and poller._hot_until == pytest.approx(trio.current_time() + base)
+        # A window the poller did poll through is still a miss.
+        await polled_for(mock_clock, base + 1e-6)
+        assert poller.misses == 1 and poller.parked
         nursery.cancel_scope.cancel()
 
 

@@ -40,6 +40,13 @@ Two modes:
   (measured with 2 to 64 producers, one send in flight each, against a broker with polling
   off: polling was 2-8 % slower at every count). A client's poller waits for answers to its
   own requests, which pays whatever the number of brokers it talks to, so it ignores peers.
+  A window that runs out while the loop is held (a task's step, the io_uring wait of a
+  sync-flush put: the poller did not run in the window's second half) was never tried: it is
+  no miss, and the next activity polls whatever the gap before it (that gap was the loop's
+  work, not the peer's silence). Counted as misses, the request window of every sync-flush put
+  ran out inside its sync, the poller backed off, and the broker slept through the client's
+  next request: 58 µs from its write to the broker's read against 19 polling (docs/performance.md,
+  twenty-fourth step).
 - **fixed** (a duration): always poll for the window after each activity.
 
 Off with ``0``: the loop sleeps in epoll as it always did.
@@ -109,6 +116,11 @@ class BusyPoller:
     """The current window was started by a request (its answer is due)."""
     _missed: bool = attrs.field(default=False, init=False)
     """A window waiting for an answer ran out; the next activity says how late it came."""
+    _spun_at: float = attrs.field(default=float("-inf"), init=False)
+    """When the poller last polled (a window whose second half saw no poll was held)."""
+    _held: bool = attrs.field(default=False, init=False)
+    """The last window ran out while the loop was held (noted by the poller for the next
+    :meth:`touch`)."""
     answer_window: float = attrs.field(default=0.0, init=False)
     """The window polled after a request this end sent: ``window``, or longer once stretched
     (other activities always poll for ``window``)."""
@@ -156,6 +168,8 @@ class BusyPoller:
             self.hits += 1
             self._back_off = 1
         elif self.adaptive:
+            held = self._held or self._held_through()
+            self._held = False
             if self._missed:
                 # The first activity after a window that caught nothing: ``gap`` is how late
                 # it came after the activity that started that window.
@@ -170,7 +184,7 @@ class BusyPoller:
             if self._passing:
                 self._passing -= 1
                 return
-            if gap > window:
+            if gap > window and not held:
                 return  # traffic this sparse would not arrive while polling: sleep as usual
         self._hot_until = now + window
         self._waits_for_answer = answer_due
@@ -179,10 +193,18 @@ class BusyPoller:
             self._parked = None
             parked.set()
 
+    def _held_through(self) -> bool:
+        """The current window has run out and the poller did not poll in its second half:
+        the loop was held (see the module docstring), so the window was never tried."""
+        hot_until = self._hot_until
+        return 0.0 < hot_until < trio.current_time() and hot_until - self._spun_at > self.window / 2
+
     async def run(self) -> None:
         """Poll while hot, park while cold; until cancelled."""
         while True:
-            if trio.current_time() < self._hot_until:
+            now = trio.current_time()
+            if now < self._hot_until:
+                self._spun_at = now
                 self.spins += 1
                 # Offer the core to other runnable threads first (the store's flush thread,
                 # the kernel's writeback): with both ends of a round trip polling on a 2-core
@@ -191,7 +213,9 @@ class BusyPoller:
                 os.sched_yield()
                 await trio.lowlevel.checkpoint()
                 continue
-            if self._hot_until:
+            if self._held_through():
+                self._held = True  # not a miss: the next activity polls
+            elif self._hot_until:
                 # The window ran out with nothing arriving: a miss.
                 self.misses += 1
                 if self.adaptive:
