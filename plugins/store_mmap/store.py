@@ -499,7 +499,7 @@ def sync_ring(config: StoreMmapConfig) -> Ring | None:
     if config.sync_with == "thread" or config.write_path == "mmap":
         return None
     try:
-        return open_ring()
+        return open_ring(spin=config.sync_wait == "spin")
     except RingUnavailable as error:
         if config.sync_with == "io_uring":
             problem = f"io_uring is unavailable here: {error.strerror}"

@@ -29,18 +29,33 @@ def completions_waiting(ring: Ring) -> int:
     return (tail - head) & 0xFFFFFFFF
 
 
-def ring_or_skip() -> Ring:
+def ring_or_skip(*, spin: bool = True) -> Ring:
     try:
-        return open_ring()
+        return open_ring(spin=spin)
     except RingUnavailable as error:  # the store falls back to its flush thread there
         pytest.skip(f"io_uring unavailable: {error.strerror}")
 
 
-@pytest.fixture
-def ring():
-    ring = ring_or_skip()
+@pytest.fixture(params=["spin", "sleep"])
+def ring(request):
+    """A ring of each way of blocking (``[store_mmap] sync_wait``): every promise below holds
+    for both."""
+    ring = ring_or_skip(spin=request.param == "spin")
     yield ring
     ring.close()
+
+
+async def test_a_spinning_ring_yields_its_cpu_while_it_waits_a_sleeping_one_never(ring, monkeypatch):
+    """``spin`` looks at the completion queue between ``sched_yield`` calls (the kernel's
+    worker may need this CPU); ``sleep`` waits in the system call and never yields."""
+    yields: list[int] = []
+    real_yield = os.sched_yield
+    monkeypatch.setattr(os, "sched_yield", lambda: yields.append(1) or real_yield())
+    with pytest.raises(OSError) as raised:
+        await ring.run(RingOp.sleep(0.0005))  # pending for 0.5 ms: under the block limit
+    assert raised.value.errno == errno.ETIME
+    assert ring.waits.blocked + ring.waits.awaited == 1
+    assert (len(yields) > 0) == ring.spin
 
 
 async def test_a_sync_of_written_bytes_completes_and_is_counted(ring, tmp_path):
@@ -58,6 +73,7 @@ async def test_a_sync_of_written_bytes_completes_and_is_counted(ring, tmp_path):
     assert ring.figures() == {
         "commitLogSyncsBlocked": str(ring.waits.blocked),
         "commitLogSyncsAwaited": str(ring.waits.awaited),
+        "commitLogSyncWait": "spin" if ring.spin else "sleep",
     }
 
 
@@ -197,18 +213,27 @@ def runtime_figures(broker: Broker) -> dict[str, str]:
     return {k: v for part in broker.ctx.hook.trocket_runtime_figures(ctx=broker.ctx) for k, v in part.items()}
 
 
-def sync_store_config(data_dir, sync_with: str):
+def sync_store_config(data_dir, sync_with: str, sync_wait: str = "spin"):
     return make_config(
         broker={"plugins": ["store_mmap", "flush_sync"], "data_dir": str(data_dir), "flush": "sync"},
-        store_mmap={"commit_log_file_size": "1MiB", "message_index_enable": False, "sync_with": sync_with},
+        store_mmap={
+            "commit_log_file_size": "1MiB",
+            "message_index_enable": False,
+            "sync_with": sync_with,
+            "sync_wait": sync_wait,
+        },
     )
 
 
-@pytest.mark.parametrize("sync_with", ["io_uring", "thread"])
-async def test_sync_puts_are_flushed_through_the_chosen_path_and_survive_a_restart(tmp_path, sync_with):
+@pytest.mark.parametrize(
+    ("sync_with", "sync_wait"), [("io_uring", "spin"), ("io_uring", "sleep"), ("thread", "spin")]
+)
+async def test_sync_puts_are_flushed_through_the_chosen_path_and_survive_a_restart(
+    tmp_path, sync_with, sync_wait
+):
     if sync_with == "io_uring":
         ring_or_skip().close()
-    broker = Broker.assemble(sync_store_config(tmp_path, sync_with))
+    broker = Broker.assemble(sync_store_config(tmp_path, sync_with, sync_wait))
     async with trio.open_nursery() as nursery:
         await nursery.start(broker.run)
         for n in range(50):
@@ -219,6 +244,9 @@ async def test_sync_puts_are_flushed_through_the_chosen_path_and_survive_a_resta
         assert figures["commitLogSyncWith"] == sync_with
         if sync_with == "io_uring":
             assert int(figures["commitLogSyncsBlocked"]) + int(figures["commitLogSyncsAwaited"]) >= 50
+            assert figures["commitLogSyncWait"] == sync_wait
+        else:
+            assert "commitLogSyncWait" not in figures  # the flush thread always sleeps
         broker.request_stop()
     again = Broker.assemble(sync_store_config(tmp_path, sync_with))
     async with trio.open_nursery() as nursery:
@@ -228,7 +256,7 @@ async def test_sync_puts_are_flushed_through_the_chosen_path_and_survive_a_resta
 
 
 async def test_auto_falls_back_to_the_thread_and_io_uring_names_why_it_cannot_start(tmp_path, monkeypatch):
-    def refused() -> Ring:
+    def refused(*, spin: bool = True) -> Ring:
         raise RingUnavailable(errno.EPERM, "io_uring_setup: Operation not permitted")
 
     monkeypatch.setattr(store_module, "open_ring", refused)
