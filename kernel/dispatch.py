@@ -171,6 +171,10 @@ class DispatchService:
                 with trio.CancelScope() as self._idle:
                     await limit.wait_reached(offset + 1)
                 self._idle = None
+                if self._rewound is None and self.dispatched.value >= limit.value:
+                    # What woke it was dispatched during the put's disk sync (SyncOverlap)
+                    # before this task ran: idle again in this step, no pass of its own.
+                    continue
                 # Woken by a put after idling: let the put's handler answer its client
                 # first (its response is ready or nearly), then dispatch.
                 await trio.lowlevel.checkpoint()

@@ -27,6 +27,7 @@ from kernel.errors import FlushError, WatermarkFailed
 from kernel.latency import LatencyHistogram, LatencySnapshot
 from kernel.model import AppendResult, Durability
 from kernel.protocols import MessageStore
+from kernel.put_alone import PUT_ALONE
 
 log = logging.getLogger(__name__)
 
@@ -45,6 +46,9 @@ class GroupCommitStatistics:
     """How long each flush (one fsync releasing a group of puts) took."""
     led: int = 0
     """Flushes a put ran itself, finding no flush under way (the rest ran on the loop's task)."""
+    led_alone: int = 0
+    """Of those, puts their front end marked alone (:data:`~kernel.put_alone.PUT_ALONE`),
+    flushed without waiting for the rest of their scheduler pass."""
 
 
 @attrs.define(eq=False)
@@ -61,6 +65,7 @@ class GroupCommitFlush:
     """A leader is elected and lets its scheduler pass finish: puts appended meanwhile are
     covered by its flush and ask for none."""
     _led: int = attrs.field(default=0, init=False)
+    _alone: int = attrs.field(default=0, init=False)
     _flushes: int = attrs.field(default=0, init=False)
     _released: int = attrs.field(default=0, init=False)
     _timeouts: int = attrs.field(default=0, init=False)
@@ -107,7 +112,7 @@ class GroupCommitFlush:
         if wait and idle and flushed.failure is None:
             # The leader: nobody flushes, so this put's task does, with no hand-over.
             self._led += 1
-            await self._lead(deadline)
+            await self._lead(deadline, alone=PUT_ALONE.get())
             if flushed.value >= end:
                 self._released += 1
                 return Durability.FLUSHED
@@ -127,8 +132,9 @@ class GroupCommitFlush:
         self._released += 1
         return Durability.FLUSHED
 
-    async def _lead(self, deadline: float) -> None:
-        """The leader's flush, after one scheduler pass (see the module docstring). Its
+    async def _lead(self, deadline: float, *, alone: bool = False) -> None:
+        """The leader's flush, after one scheduler pass (see the module docstring) unless the
+        put is ``alone`` (:data:`~kernel.put_alone.PUT_ALONE`: nothing could join it). Its
         deadline still holds while the flush waits (a slow disk); a flush already on the disk
         is waited for (it cannot be abandoned), as the loop's is. Whatever stops the leader
         short (its deadline, a cancelled request), the puts that counted on it are flushed
@@ -136,7 +142,10 @@ class GroupCommitFlush:
         self._leading = True
         try:
             try:
-                await trio.lowlevel.checkpoint()
+                if alone:
+                    self._alone += 1
+                else:
+                    await trio.lowlevel.checkpoint()
             finally:
                 self._leading = False
             with trio.move_on_at(deadline):
@@ -152,5 +161,11 @@ class GroupCommitFlush:
 
     def statistics(self) -> GroupCommitStatistics:
         return GroupCommitStatistics(
-            self._flushes, self._released, self._timeouts, self._failures, self._latency.snapshot(), self._led
+            self._flushes,
+            self._released,
+            self._timeouts,
+            self._failures,
+            self._latency.snapshot(),
+            self._led,
+            self._alone,
         )

@@ -21,6 +21,7 @@ import trio
 
 from kernel.gathered_puts import GatheredPuts, PutGroup
 from kernel.model import MessageBatch, PutResult
+from kernel.put_alone import PUT_ALONE
 
 WINDOW = 0.001
 """Sends of two different connections this close together are gathered: concurrent
@@ -49,12 +50,20 @@ class LoneSends:
         """Sends put through a gathered group (``putGatheredTotal``)."""
         return self._gathered.puts
 
-    async def put_from(self, sender: object, batch: MessageBatch) -> PutResult:
+    async def put_from(self, sender: object, batch: MessageBatch, *, sender_idle: bool = False) -> PutResult:
         """Put ``batch``, sent on connection ``sender``: gathered when another connection
-        sent within ``WINDOW``, else at once."""
+        sent within ``WINDOW``, else at once. ``sender_idle``: nothing else of the sender's is
+        in flight, so a put made at once is alone (:data:`~kernel.put_alone.PUT_ALONE`: the
+        sync flush syncs it without waiting for a pass that could bring nothing)."""
         now = trio.current_time()
         concurrent = sender is not self._last_sender and now - self._last_at < WINDOW
         self._last_sender, self._last_at = sender, now
         if concurrent or self._gathered.gathering:  # joining an open group keeps send order
             return await self._gathered.put(batch)
-        return await self.put(batch)
+        if not sender_idle:
+            return await self.put(batch)
+        token = PUT_ALONE.set(True)
+        try:
+            return await self.put(batch)
+        finally:
+            PUT_ALONE.reset(token)

@@ -9,6 +9,7 @@ import attrs
 import trio
 
 from kernel.model import Message, MessageBatch, PutResult, PutStatus
+from kernel.put_alone import PUT_ALONE
 from plugins.remoting.lone_sends import WINDOW, LoneSends
 
 
@@ -67,3 +68,35 @@ async def test_sends_of_several_connections_in_one_pass_share_one_put(autojump_c
     await sends.put_from(first, batch("later"))
     await sends.put_from(first, batch("later again"))
     assert len(runtime.direct) == 3 and len(runtime.groups) == 1
+
+
+async def test_a_put_is_marked_alone_only_when_its_sender_is_idle_and_no_other_connection_sends(
+    autojump_clock,
+):
+    """``PUT_ALONE`` (the sync flush's leader then skips its gathering pass) is set around a put
+    made at once for a connection with nothing else in flight, never around a gathered put
+    nor a pipelining connection's, and is back to False after the put."""
+    seen: list[bool] = []
+
+    async def put(batch: MessageBatch) -> PutResult:
+        seen.append(PUT_ALONE.get())
+        return PutResult(PutStatus.PUT_OK, None, "")
+
+    async def put_group(batches: Sequence[MessageBatch]) -> list[PutResult]:
+        seen.extend(PUT_ALONE.get() for _ in batches)
+        return [PutResult(PutStatus.PUT_OK, None, "") for _ in batches]
+
+    sends = LoneSends(put_group, put)
+    connection = object()
+    await sends.put_from(connection, batch("idle sender"), sender_idle=True)
+    await sends.put_from(connection, batch("pipelining"), sender_idle=False)
+    assert seen == [True, False] and PUT_ALONE.get() is False
+
+    async def other(index: int) -> None:
+        await sends.put_from(object(), batch(f"c{index}"), sender_idle=True)
+
+    seen.clear()
+    async with trio.open_nursery() as nursery:  # several connections at once: gathered
+        for index in range(3):
+            nursery.start_soon(other, index)
+    assert seen == [False, False, False]

@@ -421,6 +421,11 @@ class Connection:
             self.reactor = None
 
     @property
+    def requests_in_flight(self) -> int:
+        """Requests of the peer's being handled now (the one asking included)."""
+        return self._in_flight
+
+    @property
     def closed(self) -> bool:
         return self._closed.is_set()
 

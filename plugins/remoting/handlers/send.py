@@ -64,7 +64,7 @@ async def handle_send(
     if isinstance(prepared, RemotingCommand):
         return prepared
     batch, queue_id = prepared
-    result = await net.lone_sends.put_from(connection, batch)
+    result = await net.lone_sends.put_from(connection, batch, sender_idle=connection.requests_in_flight == 1)
     _count(net, request, batch, result, trio.current_time())
     return _answer(net.config, request, queue_id, result)
 

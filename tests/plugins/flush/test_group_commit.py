@@ -10,6 +10,7 @@ import trio
 import trio.testing
 
 from kernel.model import AppendResult, Durability
+from kernel.put_alone import PUT_ALONE
 from kernel.sync import LogPositions
 from plugins.flush_sync.policy import GroupCommitFlush
 
@@ -161,6 +162,44 @@ async def test_puts_appended_in_the_leaders_scheduler_pass_share_its_flush():
         assert store.flushes == 1, "one flush covered the 16 puts"
         statistics = policy.statistics()
         assert (statistics.led, statistics.released) == (1, 16)
+        nursery.cancel_scope.cancel()
+
+
+@attrs.define
+class CoverageStore(GatedStore):
+    """Remembers what was appended when each flush started."""
+
+    covered: list[int] = attrs.field(factory=list)
+
+    async def flush(self, **kwargs: object) -> int:
+        self.covered.append(self.positions.wrote.value)
+        return await super().flush(**kwargs)
+
+
+async def test_a_put_marked_alone_flushes_without_waiting_for_its_pass():
+    """``PUT_ALONE``: the front end knows nothing can join this put, so its leader syncs at
+    once instead of after the pass (a put started in the same pass is then not covered by
+    that flush and is flushed after it); a put without the mark keeps the pass (above)."""
+    store = CoverageStore()
+    store.gate.set()
+    policy = GroupCommitFlush(store, timeout=5.0)  # type: ignore[arg-type]
+    results: dict[int, Durability] = {}
+    put = recording_put(store, policy, results)
+
+    async with trio.open_nursery() as nursery:
+        await nursery.start(policy.run)
+        async with trio.open_nursery() as puts:
+            store.positions.wrote.advance(10)
+            puts.start_soon(put, 20)  # runs in the next scheduler pass
+            token = PUT_ALONE.set(True)
+            try:
+                results[10] = await policy.wait_durable(appended(10), wait=True)
+            finally:
+                PUT_ALONE.reset(token)
+        assert results == {10: Durability.FLUSHED, 20: Durability.FLUSHED}
+        assert store.covered[0] == 10, "the alone put's flush started before the other put appended"
+        statistics = policy.statistics()
+        assert statistics.led_alone == 1 and statistics.led >= 1
         nursery.cancel_scope.cancel()
 
 

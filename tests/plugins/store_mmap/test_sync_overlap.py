@@ -5,6 +5,7 @@ the overlap never dispatch a record twice or skip one."""
 
 from __future__ import annotations
 
+import collections
 import logging
 
 import pytest
@@ -13,6 +14,7 @@ import trio.testing
 
 from kernel import Broker, Message, MessageBatch
 from kernel.dispatch import OVERLAP_RECORDS, DispatchService
+from kernel.put_alone import PUT_ALONE
 from kernel.sync_overlap import SyncOverlap
 from kernel.testing import make_config
 from plugins.store_mmap.ring_sync import RingUnavailable, open_ring
@@ -57,6 +59,45 @@ def wire_batch(topic: str, queue_id: int, count: int, tag: str) -> WireBatch:
         born_host=("127.0.0.1", 40000),
         reconsume_times=0,
     )
+
+
+class TaskSteps(trio.abc.Instrument):
+    """Scheduler steps taken, by task name."""
+
+    def __init__(self) -> None:
+        self.steps: collections.Counter[str] = collections.Counter()
+
+    def before_task_step(self, task: trio.lowlevel.Task) -> None:
+        self.steps[task.name] += 1
+
+
+async def test_a_dispatch_loop_woken_for_records_the_sync_dispatched_idles_again_in_one_step(tmp_path):
+    """A put alone (``PUT_ALONE``: its leader syncs without waiting for a pass) has its record
+    dispatched during its own sync; the dispatch loop, woken by the append, runs only after
+    that and idles again in the same step, instead of first taking a scheduler pass of its
+    own (a second step after every sync put, which met the client's next request now and
+    then: the one-in-flight p99, docs/performance.md, twenty-fourth step)."""
+    broker = sync_broker(tmp_path)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(broker.run)
+        counter = TaskSteps()
+        trio.lowlevel.add_instrument(counter)
+        puts = 40
+        for n in range(puts):
+            fast_disk(broker)
+            await trio.testing.wait_all_tasks_blocked()
+            token = PUT_ALONE.set(True)
+            try:
+                result = await broker.put(MessageBatch([Message("Alone", f"m{n}".encode(), queue_id=0)]))
+            finally:
+                PUT_ALONE.reset(token)
+            assert result.ok, result.remark
+            assert broker.store.max_queue_offset("Alone", 0) == n + 1
+        await trio.testing.wait_all_tasks_blocked()
+        trio.lowlevel.remove_instrument(counter)
+        dispatch_steps = counter.steps["kernel.dispatch.DispatchService.run"]
+        assert puts // 2 <= dispatch_steps <= puts + 4, counter.steps
+        broker.request_stop()
 
 
 async def test_a_sync_put_returns_with_its_message_already_in_the_consume_queue(tmp_path):
