@@ -71,8 +71,11 @@ class GatedStore(CountingStore):
     gate: trio.Event = attrs.field(factory=trio.Event)
     flushed_by: list[object] = attrs.field(factory=list)
     lock: trio.Lock = attrs.field(factory=trio.Lock)
+    asked_at: list[int] = attrs.field(factory=list)
+    """What was appended when each flush was asked for (before it waits for the lock)."""
 
     async def flush(self, **_: object) -> int:
+        self.asked_at.append(self.positions.wrote.value)
         async with self.lock:
             self.flushed_by.append(trio.lowlevel.current_task())
             covered = self.positions.wrote.value  # what is on the disk when the flush starts
@@ -80,6 +83,17 @@ class GatedStore(CountingStore):
             self.flushes += 1
             self.positions.flushed.advance(covered)
             return self.positions.flushed.value
+
+
+def open_gate(
+    store: GatedStore,
+) -> tuple[GroupCommitFlush, dict[int, Durability], Callable[[int], Awaitable[None]]]:
+    """A policy over ``store`` with its gate open (each flush completes at once), the puts'
+    outcomes by end offset, and a put that records into them."""
+    store.gate.set()
+    policy = GroupCommitFlush(store, timeout=5.0)  # type: ignore[arg-type]
+    results: dict[int, Durability] = {}
+    return policy, results, recording_put(store, policy, results)
 
 
 async def test_a_lone_put_flushes_on_its_own_task():
@@ -147,10 +161,7 @@ async def test_puts_appended_in_the_leaders_scheduler_pass_share_its_flush():
     (a pipelining connection's requests, other connections' single sends) are appended by
     then and covered by its one flush, instead of each leading a flush of its own."""
     store = GatedStore()
-    store.gate.set()
-    policy = GroupCommitFlush(store, timeout=5.0)  # type: ignore[arg-type]
-    results: dict[int, Durability] = {}
-    put = recording_put(store, policy, results)
+    policy, results, put = open_gate(store)
 
     async with trio.open_nursery() as nursery:
         await nursery.start(policy.run)
@@ -165,26 +176,12 @@ async def test_puts_appended_in_the_leaders_scheduler_pass_share_its_flush():
         nursery.cancel_scope.cancel()
 
 
-@attrs.define
-class CoverageStore(GatedStore):
-    """Remembers what was appended when each flush started."""
-
-    covered: list[int] = attrs.field(factory=list)
-
-    async def flush(self, **kwargs: object) -> int:
-        self.covered.append(self.positions.wrote.value)
-        return await super().flush(**kwargs)
-
-
 async def test_a_put_marked_alone_flushes_without_waiting_for_its_pass():
     """``PUT_ALONE``: the front end knows nothing can join this put, so its leader syncs at
     once instead of after the pass (a put started in the same pass is then not covered by
     that flush and is flushed after it); a put without the mark keeps the pass (above)."""
-    store = CoverageStore()
-    store.gate.set()
-    policy = GroupCommitFlush(store, timeout=5.0)  # type: ignore[arg-type]
-    results: dict[int, Durability] = {}
-    put = recording_put(store, policy, results)
+    store = GatedStore()
+    policy, results, put = open_gate(store)
 
     async with trio.open_nursery() as nursery:
         await nursery.start(policy.run)
@@ -197,7 +194,7 @@ async def test_a_put_marked_alone_flushes_without_waiting_for_its_pass():
             finally:
                 PUT_ALONE.reset(token)
         assert results == {10: Durability.FLUSHED, 20: Durability.FLUSHED}
-        assert store.covered[0] == 10, "the alone put's flush started before the other put appended"
+        assert store.asked_at[0] == 10, "the alone put's flush started before the other put appended"
         statistics = policy.statistics()
         assert statistics.led_alone == 1 and statistics.led >= 1
         nursery.cancel_scope.cancel()
