@@ -50,7 +50,7 @@ class StoreMmapConfig:
     sync_wait: str = fields.choice("spin", ("spin", "sleep"))
     """How the event loop blocks for an io_uring sync (up to the 1 ms block limit either
     way): ``spin`` looks at the ring's completion queue, yielding its CPU between looks (a
-    lone sync put 8 % faster here, p99 18 % lower, for 7-10 % more broker CPU); ``sleep``
+    lone sync put 8 % faster here, p99 18 % lower, for 7-14 % more broker CPU); ``sleep``
     sleeps in ``io_uring_enter`` (:mod:`plugins.store_mmap.ring_sync`)."""
     warm_mapped_file: bool = fields.boolean(False)
     """``warmMapedFileEnable``: write zeros into each commit-log file ahead of the appends

@@ -20,7 +20,7 @@ completion queue's tail in the shared mapping and yielding its CPU (``sched_yiel
 released) between looks, rather than sleeping in ``io_uring_enter``. A thread asleep for the
 sync leaves its virtual CPU halted; waking it costs tens of microseconds, and the broker's code
 after the wake ran slower too (a lone sync put's cycle, both ends timed: the spin took one send
-in flight 8 % faster, batches of 32 11 %, the p99 18 % lower, for 7-10 % more broker CPU;
+in flight 8 % faster, batches of 32 11 %, the p99 18 % lower, for 7-14 % more broker CPU;
 docs/performance.md, twenty-fourth step). The yield lets the kernel's worker, which runs the
 sync, have the CPU whenever it is runnable. ``sleep`` keeps the system-call wait.
 
