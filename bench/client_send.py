@@ -49,6 +49,7 @@ from trocket import Message, Producer  # noqa: E402
 from trocket.admin import AdminClient  # noqa: E402
 from trocket.client.sending import SendRules  # noqa: E402
 from wire.remoting import RemotingCommand, RequestCode, ResponseCode  # noqa: E402
+from wire.remoting.command import decode_header  # noqa: E402
 
 TOPIC = "BenchClientSend"
 WARM_SENDS = 2_000
@@ -90,8 +91,6 @@ def _answer(request: RemotingCommand, route: bytes) -> bytes:
 
 def _frames(buffer: bytearray) -> Iterator[RemotingCommand]:
     """Complete frames at the front of ``buffer`` (taken out of it)."""
-    from wire.remoting.command import decode_header
-
     while len(buffer) >= 8:
         total = _LENGTH.unpack_from(buffer)[0]
         if len(buffer) < 4 + total:
