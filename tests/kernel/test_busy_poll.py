@@ -257,3 +257,28 @@ async def test_a_busy_polling_server_and_client_answer_every_request(nursery):
             assert answer.ext["i"] == str(i) and answer.body == b"x" * i
         assert server.busy_poller.spins > 0 and client.busy_poller.spins > 0
         assert server.busy_poller.serves_peers and not client.busy_poller.serves_peers
+
+
+async def test_a_poller_says_whether_it_polls_and_calls_back_once_when_it_stops():
+    """``polling`` and ``when_cool`` (a connection whose request's task reads the socket gives
+    it back to its read loop when the poller stops): a callback asked while polling runs once,
+    when the window runs out; asked while parked it runs at once."""
+    poller = BusyPoller(0.05)
+    cooled: list[str] = []
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(poller.run)
+        await trio.sleep(0.01)
+        assert not poller.polling
+        poller.when_cool(lambda: cooled.append("at once"))
+        assert cooled == ["at once"]
+        poller.touch()
+        await trio.sleep(0.005)
+        assert poller.polling
+        poller.when_cool(lambda: cooled.append("when cool"))
+        assert cooled == ["at once"], "not while the window is open"
+        await trio.sleep(0.15)
+        assert not poller.polling and cooled == ["at once", "when cool"]
+        poller.touch()
+        await trio.sleep(0.15)
+        assert cooled == ["at once", "when cool"], "called once, not every window"
+        nursery.cancel_scope.cancel()

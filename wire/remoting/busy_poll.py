@@ -49,12 +49,18 @@ Two modes:
   twenty-fourth step).
 - **fixed** (a duration): always poll for the window after each activity.
 
+A client's connection whose only request waits while the loop polls lets that request's task
+read its answer off the socket (``Connection._poll_answer``); the poller then reads the socket
+on each of its passes between requests (:meth:`BusyPoller.on_each_pass`) and gives it back to
+the connection's read loop when it stops polling (:meth:`BusyPoller.when_cool`).
+
 Off with ``0``: the loop sleeps in epoll as it always did.
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 
 import attrs
 import trio
@@ -121,6 +127,10 @@ class BusyPoller:
     _held: bool = attrs.field(default=False, init=False)
     """The last window ran out while the loop was held (noted by the poller for the next
     :meth:`touch`)."""
+    _on_cool: list[Callable[[], None]] = attrs.field(factory=list, init=False)
+    """Called once when the loop stops polling (see :meth:`when_cool`)."""
+    _each_pass: list[Callable[[], None]] = attrs.field(factory=list, init=False)
+    """Called on every pass the loop polls (see :meth:`on_each_pass`)."""
     answer_window: float = attrs.field(default=0.0, init=False)
     """The window polled after a request this end sent: ``window``, or longer once stretched
     (other activities always poll for ``window``)."""
@@ -140,6 +150,28 @@ class BusyPoller:
     def parked(self) -> bool:
         """Whether the loop sleeps as usual now (no activity within the window)."""
         return self._parked is not None
+
+    @property
+    def polling(self) -> bool:
+        """Whether the loop polls now (an activity's window is open)."""
+        return trio.current_time() < self._hot_until
+
+    def when_cool(self, callback: Callable[[], None]) -> None:
+        """Call ``callback`` once, when the loop next stops polling (at once if it does not
+        poll now)."""
+        if self.polling:
+            self._on_cool.append(callback)
+        else:
+            callback()
+
+    def on_each_pass(self, callback: Callable[[], None]) -> None:
+        """Call ``callback`` (synchronous, quick, never raising) on every pass the loop polls,
+        until :meth:`off_each_pass`."""
+        self._each_pass.append(callback)
+
+    def off_each_pass(self, callback: Callable[[], None]) -> None:
+        if callback in self._each_pass:
+            self._each_pass.remove(callback)
 
     @property
     def serves_peers(self) -> bool:
@@ -210,6 +242,8 @@ class BusyPoller:
                 # the kernel's writeback): with both ends of a round trip polling on a 2-core
                 # machine they otherwise wait for a time slice, and that wait was the p99 of
                 # one 1 KiB message in flight (0.32-0.38 ms, 0.21-0.27 ms with it).
+                for callback in tuple(self._each_pass):
+                    callback()
                 os.sched_yield()
                 await trio.lowlevel.checkpoint()
                 continue
@@ -223,6 +257,9 @@ class BusyPoller:
                     self._passing = self._back_off
                     self._back_off = min(self._back_off * 2, MAX_BACK_OFF)
             self._hot_until = 0.0
+            cooled, self._on_cool = self._on_cool, []
+            for callback in cooled:
+                callback()
             parked = self._parked = trio.Event()
             await parked.wait()
 

@@ -116,6 +116,7 @@ class RemotingClient:
                 self.limits,
                 local=format_address(socket_stream.socket.getsockname()),
                 busy_poller=self.busy_poller,
+                reads_own_answers=True,
             )
             await self.nursery.start(connection.run)
             self._connections[address] = connection
