@@ -861,7 +861,7 @@ class Connection:
 
         Why: the read loop's hand-over cost a one-in-flight send the read loop's wake-up and
         step, trio's re-arming of epoll for its next wait, and a scheduler batch before the
-        requesting task ran again (17-19 µs of the SDK's 85 a send; this path saves 7-15 µs
+        requesting task ran again (17-19 µs of the SDK's 85 a send; this path saves 4-10 µs
         of them, docs/performance.md, twenty-fifth step). Here the requesting task polls the
         socket itself (a read that finds nothing and a checkpoint, in the passes the busy
         poller spins anyway) and goes on in the step that read its answer. The read loop
