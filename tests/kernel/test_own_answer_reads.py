@@ -10,23 +10,19 @@ import pytest
 import trio
 
 from kernel.errors import RemotingClosedError
+from tests.kernel.test_remoting_transport import ECHO, SLOW, make_router
 from wire.remoting import Connection, RemotingClient, RemotingCommand, RemotingServer, Router, TransportLimits
 
-ECHO, SLOW, NOTIFY, LATER = 900, 901, 903, 904
+NOTIFY, LATER = 905, 904
+"""Besides the transport tests' codes (ECHO, SLOW): a notification of the server's just before
+the answer, or some time after it."""
 NOTIFICATION = 40
 WINDOW = 0.02
 """The client's fixed busy-poll window: it polls this long after every request and receive."""
 
 
 def server_router(nursery: trio.Nursery) -> Router:
-    router = Router(name="test")
-
-    async def echo(connection: Connection, request: RemotingCommand) -> RemotingCommand:
-        return request.response(0, request.ext, request.body)
-
-    async def slow(connection: Connection, request: RemotingCommand) -> RemotingCommand:
-        await trio.sleep(float(request.ext["seconds"]))
-        return request.response(0, {"slept": request.ext["seconds"]})
+    router = make_router([])  # ECHO, SLOW and the rest, as the transport tests serve them
 
     async def notify(connection: Connection, request: RemotingCommand) -> RemotingCommand:
         # The server's own request goes out just before the answer: one read often takes both.
@@ -41,8 +37,8 @@ def server_router(nursery: trio.Nursery) -> Router:
         nursery.start_soon(notify_later)
         return request.response()
 
-    for code, handler in ((ECHO, echo), (SLOW, slow), (NOTIFY, notify), (LATER, later)):
-        router.register(code, handler)
+    router.register(NOTIFY, notify)
+    router.register(LATER, later)
     return router
 
 

@@ -414,7 +414,8 @@ class Connection:
     """The sleep of :meth:`_watch_reads`, moved earlier when a partial frame starts."""
     reads_own_answers: bool = attrs.field(default=False, kw_only=True)
     """While the busy poller polls, requests' tasks read the socket themselves and the read
-    loop steps aside (a client's connections; see :meth:`_poll_answer`)."""
+    loop steps aside (a client's connections; see :meth:`_poll_answer`). Off without a busy
+    poller or on a TLS stream."""
     _socket_taken: bool = attrs.field(default=False, init=False)
     """A request's task reads the socket now; the read loop waits aside until it is given
     back (see :meth:`_poll_answer`)."""
@@ -438,6 +439,10 @@ class Connection:
             self._fd = self.stream.socket.fileno()
         else:
             self.reactor = None
+        if self._fd < 0 or self.busy_poller is None:
+            # Only a polling loop's requests read the socket (a TLS stream is read by trio):
+            # the read loop's wait needs no cancel scope then.
+            self.reads_own_answers = False
 
     @property
     def requests_in_flight(self) -> int:
