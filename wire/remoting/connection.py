@@ -467,6 +467,9 @@ class Connection:
                 async with trio.open_nursery() as nursery:
                     nursery.start_soon(self._write_loop)
                     nursery.start_soon(self._expire)
+                    # Set before any request of ours can be made: a request's task that reads
+                    # the peer's requests starts them here too.
+                    self._serving = (nursery, trio.CapacityLimiter(self.limits.max_in_flight))
                     task_status.started(self)
                     await self._read_loop(nursery)
                     if self._peer_finished:
@@ -575,12 +578,12 @@ class Connection:
 
     async def _read_loop(self, nursery: trio.Nursery) -> None:
         decoder = self._decoder
-        limiter = trio.CapacityLimiter(self.limits.max_in_flight)
+        assert self._serving is not None  # set by run() before the read loop starts
+        limiter = self._serving[1]
         inline = self.router.inline if self.router is not None else set()
         inline_alone = self.router.inline_alone if self.router is not None else set()
         inline_idle = self.router.inline_idle if self.router is not None else set()
         nursery.start_soon(self._watch_reads, decoder)
-        self._serving = (nursery, limiter)
         waited_last = True
         while True:
             try:
@@ -843,7 +846,8 @@ class Connection:
         requests = self._received(data)
         if requests is None:
             self.close(self.close_reason)
-        elif requests and self._serving is not None:
+        elif requests:
+            assert self._serving is not None  # set by run() before any request of ours
             self._serving[0].start_soon(self._serve_each, requests)
 
     def _cooled(self) -> None:
@@ -912,8 +916,7 @@ class Connection:
     async def _serve_each(self, requests: list[RemotingCommand]) -> None:
         """Start the peer's requests a request's task read, each in a task of its own in the
         read loop's nursery (as the read loop starts those it does not serve inline)."""
-        if self._serving is None:
-            return
+        assert self._serving is not None  # set by run() before any request of ours
         nursery, limiter = self._serving
         for request in requests:
             token = object()
