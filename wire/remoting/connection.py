@@ -747,8 +747,6 @@ class Connection:
         syscall and an exception, on both ends of every single-message round trip) is
         skipped and the wait comes first.
         """
-        if self._socket_taken:
-            await self._wait_aside()
         if eager:
             if not waited_last:
                 await trio.lowlevel.checkpoint()
@@ -831,24 +829,33 @@ class Connection:
         """A pass of the busy poller while the socket is taken and no request's task reads it:
         whatever the peer sent meanwhile (a request of its own, a late answer, the end of the
         stream) is taken now, not when the poller stops."""
-        if self._requests_reading or not self._socket_taken or self._fd < 0:
+        if self._requests_reading or not self._socket_taken:
             return
+        requests = self._read_taken_socket()
+        if requests:
+            assert self._serving is not None  # set by run() before any request of ours
+            self._serving[0].start_soon(self._serve_each, requests)
+
+    def _read_taken_socket(self) -> list[RemotingCommand] | None:
+        """One read of the socket while it is taken: the peer's requests it brought (answers
+        went to their requests), or None when it held nothing. The end of the stream or a read
+        error gives the socket back (the read loop meets it and closes); a malformed frame
+        closes the connection."""
         try:
             data = read_available(self._fd)
         except BlockingIOError:
-            return
+            return None
         except OSError:
-            self._give_socket_back()  # the read loop meets it too, and closes
-            return
+            self._give_socket_back()
+            return None
         if not data:
-            self._give_socket_back()  # the end of the stream: the read loop's
-            return
+            self._give_socket_back()
+            return None
         requests = self._received(data)
         if requests is None:
+            self._give_socket_back()
             self.close(self.close_reason)
-        elif requests:
-            assert self._serving is not None  # set by run() before any request of ours
-            self._serving[0].start_soon(self._serve_each, requests)
+        return requests
 
     def _cooled(self) -> None:
         self._back_when_cool = False
@@ -890,21 +897,13 @@ class Connection:
             while not pending.finished:
                 if not self._socket_taken or self._fd != fd or not poller.polling:
                     return
-                try:
-                    data = read_available(fd)
-                except BlockingIOError:
-                    # The busy poller, polling in the same passes, offers the core each pass.
+                requests = self._read_taken_socket()
+                if requests is None:
+                    # Nothing yet (or the socket went back). The busy poller, polling in the
+                    # same passes, offers the core each pass.
                     await trio.lowlevel.checkpoint()
                     continue
-                except OSError:
-                    return  # the read loop meets it too, and closes
-                if not data:
-                    return  # the end of the stream: the read loop's
-                requests = self._received(data)
                 self.answers_read_by_requests += 1
-                if requests is None:
-                    self.close(self.close_reason)
-                    return
                 if requests:
                     with trio.CancelScope(shield=True):  # read off the socket: never dropped
                         await self._serve_each(requests)
