@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import pytest
+import trio
 
-from kernel.dispatch import BATCH_BYTES, BATCH_RECORDS, MAX_BATCH_BYTES, STEP_RECORDS, DispatchService
+from kernel.dispatch import BATCH_BYTES, BATCH_RECORDS, MAX_BATCH_BYTES, DispatchService
 
 from .helpers import messages, opened, store_context
 
@@ -45,20 +46,50 @@ async def test_a_batch_holds_about_batch_records_records_within_its_byte_bounds(
         assert BATCH_BYTES <= asked[-1] <= MAX_BATCH_BYTES
 
 
-@pytest.mark.parametrize(("count", "steps"), [(30, 4), (200, 1)])
-async def test_a_light_round_of_few_records_goes_in_steps_a_busier_one_at_once(tmp_path, count, steps):
-    """Sends one at a time leave a few dozen records per gathering interval: they are
-    dispatched ``STEP_RECORDS`` at a time with a turn in between, so a request arriving meanwhile
-    waits for one step; a round of more records goes as one batch (cheaper per record)."""
+@pytest.mark.parametrize("count", [30, 200])
+async def test_a_round_is_one_read_and_a_light_one_gives_the_network_a_turn_before_each_view(tmp_path, count):
+    """Sends one at a time leave a few dozen records per gathering interval: the round reads
+    them once and gives other tasks (a request arriving meanwhile) a turn before each view, so
+    such a request waits for one view's part, not the round. A busier round is one batch too."""
     async with opened(tmp_path) as (store, _):
         for i in range(count):
             await store.append(messages("TopicA", i % 2, 1, start=i, size=100))
         recording = RecordingStore(store)
-        service = DispatchService(store_context(tmp_path), recording, list(store.dispatchers()))  # type: ignore[arg-type]
+        events: list[str] = []
+        views = [NotedView(view, events) for view in store.dispatchers()]
+        service = DispatchService(store_context(tmp_path), recording, views)  # type: ignore[arg-type]
         service._record_bytes = store.positions.wrote.value // count  # as learnt from earlier batches
         end = store.positions.wrote.value
-        assert await service._dispatch_round(service.start_offset(), end, light=True) == end
-        assert len(recording.asked) == steps
-        if steps > 1:
-            assert max(recording.asked) < STEP_RECORDS * 2 * (end // count)
+
+        async def other_task() -> None:
+            while True:
+                events.append("turn")
+                await trio.lowlevel.checkpoint()
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(other_task)
+            await trio.lowlevel.checkpoint()
+            events.clear()
+            assert await service._dispatch_round(service.start_offset(), end, light=True) == end
+            nursery.cancel_scope.cancel()
+        assert len(recording.asked) == 1
+        dispatched = [i for i, event in enumerate(events) if event != "turn"]
+        assert len(dispatched) == len(views) >= 2
+        # A turn before each view (the first after the log read), none skipped.
+        assert all(events[i - 1] == "turn" for i in dispatched)
         assert all(d.dispatched_offset() == end for d in store.dispatchers())
+
+
+class NotedView:
+    """A view that notes each batch it is given."""
+
+    def __init__(self, view: object, events: list[str]) -> None:
+        self.view = view
+        self.events = events
+
+    def dispatched_offset(self) -> int:
+        return self.view.dispatched_offset()  # type: ignore[attr-defined]
+
+    def dispatch(self, records: object, end_offset: int) -> None:
+        self.events.append(type(self.view).__name__)
+        self.view.dispatch(records, end_offset)  # type: ignore[attr-defined]
