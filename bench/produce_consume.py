@@ -8,7 +8,8 @@ One run, for 128 B and 1 KiB bodies and for async and sync flush, on this machin
 * consume that backlog (``--messages``, default 1,000,000) with a LitePullConsumer;
 * 1 message in flight and batches of 32 again from a :class:`~trocket.BlockingProducer` (a
   blocking socket, no event loop: how redis-py's client sends the Redis rows, and how code
-  without trio sends);
+  without trio sends; it polls its socket for each answer for a short window first, its
+  default ``busy_poll``, where redis-py sleeps in ``recv`` at once);
 * async flush only: 1 message in flight again against a second broker with
   ``[remoting] busy_poll = "off"`` and a producer with ``busy_poll=0``: what the adaptive
   polling both run with by default saves (see docs/performance.md); and the 64 producers

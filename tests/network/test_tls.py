@@ -83,7 +83,12 @@ async def test_a_blocking_producer_sends_over_tls_and_verifies_the_server(cluste
 
     def send(tls: ssl.SSLContext, body: bytes) -> str:
         with BlockingProducer("PG", cluster.namesrv_addr, tls=tls, send_timeout=5) as producer:
-            return producer.send(Message("SecureBlocking", body)).status.value
+            status = producer.send(Message("SecureBlocking", body)).status.value
+            pool = producer._pool
+            assert pool is not None
+            # busy_poll is "auto", but an ssl socket is never polled with MSG_DONTWAIT.
+            assert all(c.spin is None for idle in pool._idle.values() for c in idle)
+            return status
 
     secure = tls_context(pki["ca"])
     async with cluster_factory(broker=tls_broker(pki, "enforcing"), client_tls=secure) as cluster:

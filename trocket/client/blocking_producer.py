@@ -8,9 +8,10 @@ It makes the same attempts as the trio :class:`~trocket.client.Producer` (the ru
 :mod:`trocket.client.sending`): round robin over writable queues with latency fault tolerance,
 retries on another broker, ``send_timeout`` for all attempts together, compression over
 ``compress_over`` bytes, a client unique id per message. What differs is the I/O: each call
-writes its request on a blocking socket and sleeps in ``recv`` until the answer is there, on
-a connection lent to it alone (:mod:`trocket.client.blocking_connection`), so concurrent
-threads each have one request in flight and none waits behind another's answer.
+writes its request on a blocking socket, polls it for the answer for a short window
+(``busy_poll``) and then sleeps in ``recv`` until the answer is there, on a connection lent
+to it alone (:mod:`trocket.client.blocking_connection`), so concurrent threads each have one
+request in flight and none waits behind another's answer.
 
 Heartbeats (the broker's producer list, mqadmin ``producerConnection``) ride on sends: a send
 to a broker not told within ``heartbeat_interval`` tells it first, so no thread runs in the
@@ -47,13 +48,20 @@ from trocket.client.selectors import QueueSelector
 from trocket.client.sending import SendAttempts, identified
 from trocket.client.tls import resolve_tls
 from wire.remoting import RemotingCommand, RequestCode, ResponseCode
+from wire.remoting.busy_poll import BusyPollSetting, parse_busy_poll
 
 
 @attrs.define(eq=False)
 class BlockingProducer(ProducerSettings):
     """See the module docstring; the options are :class:`ProducerSettings`' (the trio
-    producer's, less ``busy_poll`` and ``trace``). Use as ``with``; ``start()`` /
+    producer's, less ``trace``) and ``busy_poll``. Use as ``with``; ``start()`` /
     ``shutdown()`` do the same."""
+
+    busy_poll: BusyPollSetting = attrs.field(default="auto", converter=parse_busy_poll)
+    """Whether a sending thread polls its socket for the answer before it sleeps in ``recv``:
+    ``"auto"`` (the default) for 200 µs, stretched to answers a little later (at most 1 ms) and
+    backed off from much later ones, at most half the cores' worth of threads at once; a
+    number of seconds to always poll that long; ``0`` never (:mod:`trocket.client.answer_spin`)."""
 
     _pool: ConnectionPool | None = attrs.field(default=None, init=False)
     _routes: dict[str, tuple[float, PublishInfo]] = attrs.field(factory=dict, init=False)
@@ -74,6 +82,7 @@ class BlockingProducer(ProducerSettings):
                 connect_timeout=self.send_timeout,
                 tls=resolve_tls(self.tls),
                 credentials=resolve_credentials(self.credentials),
+                busy_poll=self.busy_poll,
             )
 
     def shutdown(self) -> None:

@@ -1,0 +1,115 @@
+"""Busy polling for a blocking request's answer: the thread that sent looks at its socket for a
+short window instead of sleeping in ``recv`` at once.
+
+Why: a thread asleep in ``recv`` that the answer wakes pays for the wake-up before it runs a
+line, tens of microseconds on virtual machines (``wire.remoting.busy_poll`` has the figures),
+and one message in flight pays it on every send. Looking at the socket without blocking, with
+``sched_yield`` between looks (another runnable thread gets the core first: the broker's
+loop, on a machine of two), took a :class:`~trocket.client.BlockingProducer` with one send in
+flight from 4.5-4.7k to 5.6-5.7k sends a second against an async-flush broker here, p50 0.19
+-> 0.15 ms (docs/performance.md, twenty-sixth step). The price is CPU: the thread burns its
+core until the answer comes, at most a window per request.
+
+The rules follow the trio SDK's adaptive poller (``wire.remoting.busy_poll``) where they apply
+to a caller that knows an answer is due and, polling or not, learns how late each one came:
+
+- a request polls for ``window`` (200 µs: a few round trips of this machine kind), then sleeps
+  in ``recv`` as before;
+- an answer later than the window but within :data:`MAX_WINDOW` once stretched by
+  :data:`STRETCH` stretches the window to that (a sync-flush put, answered after 0.4-0.5 ms);
+- an answer later still (a broker under load, a stalled disk) puts the window back to its base
+  and the requests after it sleep at once, until an answer comes soon enough to have been
+  caught by a window again (a peer that slow costs no polling at all);
+- at most :data:`SPINNERS` threads of the process poll at once (half the cores, at least one):
+  others sleep in ``recv``, so a hundred sending threads do not take the cores from the work.
+
+Each connection keeps its own :class:`AnswerSpin` (a connection serves one caller at a time).
+TLS connections never poll (an ``ssl`` socket is not read with ``MSG_DONTWAIT``).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+
+import attrs
+
+from wire.remoting.busy_poll import (
+    AUTO,
+    AUTO_WINDOW,
+    MAX_WINDOW,
+    STRETCH,
+    BusyPollSetting,
+    parse_busy_poll,
+)
+
+SPINNERS = max(1, (os.cpu_count() or 1) // 2)
+"""Threads of a process that may poll for answers at the same time."""
+
+_spinner_slots = threading.BoundedSemaphore(SPINNERS)
+
+
+@attrs.define(eq=False)
+class AnswerSpin:
+    """How long the next request of one connection polls for its answer, learnt from the
+    answers before it."""
+
+    window: float
+    """Seconds a request polls at first (and after a late answer)."""
+    adaptive: bool = False
+    """Stretch the window to answers a little later than it, back off from much later ones (see
+    the module docstring); a fixed window always polls ``window``."""
+    answer_window: float = attrs.field(default=0.0, init=False)
+    """The window the next request polls for (``window``, or longer once stretched)."""
+    sleeping: bool = attrs.field(default=False, init=False)
+    """The last answer came too late to poll for: requests sleep in ``recv`` (adaptive)."""
+    hits: int = attrs.field(default=0, init=False)
+    """Answers that came while the thread polled."""
+    late: int = attrs.field(default=0, init=False)
+    """Answers too late to poll for."""
+
+    def __attrs_post_init__(self) -> None:
+        if self.window <= 0:
+            raise ValueError(f"a busy-poll window must be positive, got {self.window!r}")
+        self.answer_window = self.window
+
+    @classmethod
+    def from_setting(cls, setting: BusyPollSetting) -> AnswerSpin | None:
+        """Adaptive for ``"auto"``, a fixed window for a duration, None (sleep in ``recv``) for 0.
+
+        :raises ValueError: a setting :func:`~wire.remoting.busy_poll.parse_busy_poll` refuses.
+        """
+        setting = parse_busy_poll(setting)
+        if setting == AUTO:
+            return cls(AUTO_WINDOW, adaptive=True)
+        return cls(float(setting)) if setting else None
+
+    def begin(self) -> float:
+        """Seconds the request just written may poll (0: sleep in ``recv``). A positive answer
+        holds one of the process's :data:`SPINNERS` slots: give it back with :meth:`finish`."""
+        if self.sleeping or not _spinner_slots.acquire(blocking=False):
+            return 0.0
+        return self.answer_window
+
+    def finish(self, polled: bool, waited: float | None) -> None:
+        """The request is over: its answer came ``waited`` seconds after it was written (None:
+        no answer, nothing learnt); ``polled``: :meth:`begin` gave it a window, whose slot goes
+        back here."""
+        if polled:
+            _spinner_slots.release()
+        if waited is None:
+            return
+        if waited <= self.answer_window:
+            self.hits += polled
+            self.sleeping = False
+            return
+        if not self.adaptive:
+            return
+        stretched = waited * STRETCH
+        if stretched <= MAX_WINDOW:
+            self.answer_window = stretched
+            self.sleeping = False
+            return
+        self.late += 1
+        self.answer_window = self.window
+        self.sleeping = True
