@@ -6,8 +6,8 @@ line, tens of microseconds on virtual machines (``wire.remoting.busy_poll`` has 
 and one message in flight pays it on every send. Looking at the socket without blocking, with
 ``sched_yield`` between looks (another runnable thread gets the core first: the broker's
 loop, on a machine of two), took a :class:`~trocket.client.BlockingProducer` with one send in
-flight from 4.5-4.7k to 5.6-5.7k sends a second against an async-flush broker here, p50 0.19
--> 0.15 ms (docs/performance.md, twenty-sixth step). The price is CPU: the thread burns its
+flight from 4.3-4.7k to 5.2-5.7k sends a second against an async-flush broker here, p50 0.19-0.20
+-> 0.15-0.16 ms (docs/performance.md, twenty-sixth step). The price is CPU: the thread burns its
 core until the answer comes, at most a window per request.
 
 The rules follow the trio SDK's adaptive poller (``wire.remoting.busy_poll``) where they apply
@@ -57,7 +57,7 @@ class AnswerSpin:
     window: float
     """Seconds a request polls at first (and after a late answer)."""
     adaptive: bool = False
-    """Stretch the window to answers a little later than it, back off from much later ones (see
+    """Stretch the window to answers a little later than it, sleep through much later ones (see
     the module docstring); a fixed window always polls ``window``."""
     answer_window: float = attrs.field(default=0.0, init=False)
     """The window the next request polls for (``window``, or longer once stretched)."""
