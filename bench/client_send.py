@@ -2,9 +2,11 @@
 
 Why it exists: the one-in-flight rows of ``produce_consume`` time a client and a broker
 together on one 2-core machine, so a broker change and a client change look the same there.
-This bench separates them (issue 38). Two clients, same run, one send in flight each:
+This bench separates them (issue 38). Three clients, same run, one send in flight each:
 
 - ``sdk``: the trio :class:`~trocket.Producer` as applications use it (default busy polling);
+- ``blk``: the :class:`~trocket.BlockingProducer` (plain calls, no event loop; default
+  ``busy_poll``: it polls its socket for each answer before sleeping in ``recv``);
 - ``raw``: a prebuilt SEND_MESSAGE_V2 frame written to a plain socket, the answer polled for
   with non-blocking reads and ``sched_yield`` between looks (as the SDK's poller yields). Its
   own cost is a few microseconds: the floor of any Python client on this machine.
@@ -16,9 +18,9 @@ Against two peers:
   nearly all the client's;
 - ``broker``: a ``trocket up`` NameServer + broker with each ``--flush`` policy.
 
-Each row prints sends/s, p50, and the client's CPU microseconds a send; each pair prints the
-raw client's rate over the SDK's (how much faster a client costing nothing would be) and, for
-the broker, the SDK's share of the round trip.
+Each row prints sends/s, p50, and the client's CPU microseconds a send; each producer's row is
+then compared with the raw client's: the raw client's rate over the producer's (how much faster
+a client costing nothing would be) and the producer's own part of the round trip.
 
     ./run bench client_send [--sends 20000] [--flush async,sync] [--size 128]
 """
@@ -45,7 +47,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from bench.produce_consume import trocket_server  # noqa: E402
-from trocket import Message, Producer  # noqa: E402
+from trocket import BlockingProducer, Message, Producer  # noqa: E402
 from trocket.admin import AdminClient  # noqa: E402
 from trocket.client.sending import SendRules  # noqa: E402
 from wire.remoting import RemotingCommand, RequestCode, ResponseCode  # noqa: E402
@@ -193,6 +195,21 @@ async def sdk_sends(namesrv: str, body: bytes, sends: int) -> dict[str, float]:
         return figures(latencies, time.perf_counter() - started, cpu_seconds() - cpu)
 
 
+def blocking_sends(namesrv: str, body: bytes, sends: int) -> dict[str, float]:
+    """The BlockingProducer, one send in flight."""
+    with BlockingProducer("PG_bench_client", namesrv, send_timeout=30) as producer:
+        message = Message(TOPIC, body)
+        for _ in range(WARM_SENDS):
+            producer.send(message)
+        latencies = []
+        cpu, started = cpu_seconds(), time.perf_counter()
+        for _ in range(sends):
+            sent = time.perf_counter()
+            producer.send(message)
+            latencies.append(time.perf_counter() - sent)
+        return figures(latencies, time.perf_counter() - started, cpu_seconds() - cpu)
+
+
 def raw_frame(body: bytes) -> bytes:
     """A SEND_MESSAGE_V2 request for queue 0 as the SDK builds it (its id repeats: the store
     takes the same id many times, as it would from a client retrying)."""
@@ -250,14 +267,22 @@ def show(peer: str, client: str, row: dict[str, float]) -> None:
     )
 
 
-def compare(peer: str, sdk: dict[str, float], raw: dict[str, float]) -> None:
-    ratio = raw["sends/s"] / sdk["sends/s"]
-    share = (sdk["p50 us"] - raw["p50 us"]) / sdk["p50 us"]
+def compare(peer: str, client: str, row: dict[str, float], raw: dict[str, float]) -> None:
+    ratio = raw["sends/s"] / row["sends/s"]
+    share = (row["p50 us"] - raw["p50 us"]) / row["p50 us"]
     print(
-        f"  {peer:14s} raw / sdk rate {ratio:.2f}x; the SDK's own part of a round trip "
-        f"{sdk['p50 us'] - raw['p50 us']:.1f} us of {sdk['p50 us']:.1f} ({share:.0%})",
+        f"  {peer:14s} raw / {client} rate {ratio:.2f}x; {client}'s own part of a round trip "
+        f"{row['p50 us'] - raw['p50 us']:.1f} us of {row['p50 us']:.1f} ({share:.0%})",
         flush=True,
     )
+
+
+def report(peer: str, sdk: dict[str, float], blocking: dict[str, float], raw: dict[str, float]) -> None:
+    show(peer, "sdk", sdk)
+    show(peer, "blk", blocking)
+    show(peer, "raw", raw)
+    compare(peer, "sdk", sdk, raw)
+    compare(peer, "blk", blocking, raw)
 
 
 def main() -> None:
@@ -272,23 +297,25 @@ def main() -> None:
     if not args.no_instant:
         with instant_peer() as address:
             sdk = trio.run(sdk_sends, address, body, args.sends)
+            blocking = blocking_sends(address, body, args.sends)
             raw = raw_sends(address, body, args.sends)
-        show("instant peer", "sdk", sdk)
-        show("instant peer", "raw", raw)
-        compare("instant peer", sdk, raw)
+        report("instant peer", sdk, blocking, raw)
     for flush in [f.strip() for f in args.flush.split(",") if f.strip()]:
         with tempfile.TemporaryDirectory(prefix="trocket-bench-client-") as root:
             with trocket_server(Path(root), flush) as server:
                 sdk = trio.run(sdk_sends, server.address, body, args.sends)
+                blocking = blocking_sends(server.address, body, args.sends)
                 raw = raw_sends(trio.run(broker_address, server.address), body, args.sends)
+                blocking_again = blocking_sends(server.address, body, args.sends)
                 sdk_again = trio.run(sdk_sends, server.address, body, args.sends)
-        peer = f"broker {flush}"
-        # The better of the SDK rows either side of the raw one: a drift of the machine during
-        # the run does not overstate the SDK's part.
-        sdk = min(sdk, sdk_again, key=lambda row: row["p50 us"])
-        show(peer, "sdk", sdk)
-        show(peer, "raw", raw)
-        compare(peer, sdk, raw)
+        # The better of each producer's rows either side of the raw one: a drift of the machine
+        # during the run does not overstate a producer's part.
+        report(
+            f"broker {flush}",
+            min(sdk, sdk_again, key=lambda row: row["p50 us"]),
+            min(blocking, blocking_again, key=lambda row: row["p50 us"]),
+            raw,
+        )
 
 
 if __name__ == "__main__":

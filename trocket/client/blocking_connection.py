@@ -121,7 +121,7 @@ class BlockingConnection:
                     return answer
         finally:
             if spin is not None:
-                spin.finish(window > 0, waited)
+                spin.finish(waited)
 
     def oneway(self, request: RemotingCommand) -> None:
         request.opaque = next(self._opaques) & 0x7FFFFFFF
