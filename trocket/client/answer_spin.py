@@ -23,6 +23,13 @@ to a caller that knows an answer is due and, polling or not, learns how late eac
 - at most :data:`SPINNERS` threads of the process poll at once (half the cores, at least one):
   others sleep in ``recv``, so a hundred sending threads do not take the cores from the work.
 
+Other threads of the process: the polling thread lets go of the interpreter lock at every look
+(the read and the yield are system calls) but takes it straight back, so a thread waiting for it
+may wait out the window (CPython forces a hand-over only after its 5 ms switch interval); at
+most one window a request, as any thread running Python for that long would hold it. A peer
+*thread* of the same process (a test's) answers late for that reason; a broker is another
+process.
+
 Each connection keeps its own :class:`AnswerSpin` (a connection serves one caller at a time).
 TLS connections never poll (an ``ssl`` socket is not read with ``MSG_DONTWAIT``).
 """
