@@ -21,7 +21,7 @@ from trocket.client import answer_spin
 from trocket.client.answer_spin import SPINNERS, AnswerSpin
 from trocket.client.blocking_connection import BlockingConnection
 from wire.remoting import RemotingCommand, RequestCode
-from wire.remoting.busy_poll import AUTO_WINDOW, MAX_WINDOW, STRETCH
+from wire.remoting.busy_poll import AUTO_WINDOW, MAX_BACK_OFF, MAX_WINDOW, STRETCH
 from wire.remoting.command import FrameDecoder
 
 
@@ -47,7 +47,7 @@ def test_settings():
         BlockingProducer("PG", "127.0.0.1:9876", busy_poll="fast")
 
 
-def test_an_answer_a_little_late_stretches_the_window_a_much_later_one_makes_requests_sleep():
+def test_an_answer_a_little_late_stretches_the_window_a_much_later_one_backs_off():
     spin = AnswerSpin(AUTO_WINDOW, adaptive=True)
     assert spin.begin() == AUTO_WINDOW
     spin.finish(0.0004)  # a sync-flush put: polling through it pays
@@ -56,15 +56,25 @@ def test_an_answer_a_little_late_stretches_the_window_a_much_later_one_makes_req
     spin.finish(0.0002)
     assert spin.hits == 1 and spin.answer_window == pytest.approx(0.0004 * STRETCH)  # kept
 
-    # An answer too late to poll for: the window goes back to its base and the requests after
-    # it sleep, polling or not, as long as their answers are that late.
-    spin.begin()
-    spin.finish(MAX_WINDOW * 2)
-    assert spin.answer_window == AUTO_WINDOW and spin.late == 1
-    for _ in range(5):
-        assert spin.begin() == 0
+    # Polled answers too late to poll for: the window goes back to its base and the next 1, 2,
+    # 4 ... requests sleep, at most MAX_BACK_OFF of them, before one polls again. Answers the
+    # sleeping requests get late change nothing (their lateness includes a wake-up).
+    slept = []
+    for _ in range(8):
+        assert spin.begin() > 0
         spin.finish(MAX_WINDOW * 2)
-    # One soon enough for a stretched window to catch polls again.
+        assert spin.answer_window == AUTO_WINDOW and spin.sleeping
+        count = 0
+        while spin.sleeping and count <= MAX_BACK_OFF:
+            assert spin.begin() == 0
+            spin.finish(MAX_WINDOW * 2)
+            count += 1
+        slept.append(count)
+    assert slept == [1, 2, 4, 8, 16, 32, MAX_BACK_OFF, MAX_BACK_OFF] and spin.late == 8
+
+    # An answer soon enough for a stretched window, even one slept through, clears it.
+    assert spin.begin() > 0
+    spin.finish(MAX_WINDOW * 2)
     assert spin.begin() == 0
     spin.finish(MAX_WINDOW / STRETCH)
     assert polled_requests(spin, 5) == 5 and spin.answer_window == pytest.approx(MAX_WINDOW)

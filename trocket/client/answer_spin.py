@@ -17,9 +17,11 @@ to a caller that knows an answer is due and, polling or not, learns how late eac
   in ``recv`` as before;
 - an answer later than the window but within :data:`MAX_WINDOW` once stretched by
   :data:`STRETCH` stretches the window to that (a sync-flush put, answered after 0.4-0.5 ms);
-- an answer later still (a broker under load, a stalled disk) puts the window back to its base
-  and the requests after it sleep at once, until an answer comes soon enough to have been
-  caught by a window again (a peer that slow costs no polling at all);
+- an answer later still while polling (a broker under load, a stalled disk) puts the window back
+  to its base, and the next 1, 2, 4 ... 64 requests sleep at once before one polls again (a peer
+  that slow costs at most one window per 64 requests); any answer soon enough for a (stretched)
+  window, even one slept through, clears that back-off. Slept-through answers alone do not keep
+  it up: their lateness includes the thread's own wake-up, which a loaded machine makes long;
 - at most :data:`SPINNERS` threads of the process poll at once (half the cores, at least one):
   others sleep in ``recv``, so a hundred sending threads do not take the cores from the work.
 
@@ -44,6 +46,7 @@ import attrs
 from wire.remoting.busy_poll import (
     AUTO,
     AUTO_WINDOW,
+    MAX_BACK_OFF,
     MAX_WINDOW,
     STRETCH,
     BusyPollSetting,
@@ -83,12 +86,13 @@ class AnswerSpin:
     window: float
     """Seconds a request polls at first (and after a late answer)."""
     adaptive: bool = False
-    """Stretch the window to answers a little later than it, sleep through much later ones (see
+    """Stretch the window to answers a little later than it, back off from much later ones (see
     the module docstring); a fixed window always polls ``window``."""
     answer_window: float = attrs.field(default=0.0, init=False)
     """The window the next request polls for (``window``, or longer once stretched)."""
-    sleeping: bool = attrs.field(default=False, init=False)
-    """The last answer came too late to poll for: requests sleep in ``recv`` (adaptive)."""
+    _passing: int = attrs.field(default=0, init=False)
+    """Requests still to sleep at once after a late answer (adaptive)."""
+    _back_off: int = attrs.field(default=1, init=False)
     hits: int = attrs.field(default=0, init=False)
     """Answers that came while the thread polled."""
     late: int = attrs.field(default=0, init=False)
@@ -112,10 +116,16 @@ class AnswerSpin:
             return cls(AUTO_WINDOW, adaptive=True)
         return cls(float(setting)) if setting else None
 
+    @property
+    def sleeping(self) -> bool:
+        """The next request sleeps at once (backing off after a late answer)."""
+        return self._passing > 0
+
     def begin(self) -> float:
         """Seconds the request just written may poll (0: sleep in ``recv``). A positive answer
         holds one of the process's :data:`SPINNERS` slots until :meth:`finish`."""
-        if self.sleeping:
+        if self._passing:
+            self._passing -= 1
             return 0.0
         self._slot = spinner_slots.take()
         return 0.0 if self._slot is None else self.answer_window
@@ -124,21 +134,25 @@ class AnswerSpin:
         """The request is over: its answer came ``waited`` seconds after it was written (None:
         no answer, nothing learnt); the slot it polled with, if any, goes back."""
         slot, self._slot = self._slot, None
-        if slot is not None:
+        polled = slot is not None
+        if polled:
             slot.release()
         if waited is None:
             return
         if waited <= self.answer_window:
-            self.hits += slot is not None
-            self.sleeping = False
+            self.hits += polled
+            self._back_off, self._passing = 1, 0
             return
         if not self.adaptive:
             return
         stretched = waited * STRETCH
         if stretched <= MAX_WINDOW:
             self.answer_window = stretched
-            self.sleeping = False
+            self._back_off, self._passing = 1, 0
             return
+        if not polled:
+            return  # slept through: its lateness includes the thread's own wake-up
         self.late += 1
         self.answer_window = self.window
-        self.sleeping = True
+        self._passing = self._back_off
+        self._back_off = min(self._back_off * 2, MAX_BACK_OFF)

@@ -49,47 +49,53 @@ async def test_a_batch_holds_about_batch_records_records_within_its_byte_bounds(
 @pytest.mark.parametrize("count", [30, 200])
 async def test_a_round_is_one_read_and_a_light_one_gives_the_network_a_turn_before_each_view(tmp_path, count):
     """Sends one at a time leave a few dozen records per gathering interval: the round reads
-    them once and gives other tasks (a request arriving meanwhile) a turn before each view, so
-    such a request waits for one view's part, not the round. A busier round is one batch too."""
+    them once and passes through the scheduler before each view (trio runs other tasks and
+    polls the network there), so a request arriving meanwhile waits for one view's part, not
+    the round. A busier round is one batch too."""
     async with opened(tmp_path) as (store, _):
         for i in range(count):
             await store.append(messages("TopicA", i % 2, 1, start=i, size=100))
+        steps = TaskSteps()
         recording = RecordingStore(store)
-        events: list[str] = []
-        views = [NotedView(view, events) for view in store.dispatchers()]
+        views = [NotedView(view, steps) for view in store.dispatchers()]
         service = DispatchService(store_context(tmp_path), recording, views)  # type: ignore[arg-type]
         service._record_bytes = store.positions.wrote.value // count  # as learnt from earlier batches
         end = store.positions.wrote.value
-
-        async def other_task() -> None:
-            while True:
-                events.append("turn")
-                await trio.lowlevel.checkpoint()
-
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(other_task)
-            await trio.lowlevel.checkpoint()
-            events.clear()
+        trio.lowlevel.add_instrument(steps)
+        try:
+            read_in = steps.count
             assert await service._dispatch_round(service.start_offset(), end, light=True) == end
-            nursery.cancel_scope.cancel()
+        finally:
+            trio.lowlevel.remove_instrument(steps)
         assert len(recording.asked) == 1
-        dispatched = [i for i, event in enumerate(events) if event != "turn"]
-        assert len(dispatched) == len(views) >= 2
-        # A turn before each view (the first after the log read), none skipped.
-        assert all(events[i - 1] == "turn" for i in dispatched)
+        assert len(steps.noted) == len(views) >= 2
+        # Each view in a scheduler step of its own, after the read's.
+        assert sorted(set(steps.noted)) == steps.noted and steps.noted[0] > read_in
         assert all(d.dispatched_offset() == end for d in store.dispatchers())
 
 
-class NotedView:
-    """A view that notes each batch it is given."""
+class TaskSteps(trio.abc.Instrument):
+    """Counts task steps (a task resumed by the scheduler); ``noted``: the count at each view's
+    batch."""
 
-    def __init__(self, view: object, events: list[str]) -> None:
+    def __init__(self) -> None:
+        self.count = 0
+        self.noted: list[int] = []
+
+    def before_task_step(self, task: trio.lowlevel.Task) -> None:
+        self.count += 1
+
+
+class NotedView:
+    """A view that notes the scheduler step each batch it is given comes in."""
+
+    def __init__(self, view: object, steps: TaskSteps) -> None:
         self.view = view
-        self.events = events
+        self.steps = steps
 
     def dispatched_offset(self) -> int:
         return self.view.dispatched_offset()  # type: ignore[attr-defined]
 
     def dispatch(self, records: object, end_offset: int) -> None:
-        self.events.append(type(self.view).__name__)
+        self.steps.noted.append(self.steps.count)
         self.view.dispatch(records, end_offset)  # type: ignore[attr-defined]
