@@ -1,11 +1,16 @@
 """The ``trocket`` pytest plugin as its users run it: test files in a fresh directory, run by
 pytest in a subprocess that finds the plugin through its ``pytest11`` entry point. A plain test
 with the official 4.x client, trio tests with the SDK fixtures, a plugin under test chosen with
-the marker, a crash and restart, a master with its slave."""
+the marker, a crash and restart, a master with its slave. And ``free_port``, which the fixtures
+use."""
 
 from __future__ import annotations
 
+import socket
+
 import pytest
+
+from trocket.testing.embedded import _ephemeral_low, free_port
 
 pytest_plugins = ["pytester"]
 
@@ -153,3 +158,14 @@ def test_a_cluster_answers_once_the_slave_holds_the_message(pytester: pytest.Pyt
         """,
     )
     result.assert_outcomes(passed=1)
+
+
+def test_free_ports_lie_below_the_ephemeral_range_and_bind_on_every_address():
+    """An outgoing connection never takes such a port between the pick and a server's bind."""
+    low = _ephemeral_low()
+    ports = {free_port() for _ in range(20)}
+    for port in ports:
+        if low is not None:
+            assert port < low
+        with socket.socket() as sock:
+            sock.bind(("0.0.0.0", port))

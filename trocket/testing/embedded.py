@@ -13,6 +13,7 @@ Two ways to host one:
 
 from __future__ import annotations
 
+import random
 import socket
 import threading
 from collections.abc import AsyncIterator, Mapping
@@ -35,10 +36,36 @@ of brokers at 1 GiB each fills a disk."""
 
 
 def free_port() -> int:
-    """A TCP port free on 127.0.0.1 now (the kernel picks it)."""
+    """A TCP port free now on every address, below the kernel's ephemeral range.
+
+    Why not the port the kernel gives a socket bound to port 0: that one comes from the
+    ephemeral range, which every outgoing connection of the machine draws from too, so between
+    this call and the server's bind another process's connection could take it (a suite
+    running brokers and clients in parallel met it: "Address already in use"). A random port
+    below the range is never handed out that way; it is checked free on the wildcard address."""
+    low = _ephemeral_low()
+    if low is not None:
+        spare = range(max(1024, low - 12_000), low)
+        for _ in range(64):
+            port = random.choice(spare)
+            with socket.socket() as sock:
+                try:
+                    sock.bind(("0.0.0.0", port))
+                except OSError:
+                    continue
+                return port
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
+
+
+def _ephemeral_low() -> int | None:
+    """The first port of the kernel's ephemeral range (Linux), None when unknown."""
+    try:
+        low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+    return low if low > 2048 else None
 
 
 @attrs.frozen
