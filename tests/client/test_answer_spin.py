@@ -6,11 +6,8 @@ without polling."""
 
 from __future__ import annotations
 
-import multiprocessing
 import socket
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 
 import pytest
 
@@ -45,6 +42,8 @@ def test_settings():
         AnswerSpin.from_setting("fast")
     with pytest.raises(ValueError, match='busy_poll must be "auto"'):
         BlockingProducer("PG", "127.0.0.1:9876", busy_poll="fast")
+    with pytest.raises(ValueError, match='busy_poll must be "auto"'):  # before any connecting
+        BlockingConnection("127.0.0.1:1", busy_poll="fast")
 
 
 def test_an_answer_a_little_late_stretches_the_window_a_much_later_one_backs_off():
@@ -118,35 +117,12 @@ def echo(delays: list[float]):
     return script
 
 
-@contextmanager
-def peer_process(script: Callable[[socket.socket, FrameDecoder], None]) -> Iterator[str]:
-    """As ``scripted_peer``, in a forked process: a peer thread of this process would answer
-    only when the polling thread lets go of the interpreter lock, which is not what a broker
-    (another process) does."""
-    listener = socket.create_server(("127.0.0.1", 0))
-
-    def serve() -> None:
-        peer, _ = listener.accept()
-        with peer:
-            script(peer, FrameDecoder())
-
-    child = multiprocessing.get_context("fork").Process(target=serve, daemon=True)
-    child.start()
-    try:
-        yield f"127.0.0.1:{listener.getsockname()[1]}"
-    finally:
-        listener.close()
-        child.join(10)
-        if child.is_alive():
-            child.kill()
-
-
 def test_a_polling_connection_reads_its_answers_and_sleeps_through_late_ones():
     """Quick answers are read while polling; 50 ms ones are too late (the requests after one
     sleep); quick answers after them are polled for again. Bounds, not exact counts: a loaded
     machine delays some quick answers past the window too."""
     quick, slow = 40, 3
-    with peer_process(echo([0.0] * quick + [0.05] * slow + [0.0] * quick)) as address:
+    with scripted_peer(echo([0.0] * quick + [0.05] * slow + [0.0] * quick), forked=True) as (address, _):
         connection = BlockingConnection(address, busy_poll="auto")
         spin = connection.spin
         assert spin is not None
@@ -166,7 +142,9 @@ def test_a_polling_connection_reads_its_answers_and_sleeps_through_late_ones():
                 ask(n)
         finally:
             connection.close()
-    assert hits_before >= quick // 2 and spin.hits - hits_before >= quick // 2
+    # At least a quarter of each quick run read while polling: on a loaded 2-core machine the peer
+    # waits for a core, and a third of the quick answers were measured later than the window.
+    assert hits_before >= quick // 4 and spin.hits - hits_before >= quick // 4
     assert answer_spin.spinner_slots.free() == SPINNERS
 
 

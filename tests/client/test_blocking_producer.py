@@ -5,12 +5,14 @@ errors within the timeout, and a broken peer costs one connection."""
 
 from __future__ import annotations
 
+import multiprocessing
 import socket
 import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from multiprocessing.process import BaseProcess
 
 import pytest
 import trio
@@ -171,10 +173,12 @@ def test_a_nameserver_that_never_answers_fails_the_send_within_its_timeout(silen
 
 @contextmanager
 def scripted_peer(
-    script: Callable[[socket.socket, FrameDecoder], None],
-) -> Iterator[tuple[str, threading.Thread]]:
-    """A listening port whose first connection is handed to ``script`` on a thread (with a
-    decoder for what it reads); yields the address and that thread."""
+    script: Callable[[socket.socket, FrameDecoder], None], *, forked: bool = False
+) -> Iterator[tuple[str, threading.Thread | BaseProcess]]:
+    """A listening port whose first connection is handed to ``script`` (with a decoder for what
+    it reads) on a thread, or with ``forked`` in a forked process: a peer thread of this process
+    answers only when the caller lets go of the interpreter lock, which a polling caller holds
+    between its looks (a broker is another process). Yields the address and that runner."""
     listener = socket.create_server(("127.0.0.1", 0))
 
     def serve() -> None:
@@ -182,12 +186,20 @@ def scripted_peer(
         with peer:
             script(peer, FrameDecoder())
 
-    server = threading.Thread(target=serve, daemon=True)
-    server.start()
+    runner: threading.Thread | BaseProcess
+    if forked:
+        runner = multiprocessing.get_context("fork").Process(target=serve, daemon=True)
+    else:
+        runner = threading.Thread(target=serve, daemon=True)
+    runner.start()
     try:
-        yield f"127.0.0.1:{listener.getsockname()[1]}", server
+        yield f"127.0.0.1:{listener.getsockname()[1]}", runner
     finally:
         listener.close()
+        if isinstance(runner, BaseProcess):
+            runner.join(10)
+            if runner.is_alive():
+                runner.kill()
 
 
 def test_a_request_timeout_leaves_the_connection_usable_and_drops_the_late_answer():

@@ -61,6 +61,9 @@ class BlockingConnection:
         host, _, port = address.rpartition(":")
         if not host or not port.isdigit():
             raise RemotingConnectError(f"{address!r} is not host:port")
+        self.spin = None if tls is not None else AnswerSpin.from_setting(busy_poll)
+        """How this connection's requests poll for their answers (None: they sleep in ``recv``;
+        set before connecting, so an unusable setting opens no socket)."""
         self.address = address
         self.credentials = credentials
         try:
@@ -87,8 +90,6 @@ class BlockingConnection:
         self._received = bytearray(RECEIVE_CHUNK)
         self._received_view = memoryview(self._received)
         self._opaques = itertools.count(1)
-        self.spin = None if self._tls else AnswerSpin.from_setting(busy_poll)
-        """How this connection's requests poll for their answers (None: they sleep in ``recv``)."""
         self.closed = False
 
     def invoke(self, request: RemotingCommand, timeout: float) -> RemotingCommand:
