@@ -282,3 +282,73 @@ async def test_a_poller_says_whether_it_polls_and_calls_back_once_when_it_stops(
         await trio.sleep(0.15)
         assert cooled == ["at once", "when cool"], "called once, not every window"
         nursery.cancel_scope.cancel()
+
+
+def polled_server(window: float) -> tuple[RemotingServer, Router]:
+    async def echo(connection, request: RemotingCommand) -> RemotingCommand:
+        return request.response(0, request.ext, request.body)
+
+    router = Router(name="polled")
+    router.register(ECHO, echo, inline_alone=True)
+    return RemotingServer("polled", "127.0.0.1", 0, router, busy_poll=window), router
+
+
+@pytest.mark.parametrize("window", [0.05, 0])
+async def test_a_polling_server_reads_a_lone_clients_requests_in_the_pollers_passes(nursery, window):
+    """``Connection._poll_socket``: while the server's poller polls, its read loop reads the
+    socket itself in the poller's passes instead of waiting in trio's epoll."""
+    server, _ = polled_server(window)
+    await nursery.start(server.run)
+    async with RemotingClient.open(busy_poll=0.05) as client:
+        for i in range(50):
+            answer = await client.invoke(server.address, RemotingCommand.request(ECHO, {"i": i}, b"x" * i))
+            assert answer.ext["i"] == str(i) and answer.body == b"x" * i
+        (connection,) = server.connections
+        if window:
+            assert connection.polled_reads >= 40, "the requests after the first came while polling"
+        else:
+            assert connection.polled_waits == 0, "no poller: every wait is trio's"
+
+
+async def test_a_polling_server_waits_in_epoll_once_its_window_ran_out(nursery):
+    server, _ = polled_server(0.02)
+    await nursery.start(server.run)
+    async with RemotingClient.open() as client:
+        await client.invoke(server.address, RemotingCommand.request(ECHO, {"i": 0}))
+        (connection,) = server.connections
+        await trio.sleep(0.1)  # the window ran out with nothing read: the wait went to epoll
+        waits, reads = connection.polled_waits, connection.polled_reads
+        assert waits == reads + 1
+        answer = await client.invoke(server.address, RemotingCommand.request(ECHO, {"i": 1}))
+        assert answer.ext["i"] == "1" and connection.polled_reads == reads, "read after trio's wait"
+
+
+async def test_a_peer_closing_or_sending_garbage_while_the_server_polls_ends_only_its_connection(nursery):
+    server, _ = polled_server(0.5)
+    await nursery.start(server.run)
+    host, port = server.address.rsplit(":", 1)
+    async with RemotingClient.open() as client:
+        await client.invoke(server.address, RemotingCommand.request(ECHO, {"i": 0}))
+        (kept,) = server.connections
+        closing = await trio.open_tcp_stream(host, int(port))
+        await closing.send_all(RemotingCommand.request(ECHO, {"i": "c"}).encode())
+        garbage = await trio.open_tcp_stream(host, int(port))
+        await garbage.send_all(RemotingCommand.request(ECHO, {"i": "g"}).encode())
+        for stream in (closing, garbage):
+            with trio.fail_after(5):
+                assert await stream.receive_some(), "answered"  # read: a close with unread data resets
+        closing_side, garbage_side = (c for c in server.connections if c is not kept)
+        if closing_side.peer.endswith(f":{garbage.socket.getsockname()[1]}"):
+            closing_side, garbage_side = garbage_side, closing_side
+        polled = garbage_side.polled_reads
+        await closing.aclose()
+        await garbage.send_all(b"\x00\x00\x00\x08\x07\x00\x00\x09garbage!")  # a header longer than its frame
+        with trio.fail_after(5):
+            await closing_side.wait_closed()
+            await garbage_side.wait_closed()
+        assert garbage_side.polled_reads > polled, "the garbage was read while the server polled"
+        assert closing_side.close_reason == "closed by peer"
+        assert "malformed frame" in garbage_side.close_reason
+        answer = await client.invoke(server.address, RemotingCommand.request(ECHO, {"i": 1}))
+        assert answer.ext["i"] == "1" and not kept.closed
+        await garbage.aclose()

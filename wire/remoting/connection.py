@@ -429,6 +429,11 @@ class Connection:
     """Requests' tasks polling the socket now (while none does, the poller's passes read it)."""
     answers_read_by_requests: int = attrs.field(default=0, init=False)
     """Receives a request's task read itself (see :meth:`_poll_answer`)."""
+    polled_waits: int = attrs.field(default=0, init=False)
+    """Waits of the read loop spent polling the socket while the busy poller polled (see
+    :meth:`_poll_socket`)."""
+    polled_reads: int = attrs.field(default=0, init=False)
+    """Of those, the ones that read what came (the others ended with the poller's window)."""
     _serving: tuple[trio.Nursery, trio.CapacityLimiter] | None = attrs.field(default=None, init=False)
     """Where the read loop starts the peer's requests (and a request's task reading the socket
     starts those it reads)."""
@@ -745,7 +750,8 @@ class Connection:
         between, so a peer that keeps the socket full cannot starve the other tasks.
         ``eager=False``: the caller expects nothing yet, so the read that would fail (a
         syscall and an exception, on both ends of every single-message round trip) is
-        skipped and the wait comes first.
+        skipped and the wait comes first: in the busy poller's passes while it polls (a
+        server's connections, :meth:`_poll_socket`), else in trio's epoll.
         """
         if eager:
             if not waited_last:
@@ -755,6 +761,11 @@ class Connection:
                     return read_available(self._fd), False
                 except BlockingIOError:
                     pass
+        poller = self.busy_poller
+        if poller is not None and not self.reads_own_answers and poller.polling:
+            polled = await self._poll_socket(poller)
+            if polled is not None:
+                return polled, True
         while True:
             if self._socket_taken:
                 await self._wait_aside()
@@ -769,6 +780,31 @@ class Connection:
                 return read_available(self._fd), True
             except BlockingIOError:
                 continue  # woken without data (a request's task read it first): wait again
+
+    async def _poll_socket(self, poller: BusyPoller) -> bytes | None:
+        """What the socket brings while the busy poller polls, read here with a non-blocking
+        read in each of its passes; None once the poller stops (the caller waits in trio's
+        epoll then) or the connection ends.
+
+        Why: a server's read loop waiting in ``wait_readable`` is woken through trio's epoll
+        (the event found in a pass, the task rescheduled into the next one) and re-arms the
+        socket (an ``epoll_ctl``) for every wait: on a one-message-in-flight round trip the
+        broker spends that on every request, though the poller spins through the same passes
+        anyway. Polled here, the request is read in the pass it arrived in and nothing is
+        re-armed (docs/performance.md, twenty-seventh step). A client's connections do the
+        same from the requesting task (:meth:`_poll_answer`). Several peers sending make the
+        poller stop (its crowd rule), so a busy server waits in epoll as before."""
+        fd = self._fd
+        self.polled_waits += 1
+        while poller.polling and self._fd == fd:
+            try:
+                data = read_available(fd)
+            except BlockingIOError:
+                await trio.lowlevel.checkpoint()
+                continue
+            self.polled_reads += 1
+            return data
+        return None
 
     def _received(self, data: bytes | list[RemotingCommand]) -> list[RemotingCommand] | None:
         """Take what a receive brought (bytes read, or the frames the server's reactor
