@@ -3,6 +3,8 @@ idle, and serves requests over real TCP exactly as the sleeping loop does."""
 
 from __future__ import annotations
 
+import contextlib
+
 import pytest
 import trio
 import trio.testing
@@ -352,3 +354,30 @@ async def test_a_peer_closing_or_sending_garbage_while_the_server_polls_ends_onl
         answer = await client.invoke(server.address, RemotingCommand.request(ECHO, {"i": 1}))
         assert answer.ext["i"] == "1" and not kept.closed
         await garbage.aclose()
+
+
+async def test_quiet_connections_go_back_to_epoll_while_another_keeps_the_poller_busy(nursery):
+    """A broker's idle consumers must not each cost a read in every pass while one producer's
+    round trips keep the poller polling: a connection quiet for ``OWN_POLL_LIMIT`` waits in
+    epoll again, and is still served from there."""
+    server, _ = polled_server(0.002)  # its quiet limit: the longer of this and OWN_POLL_LIMIT
+    await nursery.start(server.run)
+    async with contextlib.AsyncExitStack() as stack:
+        quiet = [await stack.enter_async_context(RemotingClient.open()) for _ in range(5)]
+        for client in quiet:
+            await client.invoke(server.address, RemotingCommand.request(ECHO, {"i": "q"}))
+        quiet_sides = set(server.connections)
+        async with RemotingClient.open(busy_poll=0.05) as busy:
+            started, sent = trio.current_time(), 0
+            while trio.current_time() - started < 0.03:  # many times the quiet limit
+                await busy.invoke(server.address, RemotingCommand.request(ECHO, {"i": sent}))
+                sent += 1
+            assert server.busy_poller is not None and server.busy_poller.polling, "kept busy"
+            (busy_side,) = set(server.connections) - quiet_sides
+            assert busy_side.polled_reads >= sent * 3 // 4
+            for connection in quiet_sides:
+                assert not connection.polling_socket, "quiet for far longer than OWN_POLL_LIMIT"
+                assert connection.polled_waits == connection.polled_reads + 1
+            for client in quiet:
+                answer = await client.invoke(server.address, RemotingCommand.request(ECHO, {"i": "again"}))
+                assert answer.ext["i"] == "again"

@@ -21,7 +21,7 @@ import attrs
 import trio
 
 from wire.errors import RemotingClosedError, RemotingTimeoutError
-from wire.remoting.busy_poll import BusyPoller
+from wire.remoting.busy_poll import MAX_WINDOW, BusyPoller
 from wire.remoting.codes import RequestCode, ResponseCode, code_name
 from wire.remoting.command import (
     DEFAULT_MAX_FRAME_SIZE,
@@ -44,6 +44,11 @@ from wire.remoting.read_reactor import ReadReactor
 from wire.remoting.receive_buffer import RECEIVE_CHUNK, read_available
 
 log = logging.getLogger(__name__)
+
+OWN_POLL_LIMIT = MAX_WINDOW
+"""A server's read loop polls its socket (:meth:`Connection._poll_socket`) at most this long
+after the connection's own last receive or send: the longest window the busy poller waits for
+one peer's next message."""
 
 OUTBOX_HIGH_WATER = 64 * 1024 * 1024
 """Handlers wait before queueing more once this many response bytes are unsent (a peer that
@@ -433,7 +438,10 @@ class Connection:
     """Waits of the read loop spent polling the socket while the busy poller polled (see
     :meth:`_poll_socket`)."""
     polled_reads: int = attrs.field(default=0, init=False)
-    """Of those, the ones that read what came (the others ended with the poller's window)."""
+    """Of those, the ones that read what came (the others ended with the poller's window, or
+    the connection's own quiet: ``OWN_POLL_LIMIT``)."""
+    polling_socket: bool = attrs.field(default=False, init=False)
+    """Whether the read loop polls the socket now (see :meth:`_poll_socket`)."""
     _serving: tuple[trio.Nursery, trio.CapacityLimiter] | None = attrs.field(default=None, init=False)
     """Where the read loop starts the peer's requests (and a request's task reading the socket
     starts those it reads)."""
@@ -793,18 +801,29 @@ class Connection:
         anyway. Polled here, the request is read in the pass it arrived in and nothing is
         re-armed (docs/performance.md, twenty-seventh step). A client's connections do the
         same from the requesting task (:meth:`_poll_answer`). Several peers sending make the
-        poller stop (its crowd rule), so a busy server waits in epoll as before."""
+        poller stop (its crowd rule), so a busy server waits in epoll as before; a connection
+        quiet for ``OWN_POLL_LIMIT`` (or the poller's longer fixed window) goes back to epoll
+        while another keeps the poller busy
+        (a broker's idle consumers must not each cost a read in every pass of one producer's
+        round trips)."""
         fd = self._fd
+        quiet_limit = max(OWN_POLL_LIMIT, poller.window)
         self.polled_waits += 1
-        while poller.polling and self._fd == fd:
-            try:
-                data = read_available(fd)
-            except BlockingIOError:
-                await trio.lowlevel.checkpoint()
-                continue
-            self.polled_reads += 1
-            return data
-        return None
+        self.polling_socket = True
+        try:
+            while poller.polling and self._fd == fd:
+                try:
+                    data = read_available(fd)
+                except BlockingIOError:
+                    if trio.current_time() - self._last_activity > quiet_limit:
+                        return None
+                    await trio.lowlevel.checkpoint()
+                    continue
+                self.polled_reads += 1
+                return data
+            return None
+        finally:
+            self.polling_socket = False
 
     def _received(self, data: bytes | list[RemotingCommand]) -> list[RemotingCommand] | None:
         """Take what a receive brought (bytes read, or the frames the server's reactor
