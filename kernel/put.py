@@ -85,9 +85,13 @@ def validate(batch: MessageBatch, max_message_size: int) -> Rejection | None:
         problem = topic_problem(message.topic)
         if problem:
             return Rejection(PutStatus.MESSAGE_ILLEGAL, problem)
-        if any("\0" in k or "\0" in v for k, v in message.properties.items()):
+        properties = message.properties
+        if not properties:
+            continue
+        text = "".join(map("".join, properties.items()))  # every key and value, searched at once
+        if "\0" in text:
             return Rejection(PutStatus.MESSAGE_ILLEGAL, "a property contains a NUL character")
-        if message.properties and _properties_too_large(message.properties):
+        if _properties_too_large(properties, len(text)):
             return Rejection(
                 PutStatus.PROPERTIES_SIZE_EXCEEDED,
                 f"properties exceed {MAX_PROPERTIES_SIZE} bytes",
@@ -148,10 +152,11 @@ def _unhandled(batch: MessageBatch, parking: frozenset[str]) -> Rejection | None
     return None
 
 
-def _properties_too_large(properties: dict[str, str]) -> bool:
-    """Exact check only when a cheap bound (4 UTF-8 bytes per character) cannot rule it out,
-    so the usual small property map is not encoded twice per put."""
-    chars = sum(len(k) + len(v) + 2 for k, v in properties.items())
+def _properties_too_large(properties: dict[str, str], text_chars: int) -> bool:
+    """Exact check only when a cheap bound (4 UTF-8 bytes per character; ``text_chars``: the
+    keys' and values' characters) cannot rule it out, so the usual small property map is not
+    encoded twice per put."""
+    chars = text_chars + 2 * len(properties)
     return chars * 4 > MAX_PROPERTIES_SIZE and len(encode_properties(properties)) > MAX_PROPERTIES_SIZE
 
 

@@ -34,6 +34,23 @@ async def test_a_send_is_stored_and_pulled_back_byte_for_byte(cluster_factory, c
         assert f"{message.store_host[0]}:{message.store_host[1]}" == cluster.broker_addr
 
 
+@pytest.mark.parametrize("code", [RequestCode.SEND_MESSAGE, RequestCode.SEND_MESSAGE_V2])
+async def test_a_send_header_field_that_is_no_integer_is_refused_by_its_long_name(cluster_factory, code):
+    """V2's one-letter header is read as it came; a bad field is still named as RocketMQ names
+    it, whichever form the header had."""
+    async with cluster_factory(store="mmap") as cluster:
+        request = send_request("TI", b"x", queue_id=0, code=code)
+        request.ext["e" if code == RequestCode.SEND_MESSAGE_V2 else "queueId"] = "one"
+        refused = await cluster.call_raw(request)
+        assert refused.code == ResponseCode.MESSAGE_ILLEGAL
+        assert refused.remark == "header field 'queueId' must be an integer, got 'one'"
+        request = send_request("TI", b"x", queue_id=0, code=code)
+        request.ext["g" if code == RequestCode.SEND_MESSAGE_V2 else "bornTimestamp"] = "soon"
+        refused = await cluster.call_raw(request)
+        assert "'bornTimestamp' must be an integer" in refused.remark
+        assert cluster.broker.store.positions.wrote.value == 0
+
+
 @pytest.mark.parametrize(
     "code,batch_flag", [(RequestCode.SEND_MESSAGE, "1"), (RequestCode.SEND_BATCH_MESSAGE, None)]
 )
