@@ -803,9 +803,8 @@ class Connection:
         same from the requesting task (:meth:`_poll_answer`). Several peers sending make the
         poller stop (its crowd rule), so a busy server waits in epoll as before; a connection
         quiet for ``OWN_POLL_LIMIT`` (or the poller's longer fixed window) goes back to epoll
-        while another keeps the poller busy
-        (a broker's idle consumers must not each cost a read in every pass of one producer's
-        round trips)."""
+        while another keeps the poller busy (a broker's idle consumers must not each cost a
+        read in every pass of one producer's round trips)."""
         fd = self._fd
         quiet_limit = max(OWN_POLL_LIMIT, poller.window)
         self.polled_waits += 1
