@@ -170,6 +170,35 @@ async def test_an_adaptive_window_stretches_to_a_peer_that_answers_a_little_late
         nursery.cancel_scope.cancel()
 
 
+async def test_a_window_stretches_to_a_sync_batchs_answer(mock_clock):
+    """A sync-flush batch of 32 is answered after 0.8-1 ms here: stretched by a quarter that is
+    past 1 ms, and a client whose window could not stretch that far slept through every answer
+    (trio producers' sync batches 13-14 % slower). The window stretches to it and the next
+    answer lands while polling."""
+    base = 200e-6
+    poller = BusyPoller(base, adaptive=True)
+
+    async def activity_after(seconds: float, request: bool = False) -> None:
+        mock_clock.jump(seconds)
+        poller.touch(answer_due=request)
+        await passes()
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(poller.run)
+        await activity_after(1.0)
+        await activity_after(50e-6, request=True)
+        await polled_for(mock_clock, base + 1e-6)
+        assert poller.misses == 1 and poller.parked
+        await activity_after(900e-6 - base - 1e-6)  # the batch's answer, 0.9 ms after it went
+        assert poller.answer_window == pytest.approx(900e-6 * STRETCH)
+        assert poller.answer_window > 1e-3
+        await activity_after(50e-6, request=True)  # the next batch polls for its answer ...
+        await polled_for(mock_clock, 900e-6)
+        await activity_after(0.0)  # ... which lands while polling
+        assert poller.hits == 1 and poller.misses == 1
+        nursery.cancel_scope.cancel()
+
+
 async def test_a_window_the_loop_was_held_through_is_no_miss(mock_clock):
     """A sync-flush put holds the loop (its io_uring wait) past the window its request opened:
     that window was never tried, so it is no miss, and the answer written after the sync

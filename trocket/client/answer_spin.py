@@ -16,7 +16,8 @@ to a caller that knows an answer is due and, polling or not, learns how late eac
 - a request polls for ``window`` (200 µs: a few round trips of this machine kind), then sleeps
   in ``recv`` as before;
 - an answer later than the window but within :data:`MAX_WINDOW` once stretched by
-  :data:`STRETCH` stretches the window to that (a sync-flush put, answered after 0.4-0.5 ms);
+  :data:`STRETCH` stretches the window to that (a sync-flush put, answered after 0.4-0.5 ms; a
+  batch of 32, 0.8-1 ms);
 - an answer later still while polling (a broker under load, a stalled disk) puts the window back
   to its base, and the next 1, 2, 4 ... 64 requests sleep at once before one polls again (a peer
   that slow costs at most one window per 64 requests); any answer soon enough for a (stretched)

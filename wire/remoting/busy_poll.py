@@ -74,9 +74,11 @@ AUTO = "auto"
 AUTO_WINDOW = 200e-6
 """Window of adaptive polling: a few single-message round trips of this machine kind, well
 under the 1 ms at which the loop's timers start to matter."""
-MAX_WINDOW = 1e-3
-"""Longest an adaptive window stretches (see the module docstring): about twice a sync-flush
-put's answer on this machine kind, and where the loop's timers start to matter."""
+MAX_WINDOW = 2e-3
+"""Longest an adaptive window stretches (see the module docstring): a sync-flush batch of 32
+messages is answered after 0.8-0.9 ms on this machine kind (1 KiB bodies: about 1 ms), which a
+1 ms cap could not hold once stretched, so those clients slept through every answer (2 ms
+took trio producers' sync batches 13-14 % faster; docs/performance.md, twenty-eighth step)."""
 STRETCH = 1.25
 """A stretched window is this many times the lateness of the activity it missed."""
 MAX_BACK_OFF = 64

@@ -21,7 +21,7 @@ import attrs
 import trio
 
 from wire.errors import RemotingClosedError, RemotingTimeoutError
-from wire.remoting.busy_poll import MAX_WINDOW, BusyPoller
+from wire.remoting.busy_poll import BusyPoller
 from wire.remoting.codes import RequestCode, ResponseCode, code_name
 from wire.remoting.command import (
     DEFAULT_MAX_FRAME_SIZE,
@@ -45,10 +45,10 @@ from wire.remoting.receive_buffer import RECEIVE_CHUNK, read_available
 
 log = logging.getLogger(__name__)
 
-OWN_POLL_LIMIT = MAX_WINDOW
+OWN_POLL_LIMIT = 1e-3
 """A server's read loop polls its socket (:meth:`Connection._poll_socket`) at most this long
-after the connection's own last receive or send: the longest window the busy poller waits for
-one peer's next message."""
+after the connection's own last receive or send: five of the busy poller's base windows (a
+server's windows never stretch), so a quiet connection soon stops costing a read a pass."""
 
 OUTBOX_HIGH_WATER = 64 * 1024 * 1024
 """Handlers wait before queueing more once this many response bytes are unsent (a peer that
