@@ -36,6 +36,11 @@ class MappedFileQueue:
     on_created: Callable[[MappedFile, bool], object] | None = None
     """Called with each file the queue creates (not those it loads), and whether appends go
     into it right away (the commit log's warmer starts such a file a margin in)."""
+    prepare_ahead: bool = False
+    """Keep a file ready after the one appends go to, from the first append on (a roll always
+    pre-allocates the next one): the commit log's warmer then has a whole file's life to warm
+    it, where a file created when appends reach it is appended to unwarmed (see
+    :mod:`plugins.store_mmap.warm`)."""
 
     @classmethod
     def load(
@@ -129,6 +134,8 @@ class MappedFileQueue:
             return files[index]
         start = self.files[-1].end if self.files else start_if_empty
         mapped = self._create(start, appends_now=True)
+        if self.prepare_ahead:
+            self.prepare_after(mapped)
         return mapped
 
     def extend_to(self, end: int, start_if_empty: int = 0) -> None:
@@ -147,12 +154,18 @@ class MappedFileQueue:
         effort: a failure there (disk full) is logged and retried at the next roll."""
         index = self.files.index(full)
         nxt = self.files[index + 1] if index + 1 < len(self.files) else self._create(full.end)
-        if nxt is self.files[-1]:
-            try:
-                self._create(nxt.end)
-            except OSError as error:
-                log.warning("could not pre-allocate the file after %s: %s", nxt.path, error)
+        self.prepare_after(nxt)
         return nxt
+
+    def prepare_after(self, active: MappedFile) -> None:
+        """Pre-allocate the file after ``active`` when it is the last one, best effort: a
+        failure (disk full) is logged, and the file is created when appends reach it."""
+        if active is not self.files[-1]:
+            return
+        try:
+            self._create(active.end)
+        except OSError as error:
+            log.warning("could not pre-allocate the file after %s: %s", active.path, error)
 
     def ensure_room(self, active: MappedFile, incoming: int, records: int, largest: int) -> None:
         """Create the files a write of ``records`` records (``incoming`` bytes, the largest

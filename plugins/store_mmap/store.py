@@ -114,11 +114,16 @@ class MmapStore:
 
     async def _start_warming(self, warmer: FileWarmer) -> None:
         """Warm the active file from a chunk past its end now (the broker does not serve yet),
-        files created ahead of it in the background, and from now on every file the log
-        creates (``plugins.store_mmap.warm``)."""
+        files ahead of it in the background (one is made now if there is none), and from now on
+        every file the log creates, keeping one ahead of the appends
+        (``plugins.store_mmap.warm``)."""
         files = self.commit_log.files
-        files.on_created = lambda mapped, appends_now: warmer.warm(mapped, MARGIN if appends_now else 0)
         end = self.commit_log.append_end
+        active = next((mapped for mapped in files.files if mapped.start <= end < mapped.end), None)
+        if active is not None:
+            files.prepare_after(active)  # a file ahead, warmed in the background below
+        files.on_created = lambda mapped, appends_now: warmer.warm(mapped, MARGIN if appends_now else 0)
+        files.prepare_ahead = True
         for mapped in files.files:
             if mapped.end <= end:
                 continue  # full

@@ -12,8 +12,12 @@ zeros, which is why RocketMQ leaves it off by default and so does Trocket
 
 How: at a restart, before the broker serves, the active file is warmed from a chunk past its
 end (0.9 s for 512 MiB here). Otherwise one daemon thread warms every file the log creates (a
-new store's first one from a chunk in; the next file is created when the current one starts
-to fill, well before appends reach it), a chunk at a time, each made durable at once and
+new store's first one from a chunk in; the log keeps one file ready after the one appends go
+to, :attr:`~plugins.store_mmap.mapped_file_queue.MappedFileQueue.prepare_ahead`: made with
+the first append's file or at the restart, and at each roll the one after, so the warmer has
+a whole file's life for it; a file made only when appends reached it was appended to unwarmed,
+and one send in flight with sync flush ran 10-20 % slower through all of it,
+docs/performance.md, twenty-eighth step), a chunk at a time, each made durable at once and
 followed by a pause three times as long: a sync flush that meets a chunk waits for it (its
 fsync shares the file system's journal), so the thread keeps to a quarter of the disk's time
 and to 0.3 ms a chunk, and a GiB takes about 5 s. Appends never wait for it, and it never

@@ -76,6 +76,34 @@ def test_files_created_ahead_are_warmed_to_their_end(tmp_path):
         queue.close()
 
 
+def test_a_file_is_kept_ready_ahead_of_the_appends_so_none_is_appended_to_unwarmed(tmp_path):
+    """``prepare_ahead`` (the store sets it with the warmer): the first append's file comes with
+    the next one, warmed whole, so the roll lands in written blocks; the roll then prepares the
+    one after. Without it the next file was created at the roll, with appends right behind, and
+    its warming stopped at once (``halted``): the whole file was flushed the slower way."""
+    queue = MappedFileQueue.load(tmp_path, FILE_SIZE)
+    warmer = FileWarmer()
+    queue.on_created = lambda mapped, appends_now: warmer.warm(mapped, MARGIN if appends_now else 0)
+    queue.prepare_ahead = True
+    try:
+        first = queue.writable_file()
+        assert [f.start for f in queue.files] == [0, FILE_SIZE], "the next file is ready at once"
+        wait_idle(warmer)
+        first.write(os.urandom(first.free))  # the appends fill the first file ...
+        second = queue.roll(first)  # ... and move on into the one warmed ahead
+        assert second is queue.files[1] and len(queue.files) == 3, "and the one after is made"
+        wait_idle(warmer)
+        stats = warmer.statistics()
+        assert (stats.files, stats.halted) == (3, 0), stats
+        blocks = unwritten_blocks(second.path)
+        if blocks is None:
+            pytest.skip("filefrag cannot tell written from unwritten extents here")
+        assert blocks == 0, "the file rolled into was warmed whole"
+    finally:
+        warmer.close()
+        queue.close()
+
+
 def test_appends_that_reach_the_warmer_stop_it_and_lose_nothing(tmp_path):
     """The warmer is a background thread pausing between chunks, the appends come as fast as
     ``pwrite`` goes: they catch up with it, halt it, and every byte they wrote reads back;
@@ -149,6 +177,41 @@ async def test_a_sync_flush_broker_warms_its_log_and_reports_it(tmp_path):
                 break
             read += [record.decode_record(raw).body for raw in got.records]
         assert read == bodies
+        broker.request_stop()
+
+
+async def test_a_broker_that_starts_warming_makes_a_file_ahead_of_its_log(tmp_path):
+    """A log written without warming (one file, no file ahead), restarted with
+    ``warm_mapped_file``: the restart makes the file after the active one and warms it in the
+    background, so the log's first roll is into warmed blocks too."""
+
+    def config(warm: bool) -> object:
+        return make_config(
+            broker={"plugins": ["store_mmap", "flush_sync"], "data_dir": str(tmp_path), "flush": "sync"},
+            store_mmap={
+                "commit_log_file_size": "1MiB",
+                "warm_mapped_file": warm,
+                "message_index_enable": False,
+            },
+        )
+
+    broker = Broker.assemble(config(False))
+    async with trio.open_nursery() as nursery:
+        await nursery.start(broker.run)
+        assert (await broker.put(MessageBatch([Message("Warm", b"x" * 1000)]))).ok
+        broker.request_stop()
+    log_dir = next(p.parent for p in tmp_path.rglob("00000000000000000000") if p.parent.name == "commitlog")
+    assert sorted(p.name for p in log_dir.iterdir()) == ["00000000000000000000"]
+    broker = Broker.assemble(config(True))
+    async with trio.open_nursery() as nursery:
+        await nursery.start(broker.run)
+        warmer = broker.ctx.stash[WARMER]
+        with trio.fail_after(60):
+            while warmer.statistics().pending:  # noqa: ASYNC110 (a thread's figure, polled)
+                await trio.sleep(0.01)
+        assert sorted(p.name for p in log_dir.iterdir()) == ["00000000000000000000", "00000000000001048576"]
+        stats = warmer.statistics()
+        assert stats.files == 2 and stats.halted == 0, stats
         broker.request_stop()
 
 
