@@ -23,6 +23,10 @@ RocketMQ's default is 32) so both sides move 1000 messages per consume round tri
 flush it writes zeros ahead of its appends (``[store_mmap] warm_mapped_file``, RocketMQ's
 ``warmMapedFileEnable``, off by default), as a deployment that acknowledges after the disk
 would: ``--warm-mapped-file never`` measures without (``always``: under async flush too).
+Each measured row starts once no file is being warmed (a deployment warms each log file once,
+while the one before it fills; the rows here roll into a new file every few hundred MiB, and a
+row sharing the disk with that file's warming measured 10-20 % slower, docs/performance.md,
+twenty-eighth step).
 
     ./run bench produce_consume [--messages 1000000] [--sizes 128,1024] [--flush async,sync]
                                 [--busy-poll auto|off|200us] [--warm-mapped-file sync|always|never]
@@ -173,9 +177,10 @@ def redis_server(path: str, root: Path, flush: str) -> Iterator[Server]:
 
 
 async def warming_done(server: Server) -> None:
-    """Wait until the broker wrote the zeros of ``warm_mapped_file`` into the log file the first
-    send created (``warmMappedPending`` in its runtime figures): measured rows must not share
-    the disk with it (a deployment warms a new file once per file)."""
+    """Wait until the broker wrote the zeros of ``warm_mapped_file`` into every log file it made
+    (the first send's, the one it keeps ready after the active one, a roll's:
+    ``warmMappedPending`` in its runtime figures): measured rows must not share the disk with
+    it (a deployment warms a new file once per file)."""
     async with AdminClient.open([server.address]) as admin:
         for broker in (await admin.master_addrs(None)).values():
             for _ in range(600):  # a remote figure, polled; a minute at most
@@ -218,16 +223,19 @@ async def trocket_workloads(server: Server, size: int, args: argparse.Namespace,
                 await producer.send(Message(topic, body))
 
         total = args.concurrent_messages
+        await warming_done(server)
         cpu, started = server.cpu(), time.perf_counter()
         async with trio.open_nursery() as nursery:
             for _ in range(64):
                 nursery.start_soon(sender, total // 64)
         out["64 in flight"] = (total // 64 * 64) / (time.perf_counter() - started)
         out["cpu 64 in flight"] = cpu_per_message(server, cpu, total // 64 * 64)
+        await warming_done(server)
         out.update(await many_producers(server, topic, body, total))
 
         batch = [Message(topic, body) for _ in range(32)]
         rounds = args.batch_messages // 32
+        await warming_done(server)
         cpu, started = server.cpu(), time.perf_counter()
         for _ in range(rounds):
             await producer.send_batch(batch)
@@ -244,6 +252,7 @@ async def trocket_workloads(server: Server, size: int, args: argparse.Namespace,
                 await producer.send_batch(batch_for_backlog)
 
         batch_for_backlog = [Message(backlog, body) for _ in range(32)]
+        await warming_done(server)
         cpu, started = server.cpu(), time.perf_counter()
         async with trio.open_nursery() as nursery:
             for _ in range(16):
@@ -258,6 +267,7 @@ async def trocket_workloads(server: Server, size: int, args: argparse.Namespace,
     ) as consumer:  # fmt: skip
         consumer.subscribe(backlog)
         got = 0
+        await warming_done(server)
         cpu, started = server.cpu(), time.perf_counter()
         next_report = started + 5
         while got < expected:
@@ -314,6 +324,7 @@ def trocket_blocking(server: Server, size: int, args: argparse.Namespace, tag: s
     out: Figures = {}
     with BlockingProducer("PG_bench_blocking", server.address, send_timeout=30) as producer:
         producer.send(Message(topic, body))  # route and connection warm
+        trio.run(warming_done, server)
         latencies = []
         cpu, started = server.cpu(), time.perf_counter()
         for _ in range(args.round_trips):
@@ -326,6 +337,7 @@ def trocket_blocking(server: Server, size: int, args: argparse.Namespace, tag: s
         out["cpu 1 in flight, blocking"] = cpu_per_message(server, cpu, args.round_trips)
         batch = [Message(topic, body) for _ in range(32)]
         rounds = args.batch_messages // 32
+        trio.run(warming_done, server)
         cpu, started = server.cpu(), time.perf_counter()
         for _ in range(rounds):
             producer.send_batch(batch)
