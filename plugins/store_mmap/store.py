@@ -560,7 +560,7 @@ async def open_mmap_store(ctx: BrokerContext) -> AsyncIterator[MmapStore]:
             store.sync_overlap = ctx.sync_overlap
             log.info("commit-log syncs through io_uring")
         if config.warm_mapped_file:
-            store.warmer = ctx.stash[WARMER] = FileWarmer()
+            store.warmer = ctx.stash[WARMER] = FileWarmer(appends_at=lambda: commit_log.append_end)
         queues.on_persist = store._on_queues_persisted
         queues.log_end = lambda: commit_log.append_end
         try:

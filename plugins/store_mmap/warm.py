@@ -18,9 +18,13 @@ the first append's file or at the restart, and at each roll the one after, so th
 a whole file's life for it; a file made only when appends reached it was appended to unwarmed,
 and one send in flight with sync flush ran 10-20 % slower through all of it,
 docs/performance.md, twenty-eighth step), a chunk at a time, each made durable at once and
-followed by a pause three times as long: a sync flush that meets a chunk waits for it (its
-fsync shares the file system's journal), so the thread keeps to a quarter of the disk's time
-and to 0.3 ms a chunk, and a GiB takes about 5 s. Appends never wait for it, and it never
+followed by a pause: a sync flush that meets a chunk waits for it (its fsync shares the
+file system's journal), so the thread keeps to a twentieth of the disk's time while the appends
+are more than half a file behind the job (the file ahead of a log that is filling slowly: one
+send in flight with sync flush ran 4 % slower meanwhile, its p90 unchanged), and to a quarter
+once they come closer (a new store's first file, a log filling fast: 18-25 % slower meanwhile,
+its p90 twice as long; docs/performance.md, twenty-eighth step), at 0.3 ms a chunk; a GiB
+takes about 5 s at the quick pace. Appends never wait for it, and it never
 writes where an append has begun: :meth:`WarmJob.halt` (called by
 :class:`~plugins.store_mmap.mapped_file.MappedFile` before any write that would reach the
 range not yet warmed) stops the job once the chunk being written is in the page cache, never
@@ -36,6 +40,7 @@ import logging
 import queue
 import threading
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import attrs
@@ -51,7 +56,10 @@ CHUNK = 256 << 10
 """Bytes of zeros written and made durable at a time (a sync flush's worst extra wait: 0.3 ms
 here)."""
 PAUSE = 3.0
-"""After each chunk the background thread pauses this many times the chunk's duration."""
+"""After each chunk the background thread pauses this many times the chunk's duration while
+the appends are near (see :data:`GENTLE_PAUSE`)."""
+GENTLE_PAUSE = 19.0
+"""... and this many times while they are more than half a file behind the job's position."""
 MARGIN = CHUNK
 """At start, warming of the active file begins this far past its end (rounded to a chunk)."""
 _ZEROS = bytes(CHUNK)
@@ -92,9 +100,13 @@ class WarmJob:
             with self._sync_lock:
                 pass
 
-    def run(self, closing: threading.Event, pause: float = 0.0) -> int:
+    def run(
+        self, closing: threading.Event, pause: float = 0.0, appends_at: Callable[[], int] | None = None
+    ) -> int:
         """Warm until the file's end, a halt or ``closing``, pausing ``pause`` times each
-        chunk's duration after it; the bytes warmed (a thread other than the event loop).
+        chunk's duration after it, or :data:`GENTLE_PAUSE` times while ``appends_at()`` (the
+        log's end, a global offset) is more than half a file behind; the bytes warmed (a thread
+        other than the event loop).
 
         :raises OSError: from the writes (the caller logs it; appends are not affected).
         """
@@ -115,8 +127,15 @@ class WarmJob:
                     break  # halted: its last chunk need not be durable, and the file may close
                 mapped.datasync()
             if pause:
-                closing.wait((time.monotonic() - started) * pause)
+                factor = pause if appends_at is None or self.near(appends_at()) else GENTLE_PAUSE
+                closing.wait((time.monotonic() - started) * factor)
         return warmed
+
+    def near(self, appends_at: int) -> bool:
+        """Whether the appends (the log's end ``appends_at``, a global offset) are within half
+        a file of what this job has still to warm."""
+        mapped = self.mapped
+        return mapped.start + self.position - appends_at <= mapped.size // 2
 
 
 WARMER = StashKey["FileWarmer"]("store_mmap.warmer")
@@ -133,6 +152,9 @@ class WarmStatistics:
     """Bytes of zeros written."""
     pending: int
     """Jobs waiting or in progress."""
+    near: int = 0
+    """Of those, jobs the appends are within half a file of: warmed at the quick pace
+    (:data:`PAUSE`), which a sync flush feels (the rest go at :data:`GENTLE_PAUSE`)."""
 
     def figures(self) -> dict[str, str]:
         """The broker runtime figures (``brokerStatus``) of warming."""
@@ -141,14 +163,18 @@ class WarmStatistics:
             "warmMappedHalted": str(self.halted),
             "warmMappedBytes": str(self.bytes),
             "warmMappedPending": str(self.pending),
+            "warmMappedNear": str(self.near),
         }
 
 
 class FileWarmer:
     """The warming thread (see the module docstring); started on the first :meth:`warm`."""
 
-    def __init__(self, name: str = "trocket-warm") -> None:
+    def __init__(self, name: str = "trocket-warm", appends_at: Callable[[], int] | None = None) -> None:
         self._name = name
+        self._appends_at = appends_at
+        """The log's end (a global offset; read from the warming thread): the pace follows how
+        far the appends are behind a job (see :data:`GENTLE_PAUSE`). None: always :data:`PAUSE`."""
         self._jobs: queue.SimpleQueue[WarmJob | None] = queue.SimpleQueue()
         self._closing = threading.Event()
         self._thread: threading.Thread | None = None
@@ -156,6 +182,8 @@ class FileWarmer:
         """Jobs queued (the event loop's count; the thread counts those it finished)."""
         self._counts = threading.Lock()
         """Guards the counts below (the background thread and a ``warm_now`` thread)."""
+        self._pending: list[WarmJob] = []
+        """The background thread's jobs not finished yet (for :attr:`WarmStatistics.near`)."""
         self._finished = 0
         self._files = 0
         self._halted = 0
@@ -185,6 +213,8 @@ class FileWarmer:
         if job is None:
             return None
         self._queued += 1
+        with self._counts:
+            self._pending.append(job)
         if self._thread is None:
             self._thread = threading.Thread(target=self._serve, name=self._name, daemon=True)
             self._thread.start()
@@ -207,7 +237,11 @@ class FileWarmer:
             self._thread.join(timeout=30)
 
     def statistics(self) -> WarmStatistics:
-        return WarmStatistics(self._files, self._halted, self._bytes, self._queued - self._finished)
+        with self._counts:
+            pending = list(self._pending)
+        appends_at = self._appends_at
+        near = len(pending) if appends_at is None else sum(job.near(appends_at()) for job in pending)
+        return WarmStatistics(self._files, self._halted, self._bytes, self._queued - self._finished, near)
 
     def _serve(self) -> None:
         while True:
@@ -216,12 +250,13 @@ class FileWarmer:
                 return
             warmed = 0
             try:
-                warmed = job.run(self._closing, PAUSE)
+                warmed = job.run(self._closing, PAUSE, self._appends_at)
             except Exception:  # noqa: BLE001 (a file left unwarmed is only slower; appends go on)
                 log.exception("warming %s stopped", job.mapped.path)
             self._done(job, warmed)
             with self._counts:
                 self._finished += 1
+                self._pending.remove(job)
 
     def _done(self, job: WarmJob, warmed: int) -> None:
         """Count a finished job and detach it from its file."""
@@ -236,4 +271,4 @@ class FileWarmer:
             job.mapped.warming = None
 
 
-__all__ = ["CHUNK", "MARGIN", "PAUSE", "WARMER", "FileWarmer", "WarmJob", "WarmStatistics"]
+__all__ = ["CHUNK", "GENTLE_PAUSE", "MARGIN", "PAUSE", "WARMER", "FileWarmer", "WarmJob", "WarmStatistics"]

@@ -5,6 +5,7 @@ figures. The crash test (``test_crash.py``) kills brokers that warm under load."
 
 from __future__ import annotations
 
+import itertools
 import os
 import shutil
 import subprocess
@@ -18,9 +19,10 @@ import trio
 from kernel import Broker, Message, MessageBatch, pull
 from kernel.model import GetStatus
 from kernel.testing import make_config
+from plugins.store_mmap import warm
 from plugins.store_mmap.mapped_file import MappedFile
 from plugins.store_mmap.mapped_file_queue import MappedFileQueue
-from plugins.store_mmap.warm import CHUNK, MARGIN, WARMER, FileWarmer
+from plugins.store_mmap.warm import CHUNK, GENTLE_PAUSE, MARGIN, PAUSE, WARMER, FileWarmer, WarmJob
 from wire import record
 
 FILE_SIZE = 8 * CHUNK
@@ -101,6 +103,41 @@ def test_a_file_is_kept_ready_ahead_of_the_appends_so_none_is_appended_to_unwarm
         assert blocks == 0, "the file rolled into was warmed whole"
     finally:
         warmer.close()
+        queue.close()
+
+
+def test_the_warmer_paces_gently_while_the_appends_are_far_behind(tmp_path, monkeypatch):
+    """A sync flush that meets a chunk waits for it: the file ahead of a log filling slowly is
+    warmed at a twentieth of the disk's time, and at a quarter once the appends come within half
+    a file of what is left (they would otherwise reach unwarmed blocks). Each chunk's duration
+    is one tick of a counting clock, so each pause is its factor."""
+    queue = MappedFileQueue.load(tmp_path, FILE_SIZE)
+    queue.writable_file()
+    queue.extend_to(2 * FILE_SIZE)
+    ahead = queue.files[1]
+    ticks = itertools.count()
+    monkeypatch.setattr(warm.time, "monotonic", lambda: float(next(ticks)))
+    job = WarmJob(ahead, 0)
+    appends = [0]  # the log's end: the start of the first file, a file and more behind the job
+    pauses: list[float] = []
+
+    class Closing:
+        def is_set(self) -> bool:
+            return False
+
+        def wait(self, seconds: float) -> None:
+            pauses.append(seconds)
+            if len(pauses) >= 3:  # the appends catch up and trail the warmer by a chunk
+                appends[0] = ahead.start + job.position - CHUNK
+
+    try:
+        assert job.run(Closing(), PAUSE, lambda: appends[0]) == FILE_SIZE  # type: ignore[arg-type]
+        assert pauses == [GENTLE_PAUSE] * 3 + [PAUSE] * 5
+        warmer = FileWarmer(appends_at=lambda: appends[0])
+        far = warmer.warm(queue.files[0], 0)
+        assert far is not None and warmer.statistics().near == 1, "the appends are at its start"
+        warmer.close()
+    finally:
         queue.close()
 
 
