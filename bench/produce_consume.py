@@ -23,10 +23,9 @@ RocketMQ's default is 32) so both sides move 1000 messages per consume round tri
 flush it writes zeros ahead of its appends (``[store_mmap] warm_mapped_file``, RocketMQ's
 ``warmMapedFileEnable``, off by default), as a deployment that acknowledges after the disk
 would: ``--warm-mapped-file never`` measures without (``always``: under async flush too).
-Each measured row starts once no file is being warmed (a deployment warms each log file once,
-while the one before it fills; the rows here roll into a new file every few hundred MiB, and a
-row sharing the disk with that file's warming measured 10-20 % slower, docs/performance.md,
-twenty-eighth step).
+Each measured row starts once no file the appends are near is being warmed (at its quick pace
+a row sharing the disk with it measured 18-25 % slower; the file ahead of the appends is warmed
+at the gentle pace meanwhile, as in a deployment; docs/performance.md, twenty-eighth step).
 
     ./run bench produce_consume [--messages 1000000] [--sizes 128,1024] [--flush async,sync]
                                 [--busy-poll auto|off|200us] [--warm-mapped-file sync|always|never]
@@ -177,14 +176,15 @@ def redis_server(path: str, root: Path, flush: str) -> Iterator[Server]:
 
 
 async def warming_done(server: Server) -> None:
-    """Wait until the broker wrote the zeros of ``warm_mapped_file`` into every log file it made
-    (the first send's, the one it keeps ready after the active one, a roll's:
-    ``warmMappedPending`` in its runtime figures): measured rows must not share the disk with
-    it (a deployment warms a new file once per file)."""
+    """Wait until the broker wrote the zeros of ``warm_mapped_file`` the appends are near (the
+    first send's file; ``warmMappedNear`` in its runtime figures): measured rows must not share
+    the disk with warming at its quick pace (a deployment does that once, at its first file).
+    The file kept ready ahead of the active one is warmed at the gentle pace meanwhile, as in a
+    deployment whose log fills slowly."""
     async with AdminClient.open([server.address]) as admin:
         for broker in (await admin.master_addrs(None)).values():
             for _ in range(600):  # a remote figure, polled; a minute at most
-                if not int((await admin.broker_runtime_info(broker)).get("warmMappedPending", "0")):
+                if not int((await admin.broker_runtime_info(broker)).get("warmMappedNear", "0")):
                     break
                 await trio.sleep(0.1)
 
