@@ -1,7 +1,9 @@
-"""A lab's power cut copies the disk only once the replica's threads have all stopped."""
+"""A lab's power cut copies the disk only once the replica's threads have all stopped, and the
+replica never runs again after it."""
 
 from __future__ import annotations
 
+import signal
 import subprocess
 import sys
 import time
@@ -52,3 +54,30 @@ def test_pause_and_wait_refuses_to_go_on_while_a_thread_still_runs(tmp_path: Pat
         assert asked == [process.popen.pid]
     finally:
         process.kill()
+
+
+def test_a_paused_process_is_killed_without_running_again(tmp_path: Path):
+    """A power cut kills the paused replica: SIGKILL first, while it is stopped. A SIGCONT
+    before it let a broker answer the puts whose sync completed after the copy of its disk
+    (acknowledged, and not on the disk the replica restarts from). The process is still
+    reaped, and the SIGCONT after the SIGKILL (for a frozen process) changes nothing."""
+    process = LabProcess("busy", "host", [sys.executable, "-c", BUSY_THREADS], tmp_path / "busy.log")
+    popen = process.popen = subprocess.Popen(process.argv)
+    sent: list[int] = []
+    send_signal = popen.send_signal
+
+    def recorded(number: int) -> None:
+        sent.append(number)
+        send_signal(number)
+
+    popen.send_signal = recorded  # type: ignore[method-assign]
+    try:
+        time.sleep(0.3)
+        process.pause_and_wait()
+        sent.clear()
+        process.kill()
+        assert sent[0] == signal.SIGKILL, f"signals after the pause: {sent}"
+        assert popen.returncode == -signal.SIGKILL
+    finally:
+        if popen.poll() is None:
+            popen.kill()

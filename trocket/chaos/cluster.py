@@ -107,10 +107,16 @@ class LabProcess:
             self.popen.send_signal(number)
 
     def kill(self) -> None:
+        """SIGKILL, then :meth:`resume`: a process stopped by :meth:`pause` dies without running
+        another instruction (SIGKILL acts on stopped processes), and a frozen one acts on it as
+        it is thawed. Resumed first, a paused broker went on for a moment: a sync flush in the
+        kernel's hands completed and its puts were answered after the power cut's copy of the
+        disk was taken, acknowledgements the copy cannot hold (the S8-sync failure of
+        2026-11-29, evening: six acknowledged sends lost, one per producer)."""
         if self.alive():
             assert self.popen is not None
-            self.resume()  # a stopped or frozen process would never be reaped
             self.popen.send_signal(signal.SIGKILL)
+            self.resume()  # a frozen process would never act on the SIGKILL, nor be reaped
             self.popen.wait(timeout=30)
         self._leave_freezer()
 
