@@ -4,6 +4,7 @@ idle, and serves requests over real TCP exactly as the sleeping loop does."""
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Awaitable, Callable
 
 import pytest
 import trio
@@ -125,6 +126,18 @@ async def polled_for(clock: trio.testing.MockClock, seconds: float) -> None:
         await passes()
 
 
+def activity(poller: BusyPoller, clock: trio.testing.MockClock) -> Callable[..., Awaitable[None]]:
+    """``activity_after(seconds, request=False)``: time passes, then an activity (a request
+    sent when ``request``, whose answer is due), then the poller looks at the clock."""
+
+    async def activity_after(seconds: float, request: bool = False) -> None:
+        clock.jump(seconds)
+        poller.touch(answer_due=request)
+        await passes()
+
+    return activity_after
+
+
 async def test_an_adaptive_window_stretches_to_a_peer_that_answers_a_little_later(mock_clock):
     """A sync-flush put is answered after about 0.45 ms, past the 0.2 ms window: the first
     activity after the miss says how late it came, and the window stretches to a quarter more
@@ -133,10 +146,7 @@ async def test_an_adaptive_window_stretches_to_a_peer_that_answers_a_little_late
     base = 200e-6
     poller = BusyPoller(base, adaptive=True)
 
-    async def activity_after(seconds: float, request: bool = False) -> None:
-        mock_clock.jump(seconds)
-        poller.touch(answer_due=request)
-        await passes()
+    activity_after = activity(poller, mock_clock)
 
     async with trio.open_nursery() as nursery:
         nursery.start_soon(poller.run)
@@ -178,10 +188,7 @@ async def test_a_window_stretches_to_a_sync_batchs_answer(mock_clock):
     base = 200e-6
     poller = BusyPoller(base, adaptive=True)
 
-    async def activity_after(seconds: float, request: bool = False) -> None:
-        mock_clock.jump(seconds)
-        poller.touch(answer_due=request)
-        await passes()
+    activity_after = activity(poller, mock_clock)
 
     async with trio.open_nursery() as nursery:
         nursery.start_soon(poller.run)
