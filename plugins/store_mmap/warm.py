@@ -178,13 +178,11 @@ class FileWarmer:
         self._jobs: queue.SimpleQueue[WarmJob | None] = queue.SimpleQueue()
         self._closing = threading.Event()
         self._thread: threading.Thread | None = None
-        self._queued = 0
-        """Jobs queued (the event loop's count; the thread counts those it finished)."""
         self._counts = threading.Lock()
-        """Guards the counts below (the background thread and a ``warm_now`` thread)."""
+        """Guards the counts below (the event loop, the background thread and a ``warm_now``
+        thread)."""
         self._pending: list[WarmJob] = []
-        """The background thread's jobs not finished yet (for :attr:`WarmStatistics.near`)."""
-        self._finished = 0
+        """The background thread's jobs queued and not finished yet."""
         self._files = 0
         self._halted = 0
         self._bytes = 0
@@ -212,7 +210,6 @@ class FileWarmer:
         job = self._job(mapped, start)
         if job is None:
             return None
-        self._queued += 1
         with self._counts:
             self._pending.append(job)
         if self._thread is None:
@@ -241,7 +238,7 @@ class FileWarmer:
             pending = list(self._pending)
         appends_at = self._appends_at
         near = len(pending) if appends_at is None else sum(job.near(appends_at()) for job in pending)
-        return WarmStatistics(self._files, self._halted, self._bytes, self._queued - self._finished, near)
+        return WarmStatistics(self._files, self._halted, self._bytes, len(pending), near)
 
     def _serve(self) -> None:
         while True:
@@ -255,7 +252,6 @@ class FileWarmer:
                 log.exception("warming %s stopped", job.mapped.path)
             self._done(job, warmed)
             with self._counts:
-                self._finished += 1
                 self._pending.remove(job)
 
     def _done(self, job: WarmJob, warmed: int) -> None:

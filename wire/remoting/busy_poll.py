@@ -72,8 +72,7 @@ from wire.remoting.crowd import Crowd
 AUTO = "auto"
 """The setting for adaptive polling (see the module docstring)."""
 AUTO_WINDOW = 200e-6
-"""Window of adaptive polling: a few single-message round trips of this machine kind, well
-under the 1 ms at which the loop's timers start to matter."""
+"""Window of adaptive polling: a few single-message round trips of this machine kind."""
 MAX_WINDOW = 2e-3
 """Longest an adaptive window stretches (see the module docstring): a sync-flush batch of 32
 messages is answered after 0.8-0.9 ms on this machine kind (1 KiB bodies: about 1 ms), which a
