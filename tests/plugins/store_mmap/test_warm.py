@@ -130,14 +130,19 @@ def test_the_warmer_paces_gently_while_the_appends_are_far_behind(tmp_path, monk
             if len(pauses) >= 3:  # the appends catch up and trail the warmer by a chunk
                 appends[0] = ahead.start + job.position - CHUNK
 
+    warmer = FileWarmer(appends_at=lambda: appends[0])
     try:
         assert job.run(Closing(), PAUSE, lambda: appends[0]) == FILE_SIZE  # type: ignore[arg-type]
         assert pauses == [GENTLE_PAUSE] * 3 + [PAUSE] * 5
-        warmer = FileWarmer(appends_at=lambda: appends[0])
-        far = warmer.warm(queue.files[0], 0)
-        assert far is not None and warmer.statistics().near == 1, "the appends are at its start"
-        warmer.close()
+        # The figure says the same: a job the appends are a file behind is not near (its
+        # thread pauses nineteen ticks of the counting clock after a chunk: it stays there).
+        appends[0] = 0
+        assert warmer.warm(ahead, 0) is not None
+        assert (warmer.statistics().pending, warmer.statistics().near) == (1, 0)
+        appends[0] = ahead.start  # the appends reach the file it warms
+        assert warmer.statistics().near == 1
     finally:
+        warmer.close()
         queue.close()
 
 
@@ -222,12 +227,12 @@ async def test_a_broker_that_starts_warming_makes_a_file_ahead_of_its_log(tmp_pa
     ``warm_mapped_file``: the restart makes the file after the active one and warms it in the
     background, so the log's first roll is into warmed blocks too."""
 
-    def config(warm: bool) -> object:
+    def config(warming: bool) -> object:
         return make_config(
             broker={"plugins": ["store_mmap", "flush_sync"], "data_dir": str(tmp_path), "flush": "sync"},
             store_mmap={
                 "commit_log_file_size": "1MiB",
-                "warm_mapped_file": warm,
+                "warm_mapped_file": warming,
                 "message_index_enable": False,
             },
         )
