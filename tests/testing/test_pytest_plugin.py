@@ -169,3 +169,18 @@ def test_free_ports_lie_below_the_ephemeral_range_and_bind_on_every_address():
             assert port < low
         with socket.socket() as sock:
             sock.bind(("0.0.0.0", port))
+
+
+def test_two_xdist_workers_never_hand_out_one_port(monkeypatch: pytest.MonkeyPatch):
+    """A port is bound only when the server starts, seconds after the pick: another worker's
+    pick in that gap must not be the same port (CI met it: a master's port taken), and one
+    worker does not hand a port out twice before it has walked its whole slice."""
+    if _ephemeral_low() is None:
+        pytest.skip("no ephemeral range known here: ports come from the kernel")
+    monkeypatch.setenv("PYTEST_XDIST_WORKER_COUNT", "2")
+    drawn: dict[str, list[int]] = {}
+    for worker in ("gw0", "gw1"):
+        monkeypatch.setenv("PYTEST_XDIST_WORKER", worker)
+        drawn[worker] = [free_port() for _ in range(300)]
+    assert len(set(drawn["gw0"])) == len(set(drawn["gw1"])) == 300
+    assert not set(drawn["gw0"]) & set(drawn["gw1"])

@@ -13,6 +13,8 @@ Two ways to host one:
 
 from __future__ import annotations
 
+import itertools
+import os
 import random
 import socket
 import threading
@@ -41,13 +43,19 @@ def free_port() -> int:
     Why not the port the kernel gives a socket bound to port 0: that one comes from the
     ephemeral range, which every outgoing connection of the machine draws from too, so between
     this call and the server's bind another process's connection could take it (a suite
-    running brokers and clients in parallel met it: "Address already in use"). A random port
-    below the range is never handed out that way; it is checked free on the wildcard address."""
+    running brokers and clients in parallel met it: "Address already in use"). A port below the
+    range is never handed out that way; it is checked free on the wildcard address.
+
+    Why a slice per pytest-xdist worker, walked in order: a port is checked free here but bound
+    only when the server starts, seconds later for a broker process. Two workers drawing at
+    random from one range met in that gap (CI: a master's port taken by the other worker's
+    broker); with disjoint slices no other worker can draw it, and walking the slice in order
+    means this process hands a port out again only after the whole slice."""
     low = _ephemeral_low()
     if low is not None:
-        spare = range(max(1024, low - 12_000), low)
+        spare = _worker_slice(range(max(1024, low - 12_000), low))
         for _ in range(64):
-            port = random.choice(spare)
+            port = spare[next(_port_cursor) % len(spare)]
             with socket.socket() as sock:
                 try:
                     sock.bind(("0.0.0.0", port))
@@ -57,6 +65,25 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
+
+
+_port_cursor = itertools.count(random.randrange(1 << 16))
+"""Where :func:`free_port` looks next in its slice; a random start so that two processes
+sharing a slice (a test's own subprocess) do not walk it in step."""
+
+
+def _worker_slice(ports: range) -> range:
+    """This pytest-xdist worker's share of ``ports`` (all of them outside xdist)."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    try:
+        index = int(worker.removeprefix("gw"))
+        count = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    except ValueError:
+        return ports
+    if not 0 <= index < count:
+        return ports
+    size = len(ports) // count
+    return ports[index * size : (index + 1) * size]
 
 
 def _ephemeral_low() -> int | None:
