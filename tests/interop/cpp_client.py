@@ -9,6 +9,10 @@ line per result so the test can check exactly what the official client saw.
 
 ``produce_for`` sends ``p-<i>`` one at a time for SECONDS, through whatever happens to the
 brokers: each send is a ``sync`` line (with the wall time) or a ``failed`` line, and it goes on.
+With ``CPP_CLIENT_OK_AFTER_FILE`` set, it goes on past SECONDS (at most ``CPP_CLIENT_EXTRA_SECONDS``
+more) until 20 sends acknowledged after the time in that file (written by the test when it
+kills a master) have been seen: the client learns a new master only from its route refresh,
+every 30 s, so one slow election must not leave the run without a refresh after it.
 With ``CPP_CLIENT_EXPECT_FILE`` set, ``consume`` also stops once every body listed in that
 file (one JSON list, written when known) was received.
 
@@ -93,9 +97,11 @@ def produce_for(namesrv: str, topic: str, seconds: float) -> None:
     producer.set_namesrv_addr(namesrv)
     producer.start()
     deadline = time.monotonic() + seconds
+    last_call = deadline + float(os.environ.get("CPP_CLIENT_EXTRA_SECONDS", "0"))
+    acked_at: list[float] = []
     i = 0
     try:
-        while time.monotonic() < deadline:
+        while time.monotonic() < deadline or (time.monotonic() < last_call and not _seen_ok_after(acked_at)):
             message = Message(topic)
             message.set_keys(f"key-{i}")
             message.set_body(f"p-{i}")
@@ -105,12 +111,29 @@ def produce_for(namesrv: str, topic: str, seconds: float) -> None:
                 emit({"kind": "failed", "i": i, "t": time.time(), "error": str(error)[:200]})
                 time.sleep(0.2)
             else:
-                emit({"kind": "sync", "i": i, "t": time.time(), "status": int(result.status)})
+                now = time.time()
+                emit({"kind": "sync", "i": i, "t": now, "status": int(result.status)})
+                if int(result.status) == 0:
+                    acked_at.append(now)
             i += 1
             time.sleep(0.02)
         emit({"kind": "done"})  # every send reported: what comes after is the client's shutdown
     finally:
         producer.shutdown()
+
+
+def _seen_ok_after(acked_at: list[float], enough: int = 20) -> bool:
+    """Whether ``enough`` sends were acknowledged after the time in ``CPP_CLIENT_OK_AFTER_FILE``
+    (True without the variable; False while the file is not written)."""
+    path = os.environ.get("CPP_CLIENT_OK_AFTER_FILE")
+    if not path:
+        return True
+    try:
+        with open(path) as source:
+            since = float(source.read())
+    except (OSError, ValueError):
+        return False
+    return sum(1 for t in acked_at if t > since) >= enough
 
 
 def _expected_bodies() -> set[str] | None:

@@ -17,6 +17,9 @@ from tests.plugins.controller.replicas import replica_cluster
 
 TOPIC = "InteropFailover"
 PRODUCE_SECONDS = 50
+PRODUCE_EXTRA_SECONDS = 35
+"""How much longer the producer may go on when it has not yet sent through the elected master
+(one more of the client's 30 s route refreshes)."""
 KILL_AFTER = 8
 SEND_OK = 0
 
@@ -28,6 +31,7 @@ async def test_official_producer_and_consumer_follow_an_automatic_failover(tmp_p
         first = await cluster.wait_master(in_set=3)
         namesrv = cluster.ha.namesrv_addr
         acked_file = tmp_path / "acked.json"
+        killed_file = tmp_path / "killed_at"
         results: dict[str, list[dict]] = {}
 
         async def produce() -> None:
@@ -38,7 +42,11 @@ async def test_official_producer_and_consumer_follow_an_automatic_failover(tmp_p
                     namesrv,
                     TOPIC,
                     str(PRODUCE_SECONDS),
-                    timeout=PRODUCE_SECONDS + 60,
+                    timeout=PRODUCE_SECONDS + PRODUCE_EXTRA_SECONDS + 60,
+                    env_extra={
+                        "CPP_CLIENT_OK_AFTER_FILE": str(killed_file),
+                        "CPP_CLIENT_EXTRA_SECONDS": str(PRODUCE_EXTRA_SECONDS),
+                    },
                 )
             )
             results["sent"] = sent
@@ -55,8 +63,8 @@ async def test_official_producer_and_consumer_follow_an_automatic_failover(tmp_p
                     "CG_interop_failover",
                     "*",
                     str(10**9),
-                    str(PRODUCE_SECONDS + 90),
-                    timeout=PRODUCE_SECONDS + 150,
+                    str(PRODUCE_SECONDS + PRODUCE_EXTRA_SECONDS + 90),
+                    timeout=PRODUCE_SECONDS + PRODUCE_EXTRA_SECONDS + 150,
                     env_extra={"CPP_CLIENT_EXPECT_FILE": str(acked_file)},
                 )
             )
@@ -67,6 +75,7 @@ async def test_official_producer_and_consumer_follow_an_automatic_failover(tmp_p
             await trio.sleep(KILL_AFTER)
             killed_at = time.time()
             cluster.replicas[first].kill()
+            killed_file.write_text(repr(killed_at))
             second = await cluster.wait_master(not_id=first)
             elected_after = time.time() - killed_at
 
