@@ -80,9 +80,9 @@ def _worker_slice(ports: range) -> range:
         count = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
     except ValueError:
         return ports
-    if not 0 <= index < count:
+    size = len(ports) // count if count > 0 else 0
+    if not 0 <= index < count or size == 0:
         return ports
-    size = len(ports) // count
     return ports[index * size : (index + 1) * size]
 
 
