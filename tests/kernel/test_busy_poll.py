@@ -403,6 +403,11 @@ async def test_quiet_connections_go_back_to_epoll_while_another_keeps_the_poller
         for client in quiet:
             await client.invoke(server.address, RemotingCommand.request(ECHO, {"i": "q"}))
         quiet_sides = set(server.connections)
+        # How a quiet connection's own request was read depends on the machine (in a polled
+        # wait, or from epoll when it came after the wait's quiet limit: a loaded suite met
+        # it); what must hold is that no quiet connection starts polling again while it is
+        # quiet, however long another keeps the poller busy.
+        waits_before = {connection: connection.polled_waits for connection in quiet_sides}
         async with RemotingClient.open(busy_poll=0.05) as busy:
             started, sent = trio.current_time(), 0
             while trio.current_time() - started < 0.03:  # many times the quiet limit
@@ -413,7 +418,7 @@ async def test_quiet_connections_go_back_to_epoll_while_another_keeps_the_poller
             assert busy_side.polled_reads >= sent * 3 // 4
             for connection in quiet_sides:
                 assert not connection.polling_socket, "quiet for far longer than OWN_POLL_LIMIT"
-                assert connection.polled_waits == connection.polled_reads + 1
+                assert connection.polled_waits == waits_before[connection]
             for client in quiet:
                 answer = await client.invoke(server.address, RemotingCommand.request(ECHO, {"i": "again"}))
                 assert answer.ext["i"] == "again"
