@@ -37,6 +37,11 @@ TEST_FILE_SIZE = "16MiB"
 of brokers at 1 GiB each fills a disk."""
 
 
+_port_cursor = itertools.count(random.randrange(1 << 16))
+"""Where :func:`free_port` looks next in its slice; a random start so that two processes
+sharing a slice (a test's own subprocess) do not walk it in step."""
+
+
 def free_port() -> int:
     """A TCP port free now on every address, below the kernel's ephemeral range.
 
@@ -65,11 +70,6 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
-
-
-_port_cursor = itertools.count(random.randrange(1 << 16))
-"""Where :func:`free_port` looks next in its slice; a random start so that two processes
-sharing a slice (a test's own subprocess) do not walk it in step."""
 
 
 def _worker_slice(ports: range) -> range:
