@@ -14,6 +14,12 @@ From both it prints what the target rate would take of the machine at this run's
 sides share its cores, so a target whose server and client CPU together need more cores than
 there are cannot be met here however the server does (issue 35's produce row, docs/performance.md).
 
+Each row is also run against a server that answers without doing anything
+(``bench/grpc_noop_server.py``: the proxy's gRPC host with prebuilt answers, in its own
+process): the most the load generator reaches on this machine with any server built on
+grpcio. Where half the remoting rate is above that ceiling, the bench says the target cannot
+be met here whatever the proxy does.
+
 ``--standalone`` runs the proxy as its own process (``trocket proxy -n``: a second core for
 gRPC, every call a remoting round trip to the broker) instead of beside the broker.
 
@@ -211,6 +217,32 @@ def standalone_proxy(root: Path, namesrv: str, port: int, wanted: bool) -> Itera
         process.wait(timeout=60)
 
 
+def measure(run: Callable[[], float], server_pids: list[int], messages: int) -> tuple[float, float, float]:
+    """Messages a second (what ``run`` returns), the server's CPU µs a message (every process
+    in ``server_pids``), and the load generator's CPU µs a message (this process)."""
+    cpu, own = sum(map(cpu_seconds, server_pids)), time.process_time()
+    rate = run()
+    server = (sum(map(cpu_seconds, server_pids)) - cpu) / messages * 1e6
+    return rate, server, (time.process_time() - own) / messages * 1e6
+
+
+@contextmanager
+def noop_server(port: int, body_size: int) -> Iterator[int]:
+    """``bench/grpc_noop_server.py`` on ``port`` in its own process; yields its pid."""
+    process = subprocess.Popen(
+        [sys.executable, str(REPO / "bench" / "grpc_noop_server.py"), str(port), str(body_size)],
+        stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": str(REPO)},
+    )  # fmt: skip
+    try:
+        assert process.stdout is not None
+        if process.stdout.readline().strip() != "ready":
+            raise SystemExit("the no-op gRPC server did not start")
+        yield process.pid
+    finally:
+        process.terminate()
+        process.wait(timeout=60)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--messages", type=int, default=20_000)
@@ -239,12 +271,7 @@ def main() -> None:
         pids = [broker.pid] if proxy_pid is None else [broker.pid, proxy_pid]
 
         def measured(run: Callable[[], float]) -> tuple[float, float, float]:
-            """Messages a second, server CPU µs a message (broker, and a standalone proxy), and
-            the load generator's CPU µs a message (this process)."""
-            cpu, own = sum(map(cpu_seconds, pids)), time.process_time()
-            rate = run()
-            server = (sum(map(cpu_seconds, pids)) - cpu) / args.messages * 1e6
-            return rate, server, (time.process_time() - own) / args.messages * 1e6
+            return measure(run, pids, args.messages)
 
         broker_name = trio.run(create_topics, namesrv, ["BenchRemoting", "BenchGrpc"])
         produce_remoting = measured(
@@ -261,24 +288,43 @@ def main() -> None:
                 grpc_consume(endpoint, "BenchGrpc", broker_name, args.messages, args.in_flight)
             )
         )
+    noop_port = free_port()
+    with noop_server(noop_port, args.size) as noop_pid:
+        noop = f"127.0.0.1:{noop_port}"
+        produce_noop = measure(
+            lambda: asyncio.run(grpc_produce(noop, "BenchGrpc", args.messages, args.in_flight, body)),
+            [noop_pid],
+            args.messages,
+        )
+        consume_noop = measure(
+            lambda: asyncio.run(grpc_consume(noop, "BenchGrpc", "noop", args.messages, args.in_flight)),
+            [noop_pid],
+            args.messages,
+        )
     where = "the proxy in its own process" if args.standalone else "one process"
     where += f", grpc_server = {args.grpc_server}"
     print(f"{args.messages} messages of {args.size} B, {args.in_flight} in flight (async flush, {where})")
     side = f"{'msg/s':>9}{'server':>8}{'client':>8}"
-    print(f"{'':<16}{'remoting':^25}{'gRPC proxy':^25}")
-    print(f"{'row':<16}{side}{side}{'ratio':>8}  target")
+    print(f"{'':<16}{'remoting':^25}{'gRPC proxy':^25}{'':8}{'':10}{'no-op gRPC server':^25}")
+    print(f"{'row':<16}{side}{side}{'ratio':>8}  target  {side}{'ratio':>8}")
     cores = len(os.sched_getaffinity(0))
-    needs = []
-    for name, (base, base_cpu, base_client), (proxied, proxied_cpu, proxied_client) in (
-        ("produce", produce_remoting, produce_grpc),
-        ("receive + ack", consume_remoting, consume_grpc),
+    needs, ceilings = [], []
+    for name, (base, base_cpu, base_client), (proxied, proxied_cpu, proxied_client), noop in (
+        ("produce", produce_remoting, produce_grpc, produce_noop),
+        ("receive + ack", consume_remoting, consume_grpc, consume_noop),
     ):
         print(
             f"{name:<16}{base:>9,.0f}{base_cpu:>8.0f}{base_client:>8.0f}"
             f"{proxied:>9,.0f}{proxied_cpu:>8.0f}{proxied_client:>8.0f}"
-            f"{proxied / base:>8.2f}  >= {TARGET:.2f}"
+            f"{proxied / base:>8.2f}  >= {TARGET:.2f}  {noop[0]:>9,.0f}{noop[1]:>8.0f}{noop[2]:>8.0f}"
+            f"{noop[0] / base:>8.2f}"
         )
         wanted = TARGET * base
+        verdict = "below it: no proxy can meet the target here" if noop[0] < wanted else "room left"
+        ceilings.append(
+            f"{name}: the target {wanted:,.0f} msg/s against {noop[0]:,.0f} with a server that does"
+            f" nothing ({verdict}); the proxy reaches {proxied / noop[0]:.0%} of that ceiling"
+        )
         ceiling = cores * 1e6 / (proxied_cpu + proxied_client)
         needs.append(
             f"{name}: {wanted:,.0f} msg/s through the proxy needs {wanted * proxied_client / 1e6:.2f} cores"
@@ -290,6 +336,9 @@ def main() -> None:
     print("to other machines where rates do not")
     print(f"at the target, with this run's costs ({cores} cores here):")
     for line in needs:
+        print(f"  {line}")
+    print("the ceiling: the same load generator against bench/grpc_noop_server.py (its own process)")
+    for line in ceilings:
         print(f"  {line}")
 
 
