@@ -18,8 +18,11 @@ One run, for 128 B and 1 KiB bodies and for async and sync flush, on this machin
 The same workloads run against Redis Streams (Debian's ``redis-server``, AOF with
 ``appendfsync everysec`` for async and ``always`` for sync; redis-py with hiredis): XADD one per
 round trip, 64 concurrent clients, pipelines of 32 and of 512 XADDs, XREAD COUNT 1000. Ratios are
-Trocket / Redis. The broker answers pulls of up to 1000 messages here (``max_pull_messages``;
-RocketMQ's default is 32) so both sides move 1000 messages per consume round trip. Under sync
+Trocket / Redis. The one-per-round-trip rows use redis-py's blocking client; they are sent again
+from its asyncio client, and the trio ``Producer``'s one-in-flight rows are also set beside those
+(rows ending ", redis asyncio": an event-loop client against an event-loop client). The broker
+answers pulls of up to 1000 messages here (``max_pull_messages``; RocketMQ's default is 32) so
+both sides move 1000 messages per consume round trip. Under sync
 flush it writes zeros ahead of its appends (``[store_mmap] warm_mapped_file``, RocketMQ's
 ``warmMapedFileEnable``, off by default), as a deployment that acknowledges after the disk
 would: ``--warm-mapped-file never`` measures without (``always``: under async flush too).
@@ -85,6 +88,9 @@ TARGET_CONSUME = 500_000
 TARGET_P50_MS = 0.15
 POLLING_OFF = "off"
 """``[remoting] busy_poll`` of the second broker the single-message rows run against again."""
+EVENT_LOOP = ", redis asyncio"
+"""Redis's one-in-flight rows from redis-py's asyncio client, reported beside the trio
+``Producer``'s own rows (which are compared, like every row, with the blocking client)."""
 PRODUCERS = 64
 """Producers of the "64 producers" row, each on a connection of its own."""
 
@@ -381,6 +387,7 @@ def redis_workloads(server: Server, size: int, args: argparse.Namespace, tag: st
     out["p50 ms"] = percentile(latencies, 0.50) * 1000
     out["p99 ms"] = percentile(latencies, 0.99) * 1000
     out["cpu 1 in flight"] = cpu_per_message(server, cpu, args.round_trips)
+    out.update(asyncio.run(_redis_one_in_flight(port, stream, body, args.round_trips)))
     cpu = server.cpu()
     out["64 in flight"] = asyncio.run(_redis_concurrent(port, stream, body, args.concurrent_messages))
     out["cpu 64 in flight"] = cpu_per_message(server, cpu, args.concurrent_messages)
@@ -416,6 +423,29 @@ def redis_workloads(server: Server, size: int, args: argparse.Namespace, tag: st
     out["cpu consume backlog"] = cpu_per_message(server, cpu, got)
     client.close()
     return out
+
+
+async def _redis_one_in_flight(port: int, stream: str, body: bytes, round_trips: int) -> Figures:
+    """One XADD after another from redis-py's asyncio client: the event-loop client to set the
+    trio ``Producer`` beside (the plain rows use redis-py's blocking client, the
+    ``BlockingProducer``'s counterpart)."""
+    import redis.asyncio as aioredis
+
+    client = aioredis.Redis(port=port)
+    await client.xadd(stream, {"body": body})
+    latencies = []
+    started = time.perf_counter()
+    for _ in range(round_trips):
+        sent = time.perf_counter()
+        await client.xadd(stream, {"body": body})
+        latencies.append(time.perf_counter() - sent)
+    elapsed = time.perf_counter() - started
+    await client.aclose()
+    return {
+        f"1 in flight{EVENT_LOOP}": round_trips / elapsed,
+        f"p50 ms{EVENT_LOOP}": percentile(latencies, 0.50) * 1000,
+        f"p99 ms{EVENT_LOOP}": percentile(latencies, 0.99) * 1000,
+    }
 
 
 async def _redis_concurrent(port: int, stream: str, body: bytes, total: int) -> float:
@@ -476,6 +506,11 @@ def report(results: dict[tuple[str, str, int], Figures], sizes: list[int], flush
                     continue
                 ratio = other / mine if "ms" in row else mine / other  # >1 means Trocket better
                 print(f"  {row:<26}{mine:>14,.2f}{other:>14,.2f}{ratio:>8.2f}{cpu}")
+                loop_row = row + EVENT_LOOP
+                if theirs and loop_row in theirs:
+                    other = theirs[loop_row]
+                    ratio = other / mine if "ms" in row else mine / other
+                    print(f"  {loop_row:<26}{mine:>14,.2f}{other:>14,.2f}{ratio:>8.2f}")
     print("\nratio > 1.0 means Trocket is faster (for latency rows: Redis latency / Trocket latency)")
     for size in sizes:
         if ("trocket", "async", size) in results:
