@@ -78,6 +78,51 @@ async def test_a_lone_request_reads_its_own_answer_while_the_client_polls(nurser
             assert connection.answers_read_by_requests == 0, "without polling the read loop reads"
 
 
+class _TaskSteps(trio.abc.Instrument):
+    """Counts the steps of one task."""
+
+    def __init__(self, task: trio.lowlevel.Task) -> None:
+        self.task, self.count = task, 0
+
+    def before_task_step(self, task: trio.lowlevel.Task) -> None:
+        if task is self.task:
+            self.count += 1
+
+
+async def test_a_request_that_read_its_own_answer_goes_on_in_that_step(nursery, monkeypatch):
+    """The task checkpointed while it polled for the answer, so it returns in the step that
+    read it: no scheduler pass more only to go on (the pass cost the trio Producer 11 % of its
+    one-in-flight rate, docs/performance.md, thirtieth step)."""
+    server = await start_server(nursery)
+    async with RemotingClient.open(busy_poll=WINDOW) as client:
+        await client.invoke(server.address, RemotingCommand.request(ECHO))  # connected, polling
+        connection = await client.connection(server.address)
+        steps = _TaskSteps(trio.lowlevel.current_task())
+        answered_in_step: list[int] = []
+        read = Connection._read_taken_socket
+
+        def recording_read(self: Connection) -> list[RemotingCommand] | None:
+            requests = read(self)
+            if self is connection and requests is not None:
+                answered_in_step.append(steps.count)
+            return requests
+
+        monkeypatch.setattr(Connection, "_read_taken_socket", recording_read)
+        trio.lowlevel.add_instrument(steps)
+        try:
+            same_step = 0
+            for i in range(30):
+                before = connection.answers_read_by_requests
+                response = await client.invoke(server.address, RemotingCommand.request(ECHO, {"i": str(i)}))
+                assert response.ext == {"i": str(i)}
+                if connection.answers_read_by_requests > before:
+                    same_step += answered_in_step[-1] == steps.count
+        finally:
+            trio.lowlevel.remove_instrument(steps)
+        assert connection.answers_read_by_requests >= 20
+        assert same_step >= 20, f"only {same_step} of 30 requests went on in the step that read their answer"
+
+
 async def test_requests_of_the_server_read_by_a_requesting_task_are_served(nursery):
     server = await start_server(nursery)
     router, seen, all_came = notifications(30)

@@ -925,7 +925,7 @@ class Connection:
         if task is not None:
             trio.lowlevel.reschedule(task)
 
-    async def _poll_answer(self, pending: _Pending, poller: BusyPoller) -> None:
+    async def _poll_answer(self, pending: _Pending, poller: BusyPoller) -> bool:
         """Read the socket from the requesting task until ``pending`` is answered, while the
         busy poller polls and nothing else of ours waits for an answer here.
 
@@ -942,20 +942,22 @@ class Connection:
         the stream or an error (the read loop meets it and closes). Between requests the
         poller's passes read the socket (:meth:`_read_between_requests`). The peer's own
         requests read here are served as the read loop serves them, each in a task of its
-        own."""
+        own. Returns whether it checkpointed (the caller need not, once answered)."""
         if not self._socket_taken:
             self._take_socket(poller)
         fd = self._fd
         self._requests_reading += 1
+        checkpointed = False
         try:
             while not pending.finished:
                 if not self._socket_taken or self._fd != fd or not poller.polling:
-                    return
+                    return checkpointed
                 requests = self._read_taken_socket()
                 if requests is None:
                     # Nothing yet (or the socket went back). The busy poller, polling in the
                     # same passes, offers the core each pass.
                     await trio.lowlevel.checkpoint()
+                    checkpointed = True
                     continue
                 self.answers_read_by_requests += 1
                 if requests:
@@ -965,6 +967,7 @@ class Connection:
             self._requests_reading -= 1
             if self._pending or not poller.polling or not pending.finished:
                 self._give_socket_back()
+        return checkpointed
 
     async def _serve_each(self, requests: list[RemotingCommand]) -> None:
         """Start the peer's requests a request's task read, each in a task of its own in the
@@ -1182,8 +1185,13 @@ class Connection:
                 and self._fd >= 0
                 and poller.polling
             ):
-                await self._poll_answer(pending, poller)
-            await pending.wait()
+                checkpointed = await self._poll_answer(pending, poller)
+            else:
+                checkpointed = False
+            if not (checkpointed and pending.finished):
+                # A request read in the poller's passes has checkpointed there already: one more
+                # pass only to go on (an event loop's whole pass a send) is not taken.
+                await pending.wait()
         finally:
             self._pending.pop(command.opaque, None)
             pending.finished = True
