@@ -49,9 +49,10 @@ class StoreMmapConfig:
     ``kernel.io_uring_disabled``), else the thread; the start-up summary says which."""
     sync_wait: str = fields.choice("spin", ("spin", "sleep"))
     """How the event loop blocks for an io_uring sync (up to the 1 ms block limit either
-    way): ``spin`` looks at the ring's completion queue, yielding its CPU between looks (a
-    lone sync put 8 % faster here, p99 18 % lower, for 7-14 % more broker CPU); ``sleep``
-    sleeps in ``io_uring_enter`` (:mod:`plugins.store_mmap.ring_sync`)."""
+    way): ``spin`` looks at the ring's completion queue, yielding its CPU between looks, for
+    a put its front end marks alone (a lone sync put 8 % faster here, p99 18 % lower, for
+    7-14 % more broker CPU), and sleeps for other puts, whose connections' work wants the CPU;
+    ``sleep`` always sleeps in ``io_uring_enter`` (:mod:`plugins.store_mmap.ring_sync`)."""
     warm_mapped_file: bool = fields.boolean(False)
     """``warmMapedFileEnable``: write zeros into each commit-log file ahead of the appends
     (a background thread), so a flush writes data into blocks written before instead of

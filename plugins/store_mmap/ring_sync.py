@@ -22,7 +22,12 @@ sync leaves its virtual CPU halted; waking it costs tens of microseconds, and th
 after the wake ran slower too (a lone sync put's cycle, both ends timed: the spin took one send
 in flight 8 % faster, batches of 32 11 %, the p99 18 % lower, for 7-14 % more broker CPU;
 docs/performance.md, twenty-fourth step). The yield lets the kernel's worker, which runs the
-sync, have the CPU whenever it is runnable. ``sleep`` keeps the system-call wait.
+sync, have the CPU whenever it is runnable. It spins only for a put its front end marks alone
+(:data:`~kernel.put_alone.PUT_ALONE`: one connection sending, nothing else of it in flight):
+with other connections' puts coming (64 producers, 64 sends in flight on one connection, the
+flush loop's own flushes) the spin bought no rate and cost the broker 5-8 % of its CPU, which
+the clients on the same machine want (docs/performance.md, thirty-first step). ``sleep`` keeps
+the system-call wait for every put.
 
 The binding is the system-call interface itself (``io_uring_setup``, ``io_uring_enter``,
 ``io_uring_register`` through ``ctypes``, which releases the GIL around each call; the rings
@@ -50,6 +55,7 @@ import attrs
 import trio
 
 from kernel.context import StashKey
+from kernel.put_alone import PUT_ALONE
 from plugins.store_mmap.flush_thread import BLOCK_LIMIT, BlockingWaits
 
 _SYS_IO_URING_SETUP = 425
@@ -231,11 +237,12 @@ class Ring:
         _U32.pack_into(self._sq, self._sq_tail, (tail + 1) & 0xFFFFFFFF)
         started = time.perf_counter()
         block = self.waits.may_block()
-        if block and (meanwhile is not None or self.spin):
+        spin = self.spin and PUT_ALONE.get()
+        if block and (meanwhile is not None or spin):
             await self._submit(0)
             if meanwhile is not None:
                 meanwhile()
-            if self.spin:
+            if spin:
                 self._spin_until_completed(started + BLOCK_LIMIT)
             else:
                 # A failure here (ETIME: slower than the limit; EINTR) leaves the completion

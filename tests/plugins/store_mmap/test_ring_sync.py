@@ -14,6 +14,7 @@ import trio
 
 from kernel import Broker, Message, MessageBatch
 from kernel.errors import ConfigError
+from kernel.put_alone import PUT_ALONE
 from kernel.testing import make_config
 from plugins.store_mmap import store as store_module
 from plugins.store_mmap.flush_thread import BLOCK_LIMIT
@@ -45,17 +46,24 @@ def ring(request):
     ring.close()
 
 
-async def test_a_spinning_ring_yields_its_cpu_while_it_waits_a_sleeping_one_never(ring, monkeypatch):
-    """``spin`` looks at the completion queue between ``sched_yield`` calls (the kernel's
-    worker may need this CPU); ``sleep`` waits in the system call and never yields."""
+@pytest.mark.parametrize("alone", [True, False], ids=["lone put", "other puts"])
+async def test_a_spinning_ring_yields_its_cpu_for_a_lone_put_and_sleeps_otherwise(ring, monkeypatch, alone):
+    """``spin`` looks at the completion queue between ``sched_yield`` calls while the put being
+    synced is alone (:data:`~kernel.put_alone.PUT_ALONE`; the kernel's worker may need this
+    CPU); for any other put, and always with ``sleep``, the ring waits in the system call and
+    never yields (other connections' work wants the CPU the spin would take)."""
     yields: list[int] = []
     real_yield = os.sched_yield
     monkeypatch.setattr(os, "sched_yield", lambda: yields.append(1) or real_yield())
-    with pytest.raises(OSError) as raised:
-        await ring.run(RingOp.sleep(0.0005))  # pending for 0.5 ms: under the block limit
+    token = PUT_ALONE.set(alone)
+    try:
+        with pytest.raises(OSError) as raised:
+            await ring.run(RingOp.sleep(0.0005))  # pending for 0.5 ms: under the block limit
+    finally:
+        PUT_ALONE.reset(token)
     assert raised.value.errno == errno.ETIME
     assert ring.waits.blocked + ring.waits.awaited == 1
-    assert (len(yields) > 0) == ring.spin
+    assert (len(yields) > 0) == (ring.spin and alone)
 
 
 async def test_a_sync_of_written_bytes_completes_and_is_counted(ring, tmp_path):
