@@ -1178,6 +1178,7 @@ class Connection:
         try:
             await self._send(command.encode_parts(), answer_due=True)
             poller = self.busy_poller
+            checkpointed = False
             if (
                 self.reads_own_answers
                 and poller is not None
@@ -1186,8 +1187,6 @@ class Connection:
                 and poller.polling
             ):
                 checkpointed = await self._poll_answer(pending, poller)
-            else:
-                checkpointed = False
             if not (checkpointed and pending.finished):
                 # A request read in the poller's passes has checkpointed there already: one more
                 # pass only to go on (an event loop's whole pass a send) is not taken.
