@@ -100,6 +100,22 @@ def percentile(samples: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
+def round_trip_rows(latencies: list[float], elapsed: float, suffix: str = "") -> Figures:
+    """The one-in-flight rows of sends timed one after another: messages/s, p50 and p99 (ms),
+    named with ``suffix``."""
+    return {
+        f"1 in flight{suffix}": len(latencies) / elapsed,
+        f"p50 ms{suffix}": percentile(latencies, 0.50) * 1000,
+        f"p99 ms{suffix}": percentile(latencies, 0.99) * 1000,
+    }
+
+
+def ratio_of(row: str, mine: float, other: float) -> float:
+    """Trocket against Redis on ``row``: above 1 means Trocket is better (for a latency row,
+    Redis's latency over Trocket's)."""
+    return other / mine if "ms" in row else mine / other
+
+
 # --- set-up -----------------------------------------------------------------------------------
 
 
@@ -209,9 +225,7 @@ async def one_in_flight(
         await producer.send(Message(topic, body))
         latencies.append(time.perf_counter() - sent)
     return {
-        f"1 in flight{suffix}": round_trips / (time.perf_counter() - started),
-        f"p50 ms{suffix}": percentile(latencies, 0.50) * 1000,
-        f"p99 ms{suffix}": percentile(latencies, 0.99) * 1000,
+        **round_trip_rows(latencies, time.perf_counter() - started, suffix),
         f"cpu 1 in flight{suffix}": cpu_per_message(server, cpu, round_trips),
     }
 
@@ -337,9 +351,7 @@ def trocket_blocking(server: Server, size: int, args: argparse.Namespace, tag: s
             sent = time.perf_counter()
             producer.send(Message(topic, body))
             latencies.append(time.perf_counter() - sent)
-        out["1 in flight, blocking"] = args.round_trips / (time.perf_counter() - started)
-        out["p50 ms, blocking"] = percentile(latencies, 0.50) * 1000
-        out["p99 ms, blocking"] = percentile(latencies, 0.99) * 1000
+        out.update(round_trip_rows(latencies, time.perf_counter() - started, ", blocking"))
         out["cpu 1 in flight, blocking"] = cpu_per_message(server, cpu, args.round_trips)
         batch = [Message(topic, body) for _ in range(32)]
         rounds = args.batch_messages // 32
@@ -383,9 +395,7 @@ def redis_workloads(server: Server, size: int, args: argparse.Namespace, tag: st
         sent = time.perf_counter()
         client.xadd(stream, {"body": body})
         latencies.append(time.perf_counter() - sent)
-    out["1 in flight"] = args.round_trips / (time.perf_counter() - started)
-    out["p50 ms"] = percentile(latencies, 0.50) * 1000
-    out["p99 ms"] = percentile(latencies, 0.99) * 1000
+    out.update(round_trip_rows(latencies, time.perf_counter() - started))
     out["cpu 1 in flight"] = cpu_per_message(server, cpu, args.round_trips)
     out.update(asyncio.run(_redis_one_in_flight(port, stream, body, args.round_trips)))
     cpu = server.cpu()
@@ -441,11 +451,7 @@ async def _redis_one_in_flight(port: int, stream: str, body: bytes, round_trips:
         latencies.append(time.perf_counter() - sent)
     elapsed = time.perf_counter() - started
     await client.aclose()
-    return {
-        f"1 in flight{EVENT_LOOP}": round_trips / elapsed,
-        f"p50 ms{EVENT_LOOP}": percentile(latencies, 0.50) * 1000,
-        f"p99 ms{EVENT_LOOP}": percentile(latencies, 0.99) * 1000,
-    }
+    return round_trip_rows(latencies, elapsed, EVENT_LOOP)
 
 
 async def _redis_concurrent(port: int, stream: str, body: bytes, total: int) -> float:
@@ -504,13 +510,12 @@ def report(results: dict[tuple[str, str, int], Figures], sizes: list[int], flush
                 if other is None:
                     print(f"  {row:<26}{mine:>14,.2f}{'-':>14}{'':>8}{cpu}")
                     continue
-                ratio = other / mine if "ms" in row else mine / other  # >1 means Trocket better
+                ratio = ratio_of(row, mine, other)
                 print(f"  {row:<26}{mine:>14,.2f}{other:>14,.2f}{ratio:>8.2f}{cpu}")
                 loop_row = row + EVENT_LOOP
                 if theirs and loop_row in theirs:
                     other = theirs[loop_row]
-                    ratio = other / mine if "ms" in row else mine / other
-                    print(f"  {loop_row:<26}{mine:>14,.2f}{other:>14,.2f}{ratio:>8.2f}")
+                    print(f"  {loop_row:<26}{mine:>14,.2f}{other:>14,.2f}{ratio_of(row, mine, other):>8.2f}")
     print("\nratio > 1.0 means Trocket is faster (for latency rows: Redis latency / Trocket latency)")
     for size in sizes:
         if ("trocket", "async", size) in results:
