@@ -16,6 +16,7 @@ import attrs
 import trio
 
 from wire.errors import RemotingConnectError
+from wire.remoting.answer_reactor import shared_answer_reactor
 from wire.remoting.busy_poll import BusyPoller, BusyPollSetting, start_busy_poll
 from wire.remoting.command import RemotingCommand
 from wire.remoting.connection import Connection, Router, TransportLimits
@@ -49,6 +50,9 @@ class RemotingClient:
     """When set, every connection speaks TLS (``tls.enable``; see :mod:`wire.remoting.tls`)."""
     busy_poller: BusyPoller | None = None
     """Keeps the loop polling while answers are due (see :mod:`wire.remoting.busy_poll`)."""
+    shared_reader: bool = True
+    """Without a busy poller, plain-TCP connections wait for answers in the trio run's one
+    :class:`~wire.remoting.answer_reactor.AnswerReactor` instead of each on its own socket."""
     _connections: dict[str, Connection] = attrs.field(factory=dict, init=False)
     _locks: dict[str, trio.Lock] = attrs.field(factory=dict, init=False)
 
@@ -63,16 +67,26 @@ class RemotingClient:
         credentials: SessionCredentials | None = None,
         tls: ssl.SSLContext | None = None,
         busy_poll: BusyPollSetting = 0.0,
+        shared_reader: bool = True,
     ) -> AsyncIterator[RemotingClient]:
         """``busy_poll``: whether the event loop polls instead of sleeping after each request
         sent and each receive: ``"auto"`` (adaptive), seconds of a fixed window, or 0 (off,
         the default here; the SDK's clients default to ``"auto"``). See
-        :mod:`wire.remoting.busy_poll`."""
+        :mod:`wire.remoting.busy_poll`. ``shared_reader``: without busy polling, answers are
+        read by the run's one answer reactor (:mod:`wire.remoting.answer_reactor`); False
+        gives each connection's read loop its own socket again."""
         try:
             async with trio.open_nursery() as nursery:
                 poller = start_busy_poll(nursery, busy_poll)
                 client = cls(
-                    nursery, router, limits or TransportLimits(), connect_timeout, credentials, tls, poller
+                    nursery,
+                    router,
+                    limits or TransportLimits(),
+                    connect_timeout,
+                    credentials,
+                    tls,
+                    poller,
+                    shared_reader,
                 )
                 try:
                     yield client
@@ -109,6 +123,7 @@ class RemotingClient:
                 raise RemotingConnectError(
                     f"cannot connect to {address}: TLS handshake failed: {error.__cause__ or error}"
                 ) from None
+            shared = self.shared_reader and self.busy_poller is None and self.tls is None
             connection = Connection(
                 stream,
                 address,
@@ -117,6 +132,7 @@ class RemotingClient:
                 local=format_address(socket_stream.socket.getsockname()),
                 busy_poller=self.busy_poller,
                 reads_own_answers=True,
+                answer_reactor=shared_answer_reactor() if shared else None,
             )
             await self.nursery.start(connection.run)
             self._connections[address] = connection

@@ -21,6 +21,7 @@ import attrs
 import trio
 
 from wire.errors import RemotingClosedError, RemotingTimeoutError
+from wire.remoting.answer_reactor import AnswerReactor
 from wire.remoting.busy_poll import BusyPoller
 from wire.remoting.codes import RequestCode, ResponseCode, code_name
 from wire.remoting.command import (
@@ -380,6 +381,11 @@ class Connection:
     reactor: ReadReactor | None = None
     """The server's reader of idle plain-TCP connections, when it has one: this connection's
     read loop waits in it instead of on its own socket (see :mod:`wire.remoting.read_reactor`)."""
+    answer_reactor: AnswerReactor | None = None
+    """A client's reader of its trio run's connections, when it has one: this connection's read
+    loop waits in it instead of on its own socket, and the reactor hands answers straight to
+    their requests (see :mod:`wire.remoting.answer_reactor`). Not with a busy poller (requests
+    read their own answers then) nor on a TLS stream."""
     _decoder: FrameDecoder = attrs.field(init=False)
     _fed: bytes | list[RemotingCommand] | OSError | None = attrs.field(default=None, init=False)
     """What the reactor handed the read loop (bytes read, frames decoded, a read's error)."""
@@ -452,6 +458,8 @@ class Connection:
             self._fd = self.stream.socket.fileno()
         else:
             self.reactor = None
+        if self._fd < 0 or self.busy_poller is not None:
+            self.answer_reactor = None
         if self._fd < 0 or self.busy_poller is None:
             # Only a polling loop's requests read the socket (a TLS stream is read by trio):
             # the read loop's wait needs no cancel scope then.
@@ -607,7 +615,13 @@ class Connection:
                     # flight: the peer sends again only after our answer).
                     eager = bool(self._pending or self._in_flight)
                     reactor = self.reactor
-                    if (
+                    answers = self.answer_reactor
+                    if answers is not None:
+                        # The reactor reads the socket and hands answers to their requests:
+                        # what comes here is the peer's requests or the stream's end.
+                        data = await answers.wait_data(self, self._fd)
+                        waited_last = True
+                    elif (
                         reactor is not None
                         and not eager
                         and self._lone_last
@@ -688,6 +702,24 @@ class Connection:
     def feed_error(self, error: OSError) -> None:
         """The reactor's read of this socket failed."""
         self._hand_over(error)
+
+    def take_answers(self, data: bytes) -> bool:
+        """Bytes the answer reactor read from this parked connection: True when they held only
+        answers (given to their requests here; a partial frame stays in the decoder), False
+        when the read loop takes over: the end of the stream (``b""``), the peer's requests
+        (handed over decoded) or a malformed frame (the close reason set; handed over as an
+        error, which ends the read loop)."""
+        if not data:
+            self._hand_over(data)
+            return False
+        requests = self._received(data)
+        if requests is None:
+            self._hand_over(OSError("malformed frame"))
+            return False
+        if requests:
+            self._hand_over(requests)
+            return False
+        return True
 
     def take_receive(self, data: bytes) -> RemotingCommand | None:
         """Bytes the reactor read from this parked connection: the request it answers itself
