@@ -23,22 +23,18 @@ from __future__ import annotations
 
 import contextvars
 import logging
-import select
 from typing import TYPE_CHECKING
 
 import attrs
 import trio
 
 from wire.remoting.command import RemotingCommand
-from wire.remoting.receive_buffer import read_available
+from wire.remoting.parked_sockets import ParkedSockets
 
 if TYPE_CHECKING:
     from wire.remoting.connection import Connection
 
 log = logging.getLogger(__name__)
-
-MAX_EVENTS = 1024
-"""Most sockets one pass reads (the rest are still ready for the next)."""
 
 
 @attrs.define(eq=False)
@@ -46,39 +42,34 @@ class AnswerReactor:
     """Reads parked client connections' sockets; see the module docstring. One per trio run
     (:func:`shared_answer_reactor`), run as a system task."""
 
-    _epoll: select.epoll = attrs.field(factory=select.epoll, init=False)
-    _parked: dict[int, Connection] = attrs.field(factory=dict, init=False)
+    _sockets: ParkedSockets = attrs.field(factory=ParkedSockets, init=False)
     """Connections whose read loops wait here, by socket descriptor (registered in the epoll)."""
     answers_read: int = attrs.field(default=0, init=False)
-    """Receives of answers this task read and handed over (none of them woke a read loop)."""
+    """Receives this task read and kept (answers handed to their requests, or the first bytes
+    of one): none of them woke a read loop."""
     passes: int = attrs.field(default=0, init=False)
     """Passes that read at least one socket (``answers_read / passes``: receives a pass)."""
 
     @property
     def parked(self) -> int:
         """Connections waiting here now."""
-        return len(self._parked)
+        return len(self._sockets)
 
     async def run(self) -> None:
         """Read ready sockets until cancelled (the end of the trio run). Never raises: a
         system task's exception would end the whole run, so a failure reading one connection
         ends that connection only."""
-        epoll = self._epoll
-        parked = self._parked
+        sockets = self._sockets
         try:
             while True:
-                await trio.lowlevel.wait_readable(epoll.fileno())
-                events = epoll.poll(0, MAX_EVENTS)
-                if events:
+                await trio.lowlevel.wait_readable(sockets.fileno())
+                ready = sockets.ready()
+                if ready:
                     self.passes += 1
-                for fd, _ in events:
-                    connection = parked.get(fd)
-                    if connection is not None:
-                        self._read(fd, connection)
+                for fd, connection in ready:
+                    self._read(fd, connection)
         finally:
-            for fd in list(parked):
-                self._unpark(fd)
-            epoll.close()
+            sockets.close()
 
     async def wait_data(self, connection: Connection, fd: int) -> bytes | list[RemotingCommand]:
         """What of ``connection``'s socket its read loop must handle itself (see
@@ -89,41 +80,23 @@ class AnswerReactor:
 
         :raises OSError: the read failed (a reset connection) or brought a malformed frame.
         """
-        self._parked[fd] = connection
-        self._epoll.register(fd, select.EPOLLIN)
-        try:
-            return await connection.fed()
-        finally:
-            if self._parked.get(fd) is connection:
-                self._unpark(fd)
-
-    def _unpark(self, fd: int) -> None:
-        del self._parked[fd]
-        try:
-            self._epoll.unregister(fd)
-        except (OSError, ValueError):  # already closed: the kernel dropped it
-            pass
+        return await self._sockets.wait_data(connection, fd)
 
     def _read(self, fd: int, connection: Connection) -> None:
-        try:
-            data = read_available(fd)
-        except BlockingIOError:
-            return
-        except OSError as error:
-            self._unpark(fd)
-            connection.feed_error(error)
+        data = self._sockets.read(fd, connection)
+        if data is None:
             return
         try:
             answered = connection.take_answers(data)
         except Exception as error:  # a bug in one connection's handling ends that connection
             log.exception("answer reactor: reading %s failed", connection.peer)
-            self._unpark(fd)
+            self._sockets.unpark(fd)
             connection.feed_error(OSError(f"answer reactor failed: {type(error).__name__}: {error}"))
             return
         if answered:
             self.answers_read += 1
         else:  # its read loop takes it from here
-            self._unpark(fd)
+            self._sockets.unpark(fd)
 
 
 _SHARED: trio.lowlevel.RunVar[AnswerReactor] = trio.lowlevel.RunVar("trocket_answer_reactor")

@@ -20,7 +20,6 @@ flight reads for itself, as before.
 
 from __future__ import annotations
 
-import select
 from typing import TYPE_CHECKING
 
 import attrs
@@ -28,7 +27,7 @@ import trio
 
 from wire.remoting.command import RemotingCommand
 from wire.remoting.crowd import Crowd
-from wire.remoting.receive_buffer import read_available
+from wire.remoting.parked_sockets import ParkedSockets
 
 if TYPE_CHECKING:
     from wire.remoting.connection import Connection, Router
@@ -39,8 +38,6 @@ before it reads the next: waiting lets the next pass gather what arrives meanwhi
 producers under sync flush: 31 sends a pass instead of 10-16, 39-42 instead of 46-48 µs of
 the broker's CPU a send); a slow disk or replica holds the other connections' lone sends no
 longer than this."""
-MAX_EVENTS = 1024
-"""Most sockets one pass reads (the rest are still ready for the next)."""
 
 
 @attrs.define(eq=False)
@@ -51,8 +48,7 @@ class ReadReactor:
     crowd: Crowd
     """The server's peers: connections wait here only while several send (a lone client's
     connection reads its own socket, which keeps its round trip one hop shorter)."""
-    _epoll: select.epoll = attrs.field(factory=select.epoll, init=False)
-    _parked: dict[int, Connection] = attrs.field(factory=dict, init=False)
+    _sockets: ParkedSockets = attrs.field(factory=ParkedSockets, init=False)
     """Connections waiting for bytes, by socket descriptor (registered in the epoll)."""
     answered_across: int = attrs.field(default=0, init=False)
     """Lone requests answered by the reactor itself."""
@@ -63,24 +59,19 @@ class ReadReactor:
     @property
     def parked(self) -> int:
         """Connections waiting in the reactor now."""
-        return len(self._parked)
+        return len(self._sockets)
 
     async def run(self) -> None:
         """Read ready sockets until cancelled."""
-        epoll = self._epoll
+        sockets = self._sockets
         at_once = self.router.inline_alone
         try:
             async with trio.open_nursery() as nursery:
                 while True:
-                    await trio.lowlevel.wait_readable(epoll.fileno())
-                    events = epoll.poll(0, MAX_EVENTS)
-                    if not events:
-                        continue
+                    await trio.lowlevel.wait_readable(sockets.fileno())
                     lone: list[tuple[Connection, RemotingCommand]] = []
-                    for fd, _ in events:
-                        connection = self._parked.get(fd)
-                        if connection is not None:
-                            self._read(fd, connection, lone)
+                    for fd, connection in sockets.ready():
+                        self._read(fd, connection, lone)
                     if not lone:
                         continue
                     self._began(lone)
@@ -95,9 +86,7 @@ class ReadReactor:
                     with trio.move_on_after(WAIT_HOLD):
                         await answered.wait()
         finally:
-            for fd in list(self._parked):
-                self._unpark(fd)
-            self._epoll.close()
+            sockets.close()
 
     async def wait_data(self, connection: Connection, fd: int) -> bytes | list[RemotingCommand]:
         """What of ``connection``'s socket its read loop must handle itself (see
@@ -106,33 +95,15 @@ class ReadReactor:
 
         :raises OSError: the read failed (the peer reset the connection).
         """
-        self._parked[fd] = connection
-        self._epoll.register(fd, select.EPOLLIN)
-        try:
-            return await connection.fed()
-        finally:
-            if self._parked.get(fd) is connection:
-                self._unpark(fd)
-
-    def _unpark(self, fd: int) -> None:
-        del self._parked[fd]
-        try:
-            self._epoll.unregister(fd)
-        except (OSError, ValueError):  # already closed: the kernel dropped it
-            pass
+        return await self._sockets.wait_data(connection, fd)
 
     def _read(self, fd: int, connection: Connection, lone: list[tuple[Connection, RemotingCommand]]) -> None:
-        try:
-            data = read_available(fd)
-        except BlockingIOError:
-            return
-        except OSError as error:
-            self._unpark(fd)
-            connection.feed_error(error)
+        data = self._sockets.read(fd, connection)
+        if data is None:
             return
         request = connection.take_receive(data)
         if request is None:  # the read loop takes it from here, on its own socket
-            self._unpark(fd)
+            self._sockets.unpark(fd)
             return
         lone.append((connection, request))
 
