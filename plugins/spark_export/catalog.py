@@ -9,15 +9,16 @@ from __future__ import annotations
 
 import logging
 import re
+import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import TypeVar
 
 import attrs
 import trio
 
-from plugins.spark_export.options import ClusterSecurity
+from plugins.spark_export.options import ClusterSecurity, SourceOptions
 from trocket.admin.client import AdminClient, AdminError
-from wire.remoting import RequestCode
+from wire.remoting import RequestCode, ResponseCode
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -58,6 +59,22 @@ class BrokerCatalog:
     namesrv: tuple[str, ...]
     security: ClusterSecurity = ClusterSecurity()
     timeout: float = 10.0
+    retries: int = 3
+    """A question that got no answer (a timeout, a refused or lost connection) is asked again
+    this many times before it fails (``fetchOffset.numRetries``): a running stream's trigger
+    must not die of one slow moment of a NameServer or broker."""
+    retry_interval: float = 1.0
+    """Seconds before each retry (``fetchOffset.retryIntervalMs``)."""
+
+    @classmethod
+    def of(cls, options: SourceOptions) -> BrokerCatalog:
+        """The catalog a source's options describe."""
+        return cls(
+            options.read.namesrv,
+            options.read.security,
+            retries=options.fetch_retries,
+            retry_interval=options.fetch_retry_interval,
+        )
 
     def topics(self, names: Sequence[str], pattern: re.Pattern[str] | None) -> list[str]:
         """The named topics, or every non-system topic the pattern matches in full."""
@@ -75,7 +92,9 @@ class BrokerCatalog:
         """Every readable queue of ``topics`` on live masters, with its min and max offsets.
 
         :raises CatalogError: a topic does not exist (unless ``missing_ok``: a pattern's topic
-            deleted meanwhile is skipped).
+            deleted meanwhile is skipped; only the NameServer saying it has no route counts,
+            a question it did not answer is asked again and then fails), or the cluster did
+            not answer.
         """
         wanted = list(topics)
 
@@ -85,6 +104,8 @@ class BrokerCatalog:
                 try:
                     route = await admin.route(topic)
                 except AdminError as error:
+                    if error.code != ResponseCode.TOPIC_NOT_EXIST:
+                        raise  # no answer: asked again (see ``retries``), never taken as "no topic"
                     if missing_ok:
                         continue
                     raise CatalogError(f"topic {topic!r} cannot be read: {error}") from None
@@ -153,9 +174,23 @@ class BrokerCatalog:
             ) as admin:
                 return await ask(admin)
 
-        try:
-            return trio.run(main)
-        except AdminError as error:
-            if isinstance(error, CatalogError):
-                raise
-            raise CatalogError(f"NameServer {','.join(self.namesrv)}: {error}") from None
+        retried = 0
+        while True:
+            try:
+                return trio.run(main)
+            except AdminError as error:
+                if isinstance(error, CatalogError):
+                    raise
+                # A refusal (a response code) is the cluster's answer: asking again changes nothing.
+                if error.code is not None or retried >= self.retries:
+                    raise CatalogError(f"NameServer {','.join(self.namesrv)}: {error}") from None
+                retried += 1
+                log.warning(
+                    "trocket: no answer from the cluster (%s); asking again in %gs (retry %d of %d, "
+                    "fetchOffset.numRetries)",
+                    error,
+                    self.retry_interval,
+                    retried,
+                    self.retries,
+                )
+            time.sleep(self.retry_interval)

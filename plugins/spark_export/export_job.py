@@ -172,7 +172,7 @@ def _batch(spark: Any, spec: ExportSpec, out: TextIO) -> ExportResult:
 
     options = source_options(spec)
     parsed = parse_source_options(options)
-    planned = batch_ranges(parsed, BrokerCatalog(spec.namesrv, parsed.read.security))
+    planned = batch_ranges(parsed, BrokerCatalog.of(parsed))
     total = sum(r.count for r in planned)
     ends = {r.key: r.end for r in planned}
     starts = {r.key: r.start for r in planned}

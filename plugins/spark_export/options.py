@@ -92,6 +92,11 @@ class SourceOptions:
     min_offsets_per_trigger: int | None = None
     max_trigger_delay: float = DEFAULT_TRIGGER_DELAY_S
     commit_offsets_to_group: str | None = None
+    fetch_retries: int = 3
+    """``fetchOffset.numRetries``: planning questions that got no answer are asked again this
+    many times (Spark's Kafka source: the same option and default)."""
+    fetch_retry_interval: float = 1.0
+    """``fetchOffset.retryIntervalMs``: the pause before each of those retries."""
 
     def describe_topics(self) -> str:
         return ",".join(self.topics) if self.topics else f"pattern {self.topic_pattern.pattern!r}"  # type: ignore[union-attr]
@@ -143,6 +148,8 @@ def parse_source_options(options: Mapping[str, str]) -> SourceOptions:
         min_offsets_per_trigger=_opt_int(opts, "minOffsetsPerTrigger", minimum=1),
         max_trigger_delay=_duration(opts.get("maxtriggerdelay", "15m"), "maxTriggerDelay"),
         commit_offsets_to_group=opts.get("commitoffsetstogroup") or None,
+        fetch_retries=_int(opts, "fetchOffset.numRetries", 3, minimum=0),
+        fetch_retry_interval=_int(opts, "fetchOffset.retryIntervalMs", 1000, minimum=0) / 1000,
     )
 
 

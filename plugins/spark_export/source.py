@@ -97,9 +97,7 @@ class TrocketBatchReader(DataSourceReader):
         self.options = options
 
     def partitions(self) -> Sequence[InputPartition]:
-        ranges = plan_batch(
-            self.options, BrokerCatalog(self.options.read.namesrv, self.options.read.security)
-        )
+        ranges = plan_batch(self.options, BrokerCatalog.of(self.options))
         log.info("trocket: %d partitions over %d offsets", len(ranges), sum(r.count for r in ranges))
         return [InputPartition(r) for r in ranges] or [_EmptyPartition()]
 
@@ -124,7 +122,7 @@ class TrocketStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._last_batch_at = time.monotonic()
 
     def _catalog(self) -> BrokerCatalog:
-        return BrokerCatalog(self.options.read.namesrv, self.options.read.security)
+        return BrokerCatalog.of(self.options)
 
     def _bounds(self, *, missing_ok: bool = False) -> dict[QueueKey, QueueBounds]:
         bounds = current_bounds(self.options, self._catalog(), missing_ok=missing_ok)

@@ -140,6 +140,8 @@ def test_prorate_never_exceeds_the_limit_or_a_backlog(backlog, limit):
         ({"namesrv": "h:1", "topicPattern": "("}, "not a regular expression"),
         ({"namesrv": "nohostport", "topic": "T"}, "not host:port"),
         ({"namesrv": "h:1", "topic": "T", "maxTriggerDelay": "soon"}, "duration"),
+        ({"namesrv": "h:1", "topic": "T", "fetchOffset.numRetries": "-1"}, '"fetchOffset.numRetries".*>= 0'),
+        ({"namesrv": "h:1", "topic": "T", "fetchOffset.retryIntervalMs": "1s"}, "retryIntervalMs"),
     ],
 )
 def test_bad_options_name_the_option(options, message):
@@ -156,6 +158,11 @@ def test_options_are_case_insensitive_and_typed():
     assert parsed.max_offsets_per_trigger == 10 and parsed.max_trigger_delay == 120.0
     assert parsed.starting_offsets == {"X": {"broker-a": {0: 5, 1: -2}}}
     assert parsed.max_bytes_per_partition == 64 * 1024 * 1024
+    assert (parsed.fetch_retries, parsed.fetch_retry_interval) == (3, 1.0)  # Spark's Kafka source's defaults
+    tuned = parse_source_options(
+        {"namesrv": "a:1", "topic": "T", "FETCHOFFSET.NUMRETRIES": "0", "fetchOffset.retryIntervalMs": "250"}
+    )
+    assert (tuned.fetch_retries, tuned.fetch_retry_interval) == (0, 0.25)
 
 
 def test_without_pyspark_the_cli_says_how_to_install_it(tmp_path):

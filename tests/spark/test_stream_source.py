@@ -150,9 +150,14 @@ def test_min_offsets_per_trigger_waits_for_enough_messages(spark, spark_broker, 
         wait_until(lambda: len(query.recentProgress) >= 5, what="five triggers")
         assert spark.sql("select count(*) from spark_min").first()[0] == 0
         produce(spark_broker.namesrv, "SparkMin", 100, prefix="b")
-        wait_until(
-            lambda: spark.sql("select count(*) from spark_min").first()[0] == 200, what="one batch of 200"
-        )
+        try:
+            wait_until(
+                lambda: spark.sql("select count(*) from spark_min").first()[0] == 200, what="one batch of 200"
+            )
+        except AssertionError as waited:  # say whether the query died, and of what
+            state = "running" if query.isActive else f"stopped: {query.exception()}"
+            progress = query.lastProgress
+            raise AssertionError(f"{waited}; the query is {state}; last progress {progress}") from None
     finally:
         query.stop()
     assert (

@@ -102,14 +102,17 @@ class AdminClient:
     async def call_namesrv(
         self, code: int, ext: Mapping[str, object] | None = None, *, ok: Sequence[int] = (0,)
     ) -> RemotingCommand:
-        """Ask the NameServers in turn; the first one that answers wins."""
-        errors = []
+        """Ask the NameServers in turn; the first one that answers wins. When none does, the
+        error carries the response code they all refused with (None when one did not answer
+        or they refused differently)."""
+        errors: list[AdminError] = []
         for address in self.namesrv_addrs:
             try:
                 return await self.call(address, code, ext, ok=ok)
             except AdminError as error:
-                errors.append(str(error))
-        raise AdminError("; ".join(errors))
+                errors.append(error)
+        codes = {error.code for error in errors}
+        raise AdminError("; ".join(map(str, errors)), code=codes.pop() if len(codes) == 1 else None)
 
     # --- NameServer -------------------------------------------------------------------------
 
@@ -118,7 +121,9 @@ class AdminClient:
             RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": topic}, ok=(0, ResponseCode.TOPIC_NOT_EXIST)
         )
         if response.code == ResponseCode.TOPIC_NOT_EXIST:
-            raise AdminError(f"topic {topic!r} has no route (no live broker serves it)")
+            raise AdminError(
+                f"topic {topic!r} has no route (no live broker serves it)", code=ResponseCode.TOPIC_NOT_EXIST
+            )
         return json.loads(response.body)
 
     async def cluster_info(self) -> dict[str, Any]:
