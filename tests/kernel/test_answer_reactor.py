@@ -5,6 +5,7 @@ connection's read loop."""
 from __future__ import annotations
 
 import struct
+from contextlib import AsyncExitStack
 
 import pytest
 import trio
@@ -68,26 +69,16 @@ async def test_the_answers_of_many_connections_are_read_by_one_reactor(nursery):
     remoting = await serve(nursery, Server())
     reactor = shared_answer_reactor()
     read_before = reactor.answers_read
-    async with trio.open_nursery() as senders:
-        clients = []
-        for number in range(CLIENTS):
-            client = await senders.start(open_client, f"c{number}")
-            clients.append(client)
+    async with AsyncExitStack() as stack:
+        clients = [await stack.enter_async_context(RemotingClient.open()) for _ in range(CLIENTS)]
         async with trio.open_nursery() as rounds:
             for number, client in enumerate(clients):
                 rounds.start_soon(echo_round, client, remoting.address, f"c{number}")
         connections = [await client.connection(remoting.address) for client in clients]
         assert all(connection.answer_reactor is reactor for connection in connections)
         assert reactor.parked == CLIENTS  # each read loop waits in the reactor, not on its socket
-        senders.cancel_scope.cancel()
     assert reactor.answers_read - read_before >= CLIENTS * ROUNDS
     assert reactor.passes > 0
-
-
-async def open_client(name: str, *, task_status: trio.TaskStatus[RemotingClient]) -> None:
-    async with RemotingClient.open() as client:
-        task_status.started(client)
-        await trio.sleep_forever()
 
 
 async def test_a_client_without_the_shared_reader_reads_its_own_socket(nursery):
