@@ -20,7 +20,9 @@ from wire.remoting import (
     Router,
     TransportLimits,
 )
+from wire.remoting import crowd as crowd_module
 from wire.remoting.answer_reactor import shared_answer_reactor
+from wire.remoting.crowd import clients_crowd
 
 ECHO, HELD, ASKS_BACK = 900, 901, 902
 CLIENTS = 8
@@ -95,9 +97,10 @@ async def test_a_polling_client_reads_its_own_answers_not_the_reactor(nursery):
     remoting = await serve(nursery, Server())
     reactor = shared_answer_reactor()
     read_before = reactor.answers_read
-    async with RemotingClient.open(busy_poll=0.001) as client:
+    async with RemotingClient.open(busy_poll=0.05) as client:  # a window no round trip outlasts
         await echo_round(client, remoting.address, "poll")
-        assert (await client.connection(remoting.address)).answer_reactor is None
+        connection = await client.connection(remoting.address)
+        assert connection.answers_read_by_requests >= ROUNDS - 1  # the first may come before polling
     assert reactor.answers_read == read_before
 
 
@@ -214,3 +217,44 @@ async def test_a_failure_handling_one_connection_ends_that_connection_not_the_ru
             await doomed.request(RemotingCommand.request(ECHO, {}), 10)
         assert "reading 127.0.0.1" in caplog.text
         await echo_round(other, remoting.address, "other, after")  # the reactor still runs
+
+
+@pytest.fixture
+def crowded_for_a_minute(monkeypatch):
+    """Receives of two clients a minute apart make the run's clients crowded: the test's
+    phases hold whatever the pace of a loaded machine."""
+    monkeypatch.setattr(crowd_module, "CROWD_HOLD", 60.0)
+
+
+async def test_adaptive_clients_of_one_run_stop_polling_while_several_wait_and_the_reactor_reads(
+    nursery, crowded_for_a_minute
+):
+    remoting = await serve(nursery, Server())
+    reactor = shared_answer_reactor()
+    read_before = reactor.answers_read
+    async with AsyncExitStack() as stack:
+        clients = [
+            await stack.enter_async_context(RemotingClient.open(busy_poll="auto")) for _ in range(CLIENTS)
+        ]
+        async with trio.open_nursery() as rounds:
+            for number, client in enumerate(clients):
+                rounds.start_soon(echo_round, client, remoting.address, f"c{number}")
+        assert clients_crowd().crowded(trio.current_time())
+        polled = [(await client.connection(remoting.address)).answers_read_by_requests for client in clients]
+        spins = sum(client.busy_poller.spins for client in clients)
+    # Only each client's first answers can come before the crowd is seen.
+    assert sum(polled) <= CLIENTS * 2, f"requests kept polling among {CLIENTS} clients: {polled}"
+    assert reactor.answers_read - read_before >= CLIENTS * (ROUNDS - 2)
+    assert spins <= CLIENTS * 4, f"the pollers spun {spins} times while crowded"
+
+
+async def test_one_client_talking_to_two_servers_is_one_peer_and_keeps_polling(nursery, crowded_for_a_minute):
+    first, second = await serve(nursery, Server()), await serve(nursery, Server())
+    async with RemotingClient.open(busy_poll=0.05) as fixed, RemotingClient.open(busy_poll="auto") as client:
+        assert fixed.crowd is None  # a fixed window polls whatever the crowd
+        async with trio.open_nursery() as rounds:
+            rounds.start_soon(echo_round, client, first.address, "first")
+            rounds.start_soon(echo_round, client, second.address, "second")
+        assert not clients_crowd().crowded(trio.current_time()), "one client is one peer"
+        await echo_round(client, first.address, "alone")
+        assert (await client.connection(first.address)).answers_read_by_requests > 0, "polls again"

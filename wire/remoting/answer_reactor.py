@@ -14,9 +14,12 @@ It is the client's mirror of the server's read reactor (:mod:`wire.remoting.read
 Only answers are taken here. Anything else a read brings (a request of the server's, such as
 NOTIFY_CONSUMER_IDS_CHANGED or CHECK_TRANSACTION_STATE, the end of the stream, a read error, a
 malformed frame) goes to the connection's own read loop, which serves or closes as it always
-did and parks its socket here again when it waits next. Connections with a busy poller (their
-requests read their own answers, :meth:`Connection._poll_answer`) and TLS streams (read by
-trio) do not park here.
+did and parks its socket here again when it waits next. A connection with a busy poller parks
+here only while the poller does not poll: while it polls, a lone request reads its own answer
+(:meth:`Connection._poll_answer`, which takes the socket out of here); an adaptive client's
+poller stops while several clients of the run wait for answers (the run's clients' crowd,
+:func:`wire.remoting.crowd.clients_crowd`), so many producers in one process are read here. TLS
+streams (read by trio) never park here.
 """
 
 from __future__ import annotations

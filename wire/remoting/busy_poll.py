@@ -38,8 +38,13 @@ Two modes:
   wait would have read together into more, smaller passes (the sends of other connections a
   pass gathers into one put); once one peer has been alone that long the loop polls again
   (measured with 2 to 64 producers, one send in flight each, against a broker with polling
-  off: polling was 2-8 % slower at every count). A client's poller waits for answers to its
-  own requests, which pays whatever the number of brokers it talks to, so it ignores peers.
+  off: polling was 2-8 % slower at every count). An adaptive client's poller counts clients,
+  not servers (:func:`~wire.remoting.crowd.clients_crowd`, the trio run's): one client waiting
+  for answers pays for polling whatever the number of brokers it talks to, but many clients
+  in one process (64 producers, one send in flight each) each polling their own answers ran
+  at 0.69 of the rate of not polling at all (docs/performance.md, thirty-second step), so there
+  the pollers stop while several clients receive, and their answers go to the run's answer
+  reactor (:mod:`wire.remoting.answer_reactor`).
   A window that runs out while the loop is held (a task's step, the io_uring wait of a
   sync-flush put: the poller did not run in the window's second half) was never tried: it is
   no miss, and the next activity polls whatever the gap before it (that gap was the loop's
@@ -110,9 +115,9 @@ class BusyPoller:
     adaptive: bool = False
     """Poll only while traffic is dense enough for it to pay (see the module docstring)."""
     crowd: Crowd | None = None
-    """The server's peers, when the loop serves many (set by :class:`RemotingServer`; a
-    client's poller has none and ignores peers): adaptive polling stops while several of
-    them send (see the module docstring)."""
+    """The peers: a server's (set by :class:`RemotingServer`), or for an adaptive client the
+    run's clients (each client one peer): adaptive polling stops while several of them send
+    (see the module docstring). A fixed window has none and always polls."""
     _hot_until: float = attrs.field(default=0.0, init=False)
     _parked: trio.Event | None = attrs.field(default=None, init=False)
     _last_touch: float = attrs.field(default=float("-inf"), init=False)

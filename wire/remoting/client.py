@@ -17,9 +17,10 @@ import trio
 
 from wire.errors import RemotingConnectError
 from wire.remoting.answer_reactor import shared_answer_reactor
-from wire.remoting.busy_poll import BusyPoller, BusyPollSetting, start_busy_poll
+from wire.remoting.busy_poll import AUTO, BusyPoller, BusyPollSetting, parse_busy_poll, start_busy_poll
 from wire.remoting.command import RemotingCommand
 from wire.remoting.connection import Connection, Router, TransportLimits
+from wire.remoting.crowd import Crowd, clients_crowd
 from wire.remoting.server import format_address
 from wire.remoting.signature import SessionCredentials
 from wire.remoting.tls import open_client_stream
@@ -53,6 +54,9 @@ class RemotingClient:
     shared_reader: bool = True
     """Without a busy poller, plain-TCP connections wait for answers in the trio run's one
     :class:`~wire.remoting.answer_reactor.AnswerReactor` instead of each on its own socket."""
+    crowd: Crowd | None = None
+    """The run's clients (an adaptive poller's: :func:`~wire.remoting.crowd.clients_crowd`),
+    to which this client's connections report their receives as one peer."""
     _connections: dict[str, Connection] = attrs.field(factory=dict, init=False)
     _locks: dict[str, trio.Lock] = attrs.field(factory=dict, init=False)
 
@@ -77,7 +81,10 @@ class RemotingClient:
         gives each connection's read loop its own socket again."""
         try:
             async with trio.open_nursery() as nursery:
-                poller = start_busy_poll(nursery, busy_poll)
+                # An adaptive client polls only while it is the run's one client waiting for
+                # answers (see wire.remoting.crowd.clients_crowd); a fixed window always polls.
+                crowd = clients_crowd() if parse_busy_poll(busy_poll) == AUTO else None
+                poller = start_busy_poll(nursery, busy_poll, crowd=crowd)
                 client = cls(
                     nursery,
                     router,
@@ -87,6 +94,7 @@ class RemotingClient:
                     tls,
                     poller,
                     shared_reader,
+                    crowd,
                 )
                 try:
                     yield client
@@ -123,7 +131,7 @@ class RemotingClient:
                 raise RemotingConnectError(
                     f"cannot connect to {address}: TLS handshake failed: {error.__cause__ or error}"
                 ) from None
-            shared = self.shared_reader and self.busy_poller is None and self.tls is None
+            shared = self.shared_reader and self.tls is None
             connection = Connection(
                 stream,
                 address,
@@ -133,6 +141,8 @@ class RemotingClient:
                 busy_poller=self.busy_poller,
                 reads_own_answers=True,
                 answer_reactor=shared_answer_reactor() if shared else None,
+                crowd=self.crowd,
+                crowd_peer=self,
             )
             await self.nursery.start(connection.run)
             self._connections[address] = connection

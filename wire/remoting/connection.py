@@ -377,15 +377,20 @@ class Connection:
     busy_poller: BusyPoller | None = None
     """Told of every receive and every frame sent, when the process busy-polls."""
     crowd: Crowd | None = None
-    """The server's peers (a server's connection reports each receive to it)."""
+    """The peers this connection's loop serves or talks to: a server's connection reports each
+    receive to its server's crowd, an adaptive client's to its run's clients' crowd."""
+    crowd_peer: object = None
+    """Whom this connection's receives count as in :attr:`crowd` (None: the connection itself,
+    as a server's; a client's connections count as their client, so one producer talking to
+    several brokers is one peer)."""
     reactor: ReadReactor | None = None
     """The server's reader of idle plain-TCP connections, when it has one: this connection's
     read loop waits in it instead of on its own socket (see :mod:`wire.remoting.read_reactor`)."""
     answer_reactor: AnswerReactor | None = None
     """A client's reader of its trio run's connections, when it has one: this connection's read
     loop waits in it instead of on its own socket, and the reactor hands answers straight to
-    their requests (see :mod:`wire.remoting.answer_reactor`). Not with a busy poller (requests
-    read their own answers then) nor on a TLS stream."""
+    their requests (see :mod:`wire.remoting.answer_reactor`). With a busy poller only while it
+    does not poll (a lone request reads its own answer then); never on a TLS stream."""
     _decoder: FrameDecoder = attrs.field(init=False)
     _fed: bytes | list[RemotingCommand] | OSError | None = attrs.field(default=None, init=False)
     """What the reactor handed the read loop (bytes read, frames decoded, a read's error)."""
@@ -458,7 +463,7 @@ class Connection:
             self._fd = self.stream.socket.fileno()
         else:
             self.reactor = None
-        if self._fd < 0 or self.busy_poller is not None:
+        if self._fd < 0:
             self.answer_reactor = None
         if self._fd < 0 or self.busy_poller is None:
             # Only a polling loop's requests read the socket (a TLS stream is read by trio):
@@ -616,10 +621,16 @@ class Connection:
                     eager = bool(self._pending or self._in_flight)
                     reactor = self.reactor
                     answers = self.answer_reactor
-                    if answers is not None:
+                    poller = self.busy_poller
+                    polling = poller is not None and poller.polling
+                    if answers is not None and not self._socket_taken and not polling:
                         # The reactor reads the socket and hands answers to their requests:
-                        # what comes here is the peer's requests or the stream's end.
-                        data = await answers.wait_data(self, self._fd)
+                        # what comes here is the peer's requests or the stream's end. A request
+                        # that polls for its answer takes the socket out of it (_take_socket).
+                        parked = await self._park(answers)
+                        if parked is None:
+                            continue
+                        data = parked
                         waited_last = True
                     elif (
                         reactor is not None
@@ -702,6 +713,17 @@ class Connection:
     def feed_error(self, error: OSError) -> None:
         """The reactor's read of this socket failed."""
         self._hand_over(error)
+
+    async def _park(self, answers: AnswerReactor) -> bytes | list[RemotingCommand] | None:
+        """Wait in the answer reactor; None when a request of ours took the socket meanwhile
+        (its wait cancelled: the read loop then waits aside)."""
+        if not self.reads_own_answers:
+            return await answers.wait_data(self, self._fd)
+        data = None
+        with trio.CancelScope() as self._socket_wait:
+            data = await answers.wait_data(self, self._fd)
+        self._socket_wait = None
+        return data
 
     def take_answers(self, data: bytes) -> bool:
         """Bytes the answer reactor read from this parked connection: True when they held only
@@ -863,7 +885,8 @@ class Connection:
         the caller ends the connection)."""
         self._last_activity = now = trio.current_time()
         if self.crowd is not None and not isinstance(data, list):  # a list: the reactor told
-            self.crowd.saw(self, now)
+            peer = self.crowd_peer
+            self.crowd.saw(self if peer is None else peer, now)
         if self.busy_poller is not None:
             self.busy_poller.touch()
         decoder = self._decoder

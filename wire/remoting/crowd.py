@@ -12,6 +12,7 @@ a server's connection is reported once; bytes from a second connection within
 from __future__ import annotations
 
 import attrs
+import trio
 
 CROWD_HOLD = 10e-3
 """How long bytes from a second peer keep the server crowded: longer than a busy loop's pass
@@ -41,3 +42,19 @@ class Crowd:
         """Whether bytes of two different peers arrived within :data:`CROWD_HOLD` of each
         other lately (until :data:`CROWD_HOLD` after the last such arrival)."""
         return now < self._crowded_until
+
+
+_CLIENTS: trio.lowlevel.RunVar[Crowd] = trio.lowlevel.RunVar("trocket_clients_crowd")
+
+
+def clients_crowd() -> Crowd:
+    """The current trio run's crowd of remoting *clients* (each client one peer, whatever the
+    number of servers it talks to): the adaptive pollers of the run's clients read it, so that
+    many producers in one process stop polling while several of them wait for answers, as a
+    server's poller does for many peers (docs/performance.md, thirty-second step)."""
+    try:
+        return _CLIENTS.get()
+    except LookupError:
+        crowd = Crowd()
+        _CLIENTS.set(crowd)
+        return crowd
