@@ -52,8 +52,9 @@ class RemotingClient:
     busy_poller: BusyPoller | None = None
     """Keeps the loop polling while answers are due (see :mod:`wire.remoting.busy_poll`)."""
     shared_reader: bool = True
-    """Without a busy poller, plain-TCP connections wait for answers in the trio run's one
-    :class:`~wire.remoting.answer_reactor.AnswerReactor` instead of each on its own socket."""
+    """Plain-TCP connections wait for answers in the trio run's one
+    :class:`~wire.remoting.answer_reactor.AnswerReactor` instead of each on its own socket
+    (with a busy poller, while it does not poll)."""
     crowd: Crowd | None = None
     """The run's clients (an adaptive poller's: :func:`~wire.remoting.crowd.clients_crowd`),
     to which this client's connections report their receives as one peer."""
@@ -76,9 +77,9 @@ class RemotingClient:
         """``busy_poll``: whether the event loop polls instead of sleeping after each request
         sent and each receive: ``"auto"`` (adaptive), seconds of a fixed window, or 0 (off,
         the default here; the SDK's clients default to ``"auto"``). See
-        :mod:`wire.remoting.busy_poll`. ``shared_reader``: without busy polling, answers are
-        read by the run's one answer reactor (:mod:`wire.remoting.answer_reactor`); False
-        gives each connection's read loop its own socket again."""
+        :mod:`wire.remoting.busy_poll`. ``shared_reader``: answers not polled for are read by
+        the run's one answer reactor (:mod:`wire.remoting.answer_reactor`); False gives each
+        connection's read loop its own socket again."""
         try:
             async with trio.open_nursery() as nursery:
                 # An adaptive client polls only while it is the run's one client waiting for

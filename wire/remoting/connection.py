@@ -621,9 +621,7 @@ class Connection:
                     eager = bool(self._pending or self._in_flight)
                     reactor = self.reactor
                     answers = self.answer_reactor
-                    poller = self.busy_poller
-                    polling = poller is not None and poller.polling
-                    if answers is not None and not self._socket_taken and not polling:
+                    if answers is not None and not self._socket_taken and not self._polling():
                         # The reactor reads the socket and hands answers to their requests:
                         # what comes here is the peer's requests or the stream's end. A request
                         # that polls for its answer takes the socket out of it (_take_socket).
@@ -713,6 +711,11 @@ class Connection:
     def feed_error(self, error: OSError) -> None:
         """The reactor's read of this socket failed."""
         self._hand_over(error)
+
+    def _polling(self) -> bool:
+        """Whether this connection's busy poller polls now (a request may read its own answer)."""
+        poller = self.busy_poller
+        return poller is not None and poller.polling
 
     async def _park(self, answers: AnswerReactor) -> bytes | list[RemotingCommand] | None:
         """Wait in the answer reactor; None when a request of ours took the socket meanwhile
