@@ -88,27 +88,32 @@ async def test_an_adaptive_poller_polls_through_dense_traffic():
     assert poller.spins > 0 and poller.hits >= 8 and poller.misses == 0
 
 
-async def test_an_adaptive_poller_backs_off_after_windows_that_catch_nothing():
+async def test_an_adaptive_poller_backs_off_after_windows_that_catch_nothing(mock_clock):
     """A peer slower than the window (a request answered after a sync flush): each dense gap
-    starts a poll that runs out (a miss), so the next 1, 2, 4 ... chances are passed up and
-    the wasted windows thin out; a hit clears the back-off."""
-    poller = BusyPoller(0.01, adaptive=True)
+    starts a poll that runs out (a miss), so the next 1, 2, 4 ... chances (activities) are
+    passed up and the wasted windows thin out; a hit clears the back-off. Virtual time: under
+    a loaded machine real sleeps overshoot the window and the count would measure the load."""
+    window = 0.01
+    poller = BusyPoller(window, adaptive=True)
+    activity_after = activity(poller, mock_clock)
     async with trio.open_nursery() as nursery:
         nursery.start_soon(poller.run)
-        for _ in range(30):  # a request sent right after an answer, then a slow answer
-            poller.touch()
-            await trio.sleep(0.001)
-            poller.touch()
-            await trio.sleep(0.03)
-        assert 2 <= poller.misses <= 8, "at most one window per 1 + 2 + 4 ... chances"
+        polled = []
+        for _ in range(30):  # a slow answer, then a request sent right after it
+            await activity_after(0.03)
+            await activity_after(0.001)
+            polled.append(not poller.parked)
+            await polled_for(mock_clock, window + 1e-6)
+        # Each activity is a chance; after the n-th miss the next 2**n are passed up: the
+        # rounds that polled are the 1st, 2nd, 4th, 7th, 12th and 21st (their second activity).
+        assert [i + 1 for i, p in enumerate(polled) if p] == [1, 2, 4, 7, 12, 21]
+        assert poller.misses == 6 and poller.hits == 0
         assert poller._back_off == min(2**poller.misses, MAX_BACK_OFF)
         poller._passing = 0  # dense traffic again: polls, and a hit resets the back-off
-        poller.touch()
-        await trio.sleep(0.001)
-        poller.touch()
-        await trio.sleep(0.001)
-        poller.touch()
-        assert poller._back_off == 1
+        await activity_after(0.001)
+        await activity_after(0.001)
+        await activity_after(0.001)
+        assert poller.hits >= 1 and poller._back_off == 1
         nursery.cancel_scope.cancel()
 
 
