@@ -14,6 +14,7 @@ from wire.remoting import RemotingClient, RemotingCommand, RemotingServer, Route
 from wire.remoting.busy_poll import (
     AUTO,
     MAX_BACK_OFF,
+    MAX_REQUEST_WINDOW,
     MAX_WINDOW,
     STRETCH,
     BusyPoller,
@@ -132,12 +133,13 @@ async def polled_for(clock: trio.testing.MockClock, seconds: float) -> None:
 
 
 def activity(poller: BusyPoller, clock: trio.testing.MockClock) -> Callable[..., Awaitable[None]]:
-    """``activity_after(seconds, request=False)``: time passes, then an activity (a request
-    sent when ``request``, whose answer is due), then the poller looks at the clock."""
+    """``activity_after(seconds, request=False, answer=False)``: time passes, then an activity
+    (a request sent when ``request``, whose answer is due; an answer written when ``answer``,
+    after which the peer's next request may come), then the poller looks at the clock."""
 
-    async def activity_after(seconds: float, request: bool = False) -> None:
+    async def activity_after(seconds: float, request: bool = False, answer: bool = False) -> None:
         clock.jump(seconds)
-        poller.touch(answer_due=request)
+        poller.touch(answer_due=request, request_due=answer)
         await passes()
 
     return activity_after
@@ -209,6 +211,51 @@ async def test_a_window_stretches_to_a_sync_batchs_answer(mock_clock):
         await activity_after(0.0)  # ... which lands while polling
         assert poller.hits == 1 and poller.misses == 1
         nursery.cancel_scope.cancel()
+
+
+async def test_the_window_after_an_answer_stretches_to_a_client_a_little_slower(mock_clock):
+    """A server waiting for its client's next request (one send in flight): a client that
+    takes 300 µs from the answer to its next request, past the 200 µs window, found the broker
+    asleep after every miss (two requests in five on a slower machine). The window after the
+    next answer stretches to a quarter more than that and the next request lands while
+    polling; a client sending every millisecond is past the cap and puts the window back to
+    its base; the window after a request this end sends is not touched."""
+    base = 200e-6
+    poller = BusyPoller(base, adaptive=True)
+    activity_after = activity(poller, mock_clock)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(poller.run)
+        await activity_after(1.0)  # a request after a quiet second: sparse, no polling
+        await activity_after(600e-6, answer=True)  # its answer, after a sync: polls for the next
+        assert not poller.parked and poller.waits_for == "request"
+        assert poller._hot_until == pytest.approx(trio.current_time() + base)
+        await polled_for(mock_clock, base + 1e-6)
+        assert poller.misses == 1 and poller.parked, "the next request did not come in time"
+        await activity_after(300e-6 - base - 1e-6)  # the next request, 300 µs after the answer
+        assert poller.request_window == pytest.approx(300e-6 * STRETCH)
+        await activity_after(600e-6, answer=True)  # the next answer polls longer ...
+        assert poller._hot_until == pytest.approx(trio.current_time() + 300e-6 * STRETCH)
+        await activity_after(300e-6)  # ... and the next request lands while polling
+        assert poller.hits == 1 and poller.misses == 1
+        assert poller.answer_window == base, "only the window after an answer stretched"
+        await activity_after(600e-6, answer=True)
+        await polled_for(mock_clock, poller.request_window + 1e-6)
+        assert poller.misses == 2
+        await activity_after(1e-3 - poller.request_window - 1e-6)  # a request every millisecond
+        assert 1e-3 * STRETCH > MAX_REQUEST_WINDOW and poller.request_window == base
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_servers_answer_opens_a_window_for_the_clients_next_request(nursery):
+    """The connection tells its poller what an answer it writes is: the window it opens waits
+    for the peer's next request (the kind that stretches to a slower client, above)."""
+    server, _ = polled_server(0.05)
+    await nursery.start(server.run)
+    assert server.busy_poller is not None
+    async with RemotingClient.open(busy_poll=0.05) as client:
+        for i in range(3):
+            await client.invoke(server.address, RemotingCommand.request(ECHO, {"i": i}))
+            assert server.busy_poller.waits_for == "request"
 
 
 async def test_a_window_the_loop_was_held_through_is_no_miss(mock_clock):

@@ -28,10 +28,15 @@ Two modes:
   than that fits under the cap, the window becomes that and the back-off is cleared (a
   sync-flush put answered after 0.45 ms: a client that slept through every wait paid a
   wake-up per send; polling through it took one message in flight from 2.1k to 2.6k sends a
-  second). A later answer puts the window back to its base length. Only the windows after a
-  request stretch: a server waiting for a client's next request keeps the base window, even
-  after one of its own requests (a transaction check) stretched its answer window, so a client
-  sending every millisecond does not keep a broker's core spinning. And a server's poller
+  second). A later answer puts the window back to its base length. The window after an
+  answer this end wrote (``touch(request_due=True)``: a server waiting for its client's next
+  request) stretches the same way to a client that turns around a little slower than it, but
+  only up to :data:`MAX_REQUEST_WINDOW`, so a client sending every millisecond does not keep
+  a broker's core spinning; and it opens whatever the gap before the answer (that gap was this
+  end's own work). On a machine whose clients took 120-300 µs from an answer to their next
+  request, the 200 µs base window missed two requests in five of a sync-flush producer, whose
+  every miss the broker slept through (a wake-up of 50-70 µs there, docs/performance.md,
+  thirty-third step). And a server's poller
   (given the server's :class:`~wire.remoting.crowd.Crowd`) polls only for a lone peer: bytes
   from one connection arriving within ``CROWD_HOLD`` (10 ms) of another's mean several peers
   keep the loop busy, and there polling only takes the core from the work and splits what one
@@ -85,6 +90,10 @@ messages is answered after 0.8-0.9 ms on this machine kind (1 KiB bodies: about 
 took trio producers' sync batches 13-14 % faster; docs/performance.md, twenty-eighth step)."""
 STRETCH = 1.25
 """A stretched window is this many times the lateness of the activity it missed."""
+MAX_REQUEST_WINDOW = 600e-6
+"""Longest the window after an answer (waiting for the peer's next request) stretches: a
+client turning around in up to about 0.5 ms is polled through, one sending every millisecond
+is not (see the module docstring)."""
 MAX_BACK_OFF = 64
 """Most chances to poll an adaptive poller passes up after consecutive misses."""
 
@@ -124,10 +133,12 @@ class BusyPoller:
     _passing: int = attrs.field(default=0, init=False)
     """Chances to poll still to pass up after a miss (adaptive)."""
     _back_off: int = attrs.field(default=1, init=False)
-    _waits_for_answer: bool = attrs.field(default=False, init=False)
-    """The current window was started by a request (its answer is due)."""
-    _missed: bool = attrs.field(default=False, init=False)
-    """A window waiting for an answer ran out; the next activity says how late it came."""
+    _waits_for: str = attrs.field(default="", init=False)
+    """What the current window waits for: ``"answer"`` (started by a request this end sent),
+    ``"request"`` (started by an answer this end wrote) or ``""`` (any activity)."""
+    _missed: str = attrs.field(default="", init=False)
+    """What a window that ran out waited for (as ``_waits_for``); the next activity says how
+    late it came."""
     _spun_at: float = attrs.field(default=float("-inf"), init=False)
     """When the poller last polled (a window whose second half saw no poll was held)."""
     _held: bool = attrs.field(default=False, init=False)
@@ -139,7 +150,10 @@ class BusyPoller:
     """Called on every pass the loop polls (see :meth:`on_each_pass`)."""
     answer_window: float = attrs.field(default=0.0, init=False)
     """The window polled after a request this end sent: ``window``, or longer once stretched
-    (other activities always poll for ``window``)."""
+    (other activities poll for ``window``, answers written for :attr:`request_window`)."""
+    request_window: float = attrs.field(default=0.0, init=False)
+    """The window polled after an answer this end wrote: ``window``, or longer once stretched
+    (up to :data:`MAX_REQUEST_WINDOW`)."""
     spins: int = attrs.field(default=0, init=False)
     """Scheduler passes spent polling (for tests and statistics)."""
     hits: int = attrs.field(default=0, init=False)
@@ -150,12 +164,18 @@ class BusyPoller:
     def __attrs_post_init__(self) -> None:
         if self.window <= 0:
             raise ValueError(f"a busy-poll window must be positive, got {self.window!r}")
-        self.answer_window = self.window
+        self.answer_window = self.request_window = self.window
 
     @property
     def parked(self) -> bool:
         """Whether the loop sleeps as usual now (no activity within the window)."""
         return self._parked is not None
+
+    @property
+    def waits_for(self) -> str:
+        """What the open window waits for: ``"answer"`` (opened by a request this end sent),
+        ``"request"`` (by an answer it wrote) or ``""`` (any other activity)."""
+        return self._waits_for
 
     @property
     def polling(self) -> bool:
@@ -189,11 +209,12 @@ class BusyPoller:
         """Whether several peers' bytes keep arriving, so an adaptive loop does not poll."""
         return self.adaptive and self.crowd is not None and self.crowd.crowded(trio.current_time())
 
-    def touch(self, answer_due: bool = False) -> None:
+    def touch(self, answer_due: bool = False, request_due: bool = False) -> None:
         """Activity now: keep polling for another window (wakes the parked loop), unless the
         adaptive rules say polling would not pay. ``answer_due``: the activity was a request
-        sent, whose answer the window waits for (only such windows stretch). A server's
-        receives are reported to its :attr:`crowd` first (by the connection)."""
+        sent, whose answer the window waits for; ``request_due``: an answer written, after
+        which the peer's next request may come (only these two kinds of window stretch). A
+        server's receives are reported to its :attr:`crowd` first (by the connection)."""
         now = trio.current_time()
         gap = now - self._last_touch
         self._last_touch = now
@@ -201,7 +222,7 @@ class BusyPoller:
         if crowd is not None and self.adaptive and crowd.crowded(now):
             self._hot_until = 0.0  # the loop parks without counting a miss
             return
-        window = self.answer_window if answer_due else self.window
+        window = self.answer_window if answer_due else self.request_window if request_due else self.window
         if now <= self._hot_until:
             self.hits += 1
             self._back_off = 1
@@ -211,25 +232,39 @@ class BusyPoller:
             if self._missed:
                 # The first activity after a window that caught nothing: ``gap`` is how late
                 # it came after the activity that started that window.
-                self._missed = False
-                stretched = gap * STRETCH
-                if stretched <= MAX_WINDOW:
-                    self.answer_window = max(self.answer_window, stretched)
+                missed, self._missed = self._missed, ""
+                if self._stretch(missed, gap * STRETCH):
                     self._passing = 0
                     self._back_off = 1
                     return  # the wait is over: poll again from the next activity on
-                self.answer_window = self.window
             if self._passing:
                 self._passing -= 1
                 return
-            if gap > window and not held:
-                return  # traffic this sparse would not arrive while polling: sleep as usual
+            if gap > window and not held and not request_due:
+                # Traffic this sparse would not arrive while polling: sleep as usual. (The
+                # gap before an answer is this end's own work, not the peer's silence.)
+                return
         self._hot_until = now + window
-        self._waits_for_answer = answer_due
+        self._waits_for = "answer" if answer_due else "request" if request_due else ""
         parked = self._parked
         if parked is not None:
             self._parked = None
             parked.set()
+
+    def _stretch(self, missed: str, stretched: float) -> bool:
+        """Stretch the kind of window that ``missed`` to ``stretched`` if that fits its cap
+        (True), else put it back to the base window."""
+        if missed == "answer":
+            if stretched <= MAX_WINDOW:
+                self.answer_window = max(self.answer_window, stretched)
+                return True
+            self.answer_window = self.window
+        else:
+            if stretched <= MAX_REQUEST_WINDOW:
+                self.request_window = max(self.request_window, stretched)
+                return True
+            self.request_window = self.window
+        return False
 
     def _held_through(self) -> bool:
         """The current window has run out and the poller did not poll in its second half:
@@ -259,7 +294,7 @@ class BusyPoller:
                 # The window ran out with nothing arriving: a miss.
                 self.misses += 1
                 if self.adaptive:
-                    self._missed = self._waits_for_answer
+                    self._missed = self._waits_for
                     self._passing = self._back_off
                     self._back_off = min(self._back_off * 2, MAX_BACK_OFF)
             self._hot_until = 0.0
