@@ -13,6 +13,7 @@ import trio.testing
 from wire.remoting import RemotingClient, RemotingCommand, RemotingServer, Router
 from wire.remoting.busy_poll import (
     AUTO,
+    LATE_ANSWER,
     MAX_BACK_OFF,
     MAX_REQUEST_WINDOW,
     MAX_WINDOW,
@@ -175,13 +176,21 @@ async def test_an_adaptive_window_stretches_to_a_peer_that_answers_a_little_late
         await activity_after(50e-6, request=True)  # a request whose answer comes too late
         await polled_for(mock_clock, poller.answer_window + 1e-6)
         assert poller.misses == 2 and poller.parked
-        await activity_after(MAX_WINDOW)  # later than any stretched window may be: back to base
+        await activity_after(MAX_WINDOW)  # later than the cap allows, but not by much ...
+        assert poller.answer_window == MAX_WINDOW, "one slow answer keeps the window at its cap"
+        assert poller._back_off == 2, "... and the miss's back-off still applies"
+        await activity_after(50e-6, request=True)
+        for _ in range(5):  # polled through in passes closer together than half a base window
+            await polled_for(mock_clock, MAX_WINDOW / 5 + 1e-6)
+        assert poller.misses == 3 and poller.parked
+        await activity_after(2 * LATE_ANSWER)  # a held pull's answer: back to base
         assert poller.answer_window == base
-        # A window started by an answer (a server waiting for the next request) never
-        # stretches, however soon after it ran out the request came.
+        # A window started by any other activity (a receive) never stretches, however soon
+        # after it ran out the next activity came.
+        poller._passing = 0
         await activity_after(50e-6)
         await polled_for(mock_clock, base + 1e-6)
-        assert poller.misses == 3 and poller.parked
+        assert poller.misses == 4 and poller.parked
         await activity_after(100e-6, request=True)
         assert poller.answer_window == base
         nursery.cancel_scope.cancel()

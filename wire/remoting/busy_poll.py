@@ -28,7 +28,9 @@ Two modes:
   than that fits under the cap, the window becomes that and the back-off is cleared (a
   sync-flush put answered after 0.45 ms: a client that slept through every wait paid a
   wake-up per send; polling through it took one message in flight from 2.1k to 2.6k sends a
-  second). A later answer puts the window back to its base length. The window after an
+  second). An answer later than the cap allows keeps the window at the cap while it came
+  within :data:`LATE_ANSWER` (one slow answer among fast ones), and a later one (a held pull)
+  puts it back to its base length. The window after an
   answer this end wrote (``touch(request_due=True)``: a server waiting for its client's next
   request) stretches the same way to a client that turns around a little slower than it, but
   only up to :data:`MAX_REQUEST_WINDOW`, so a client sending every millisecond does not keep
@@ -90,6 +92,14 @@ messages is answered after 0.8-0.9 ms on this machine kind (1 KiB bodies: about 
 took trio producers' sync batches 13-14 % faster; docs/performance.md, twenty-eighth step)."""
 STRETCH = 1.25
 """A stretched window is this many times the lateness of the activity it missed."""
+LATE_ANSWER = 5e-3
+"""An answer later than the stretch can follow (``MAX_WINDOW / STRETCH``) but within this
+keeps the answer window at :data:`MAX_WINDOW` instead of putting it back to its base: one slow
+answer among answers the stretched window catches (a sync batch's p99 at 2-4 ms on a slower
+machine) made the next windows base-length misses until a miss stretched it again (a trio
+producer's sync batches caught 73 % of their answers polling; docs/performance.md, thirty-third
+step). The miss's back-off still applies, so a peer that always answers this late costs at most
+one window per 64 requests; a later answer (a held pull) puts the window back to its base."""
 MAX_REQUEST_WINDOW = 600e-6
 """Longest the window after an answer (waiting for the peer's next request) stretches: a
 client turning around in up to about 0.5 ms is polled through, one sending every millisecond
@@ -253,12 +263,14 @@ class BusyPoller:
 
     def _stretch(self, missed: str, stretched: float) -> bool:
         """Stretch the kind of window that ``missed`` to ``stretched`` if that fits its cap
-        (True), else put it back to the base window."""
+        (True), else put it back to the base window (an answer window: to its cap while the
+        answer came within :data:`LATE_ANSWER`)."""
         if missed == "answer":
             if stretched <= MAX_WINDOW:
                 self.answer_window = max(self.answer_window, stretched)
                 return True
-            self.answer_window = self.window
+            late_but_near = stretched <= LATE_ANSWER * STRETCH
+            self.answer_window = MAX_WINDOW if late_but_near else self.window
         else:
             if stretched <= MAX_REQUEST_WINDOW:
                 self.request_window = max(self.request_window, stretched)
