@@ -149,8 +149,9 @@ def activity(poller: BusyPoller, clock: trio.testing.MockClock) -> Callable[...,
 async def test_an_adaptive_window_stretches_to_a_peer_that_answers_a_little_later(mock_clock):
     """A sync-flush put is answered after about 0.45 ms, past the 0.2 ms window: the first
     activity after the miss says how late it came, and the window stretches to a quarter more
-    than that (so the next answer lands while polling); an activity later than the cap allows
-    puts the window back to its base. Virtual time: the poller is driven by clock jumps."""
+    than that (so the next answer lands while polling); an answer later than the cap allows
+    keeps the window at the cap while it came within ``LATE_ANSWER``, and a later one (a held
+    pull) puts the window back to its base. Virtual time: the poller is driven by clock jumps."""
     base = 200e-6
     poller = BusyPoller(base, adaptive=True)
 

@@ -73,6 +73,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
+from typing import Literal
 
 import attrs
 import trio
@@ -104,6 +105,9 @@ MAX_REQUEST_WINDOW = 600e-6
 """Longest the window after an answer (waiting for the peer's next request) stretches: a
 client turning around in up to about 0.5 ms is polled through, one sending every millisecond
 is not (see the module docstring)."""
+WindowFor = Literal["answer", "request", ""]
+"""What an adaptive window waits for: the answer to a request this end sent, the peer's next
+request after an answer this end wrote, or any activity."""
 MAX_BACK_OFF = 64
 """Most chances to poll an adaptive poller passes up after consecutive misses."""
 
@@ -143,10 +147,10 @@ class BusyPoller:
     _passing: int = attrs.field(default=0, init=False)
     """Chances to poll still to pass up after a miss (adaptive)."""
     _back_off: int = attrs.field(default=1, init=False)
-    _waits_for: str = attrs.field(default="", init=False)
+    _waits_for: WindowFor = attrs.field(default="", init=False)
     """What the current window waits for: ``"answer"`` (started by a request this end sent),
     ``"request"`` (started by an answer this end wrote) or ``""`` (any activity)."""
-    _missed: str = attrs.field(default="", init=False)
+    _missed: WindowFor = attrs.field(default="", init=False)
     """What a window that ran out waited for (as ``_waits_for``); the next activity says how
     late it came."""
     _spun_at: float = attrs.field(default=float("-inf"), init=False)
@@ -182,7 +186,7 @@ class BusyPoller:
         return self._parked is not None
 
     @property
-    def waits_for(self) -> str:
+    def waits_for(self) -> WindowFor:
         """What the open window waits for: ``"answer"`` (opened by a request this end sent),
         ``"request"`` (by an answer it wrote) or ``""`` (any other activity)."""
         return self._waits_for
@@ -261,7 +265,7 @@ class BusyPoller:
             self._parked = None
             parked.set()
 
-    def _stretch(self, missed: str, stretched: float) -> bool:
+    def _stretch(self, missed: WindowFor, stretched: float) -> bool:
         """Stretch the kind of window that ``missed`` to ``stretched`` if that fits its cap
         (True), else put it back to the base window (an answer window: to its cap while the
         answer came within :data:`LATE_ANSWER`)."""
