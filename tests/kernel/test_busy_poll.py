@@ -4,7 +4,7 @@ idle, and serves requests over real TCP exactly as the sleeping loop does."""
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 
 import pytest
 import trio
@@ -27,10 +27,18 @@ from wire.remoting.crowd import CROWD_HOLD, Crowd
 ECHO = 900
 
 
-async def test_a_poller_parks_until_touched_and_polls_for_its_window_after():
-    poller = BusyPoller(0.05)
+@contextlib.asynccontextmanager
+async def running(poller: BusyPoller) -> AsyncIterator[BusyPoller]:
+    """``poller`` running (its :meth:`~BusyPoller.run` task) for the block, cancelled after it."""
     async with trio.open_nursery() as nursery:
         nursery.start_soon(poller.run)
+        yield poller
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_poller_parks_until_touched_and_polls_for_its_window_after():
+    poller = BusyPoller(0.05)
+    async with running(poller):
         await trio.sleep(0.1)
         assert poller.spins == 0 and poller.parked, "never touched: parked from the start"
         poller.touch()
@@ -43,7 +51,6 @@ async def test_a_poller_parks_until_touched_and_polls_for_its_window_after():
         poller.touch()
         await trio.sleep(0.02)
         assert poller.spins > parked_at, "a touch wakes the parked poller"
-        nursery.cancel_scope.cancel()
 
 
 async def test_no_window_starts_nothing_and_a_negative_one_is_refused():
@@ -67,12 +74,10 @@ async def test_no_window_starts_nothing_and_a_negative_one_is_refused():
 async def touched_every(gap: float, times: int, window: float) -> BusyPoller:
     """An adaptive poller, running, touched ``times`` times ``gap`` seconds apart."""
     poller = BusyPoller(window, adaptive=True)
-    async with trio.open_nursery() as nursery:
-        nursery.start_soon(poller.run)
+    async with running(poller):
         for _ in range(times):
             poller.touch()
             await trio.sleep(gap)
-        nursery.cancel_scope.cancel()
     return poller
 
 
@@ -98,8 +103,7 @@ async def test_an_adaptive_poller_backs_off_after_windows_that_catch_nothing(moc
     window = 0.01
     poller = BusyPoller(window, adaptive=True)
     activity_after = activity(poller, mock_clock)
-    async with trio.open_nursery() as nursery:
-        nursery.start_soon(poller.run)
+    async with running(poller):
         polled = []
         for _ in range(30):  # a slow answer, then a request sent right after it
             await activity_after(0.03)
@@ -116,7 +120,6 @@ async def test_an_adaptive_poller_backs_off_after_windows_that_catch_nothing(moc
         await activity_after(0.001)
         await activity_after(0.001)
         assert poller.hits >= 1 and poller._back_off == 1
-        nursery.cancel_scope.cancel()
 
 
 async def passes() -> None:
@@ -157,8 +160,7 @@ async def test_an_adaptive_window_stretches_to_a_peer_that_answers_a_little_late
 
     activity_after = activity(poller, mock_clock)
 
-    async with trio.open_nursery() as nursery:
-        nursery.start_soon(poller.run)
+    async with running(poller):
         await activity_after(1.0)  # an answer after a quiet second: sparse, stays parked
         await activity_after(50e-6, request=True)  # the next request: polls the base window
         assert not poller.parked and poller.answer_window == base
@@ -194,7 +196,6 @@ async def test_an_adaptive_window_stretches_to_a_peer_that_answers_a_little_late
         assert poller.misses == 4 and poller.parked
         await activity_after(100e-6, request=True)
         assert poller.answer_window == base
-        nursery.cancel_scope.cancel()
 
 
 async def test_a_window_stretches_to_a_sync_batchs_answer(mock_clock):
@@ -207,8 +208,7 @@ async def test_a_window_stretches_to_a_sync_batchs_answer(mock_clock):
 
     activity_after = activity(poller, mock_clock)
 
-    async with trio.open_nursery() as nursery:
-        nursery.start_soon(poller.run)
+    async with running(poller):
         await activity_after(1.0)
         await activity_after(50e-6, request=True)
         await polled_for(mock_clock, base + 1e-6)
@@ -220,7 +220,6 @@ async def test_a_window_stretches_to_a_sync_batchs_answer(mock_clock):
         await polled_for(mock_clock, 900e-6)
         await activity_after(0.0)  # ... which lands while polling
         assert poller.hits == 1 and poller.misses == 1
-        nursery.cancel_scope.cancel()
 
 
 async def test_the_window_after_an_answer_stretches_to_a_client_a_little_slower(mock_clock):
@@ -233,8 +232,7 @@ async def test_the_window_after_an_answer_stretches_to_a_client_a_little_slower(
     base = 200e-6
     poller = BusyPoller(base, adaptive=True)
     activity_after = activity(poller, mock_clock)
-    async with trio.open_nursery() as nursery:
-        nursery.start_soon(poller.run)
+    async with running(poller):
         await activity_after(1.0)  # a request after a quiet second: sparse, no polling
         await activity_after(600e-6, answer=True)  # its answer, after a sync: polls for the next
         assert not poller.parked and poller.waits_for == "request"
@@ -253,7 +251,6 @@ async def test_the_window_after_an_answer_stretches_to_a_client_a_little_slower(
         assert poller.misses == 2
         await activity_after(1e-3 - poller.request_window - 1e-6)  # a request every millisecond
         assert 1e-3 * STRETCH > MAX_REQUEST_WINDOW and poller.request_window == base
-        nursery.cancel_scope.cancel()
 
 
 async def test_a_servers_answer_opens_a_window_for_the_clients_next_request(nursery):
@@ -275,8 +272,7 @@ async def test_a_window_the_loop_was_held_through_is_no_miss(mock_clock):
     earlier. Whether the poller sees the window ran out before the answer's touch or not."""
     base = 200e-6
     poller = BusyPoller(base, adaptive=True)
-    async with trio.open_nursery() as nursery:
-        nursery.start_soon(poller.run)
+    async with running(poller):
         for poller_ran_first in (False, True, False):
             poller.touch()  # an answer
             await passes()
@@ -294,7 +290,6 @@ async def test_a_window_the_loop_was_held_through_is_no_miss(mock_clock):
         # A window the poller did poll through is still a miss.
         await polled_for(mock_clock, base + 1e-6)
         assert poller.misses == 1 and poller.parked
-        nursery.cancel_scope.cancel()
 
 
 async def test_an_adaptive_poller_does_not_poll_while_several_peers_send(mock_clock):
@@ -313,8 +308,7 @@ async def test_an_adaptive_poller_does_not_poll_while_several_peers_send(mock_cl
         for _ in range(3):
             await trio.lowlevel.checkpoint()
 
-    async with trio.open_nursery() as nursery:
-        nursery.start_soon(poller.run)
+    async with running(poller):
         await received(first, 1.0)
         await received(first)
         assert not poller.parked and not poller.crowded, "a lone peer's dense traffic is polled"
@@ -331,7 +325,6 @@ async def test_an_adaptive_poller_does_not_poll_while_several_peers_send(mock_cl
         await received(first, CROWD_HOLD + 1e-6)  # the second peer went quiet
         await received(first)
         assert not poller.crowded and not poller.parked, "alone again: polls"
-        nursery.cancel_scope.cancel()
 
     assert crowd.crowded(trio.current_time()) is False
     crowd.saw(first, trio.current_time())
@@ -365,8 +358,7 @@ async def test_a_poller_says_whether_it_polls_and_calls_back_once_when_it_stops(
     when the window runs out; asked while parked it runs at once."""
     poller = BusyPoller(0.05)
     cooled: list[str] = []
-    async with trio.open_nursery() as nursery:
-        nursery.start_soon(poller.run)
+    async with running(poller):
         await trio.sleep(0.01)
         assert not poller.polling
         poller.when_cool(lambda: cooled.append("at once"))
@@ -381,7 +373,6 @@ async def test_a_poller_says_whether_it_polls_and_calls_back_once_when_it_stops(
         poller.touch()
         await trio.sleep(0.15)
         assert cooled == ["at once", "when cool"], "called once, not every window"
-        nursery.cancel_scope.cancel()
 
 
 def polled_server(window: float) -> tuple[RemotingServer, Router]:

@@ -247,7 +247,7 @@ class BusyPoller:
                 # The first activity after a window that caught nothing: ``gap`` is how late
                 # it came after the activity that started that window.
                 missed, self._missed = self._missed, ""
-                if self._stretch(missed, gap * STRETCH):
+                if self._stretch(missed, late=gap):
                     self._passing = 0
                     self._back_off = 1
                     return  # the wait is over: poll again from the next activity on
@@ -265,16 +265,16 @@ class BusyPoller:
             self._parked = None
             parked.set()
 
-    def _stretch(self, missed: WindowFor, stretched: float) -> bool:
-        """Stretch the kind of window that ``missed`` to ``stretched`` if that fits its cap
-        (True), else put it back to the base window (an answer window: to its cap while the
-        answer came within :data:`LATE_ANSWER`)."""
+    def _stretch(self, missed: WindowFor, *, late: float) -> bool:
+        """Stretch the kind of window that ``missed`` to :data:`STRETCH` times how ``late``
+        its activity came, if that fits its cap (True); else put it back to the base window
+        (an answer window: to its cap while the answer came within :data:`LATE_ANSWER`)."""
+        stretched = late * STRETCH
         if missed == "answer":
             if stretched <= MAX_WINDOW:
                 self.answer_window = max(self.answer_window, stretched)
                 return True
-            late_but_near = stretched <= LATE_ANSWER * STRETCH
-            self.answer_window = MAX_WINDOW if late_but_near else self.window
+            self.answer_window = MAX_WINDOW if late <= LATE_ANSWER else self.window
         else:
             if stretched <= MAX_REQUEST_WINDOW:
                 self.request_window = max(self.request_window, stretched)
