@@ -54,3 +54,28 @@ def test_a_single_id_and_a_batch_of_ids_share_one_sequence():
     counters = [int(i[-4:], 16) for i in (single, first, second, last)]
     assert counters == [(counters[0] + step) & 0xFFFF for step in range(4)]
     assert len({i[:20] for i in (single, first, second, last)}) == 1
+
+
+def test_an_ids_time_field_follows_the_clock_across_milliseconds_and_months(monkeypatch):
+    """The head is formatted once per millisecond: ids of one millisecond share it, the next
+    millisecond's ids carry the new time, and a new month starts the field from zero again."""
+    import datetime
+
+    from trocket.client import message_id
+
+    month = datetime.datetime(2026, 11, 1).timestamp()
+    now = [month + 5.0]
+    monkeypatch.setattr(message_id.time, "time", lambda: now[0])
+    generator = MessageIdGenerator()
+
+    def elapsed_ms(message_id_: str) -> int:
+        return int(message_id_[20:28], 16)
+
+    first, second = generator.next_id(), generator.next_id()
+    now[0] += 0.002
+    third = generator.next_id()
+    assert [elapsed_ms(i) for i in (first, second, third)] == [5000, 5000, 5002]
+    now[0] = datetime.datetime(2026, 12, 1).timestamp() + 0.25
+    (fourth,) = generator.next_ids(1)
+    assert elapsed_ms(fourth) == 250, "a new month counts from its own start"
+    assert len({int(i[-4:], 16) for i in (first, second, third, fourth)}) == 4

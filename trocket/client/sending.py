@@ -56,6 +56,17 @@ RETRIED_CODES = frozenset(
 """Broker answers worth another attempt on another broker (as RocketMQ's producer)."""
 
 
+def _properties_text(properties: dict[str, str]) -> str:
+    """The properties header field (``key\\x01value\\x02`` pairs) joined in C; a value that
+    is not a string (typed ``str``, but Python does not check) is formatted as before."""
+    if not properties:
+        return ""
+    try:
+        return "\x02".join(map("\x01".join, properties.items())) + "\x02"
+    except TypeError:
+        return encode_properties(properties).decode()
+
+
 def split_addresses(addresses: str | Sequence[str]) -> tuple[str, ...]:
     """NameServer addresses as RocketMQ takes them: a list, or one string split on ``;`` or ``,``."""
     if isinstance(addresses, str):
@@ -149,7 +160,7 @@ class SendRules:
         reconsume_times = 0
         if topic.startswith(RETRY_TOPIC_PREFIX):  # a consumer's own retry copy (see send_back)
             reconsume_times = int(properties.get(PROPERTY_RECONSUME_TIME, "0") or 0)
-        header = {  # strings already: the header's fast path (string_fields)
+        header = {  # every value a string: the command takes the dict as it is
             "a": self.group,
             "b": topic,
             "c": "TBW102",
@@ -158,12 +169,12 @@ class SendRules:
             "f": str(sys_flag),
             "g": str(int(time.time() * 1000)),
             "h": str(flag),
-            "i": encode_properties(properties).decode() if properties else "",
+            "i": _properties_text(properties),
             "j": str(reconsume_times),
             "k": "false",
             "m": "true" if code == RequestCode.SEND_BATCH_MESSAGE else "false",
         }
-        return RemotingCommand.request(code, header, body)
+        return RemotingCommand(code, header, body)
 
 
 @attrs.define(eq=False)
