@@ -1,5 +1,8 @@
 """Interval flush: acknowledgements do not wait; a background loop flushes by pages and time.
 
+The loop's flushes and commits are marked :data:`~kernel.unawaited_flush.FLUSH_UNAWAITED`: no
+put waits for them, so the store waits for the disk without holding the event loop.
+
 The loss window on an OS crash or power cut is bounded by ``thorough_interval`` (data can sit
 dirty that long when fewer than ``least_pages`` pages accumulate) plus one flush duration.
 A broker process crash loses nothing acknowledged: the bytes are in the page cache. The
@@ -21,6 +24,7 @@ from kernel.errors import FlushError
 from kernel.latency import LatencyHistogram, LatencySnapshot
 from kernel.model import AppendResult, Durability
 from kernel.protocols import BufferedStore, MessageStore
+from kernel.unawaited_flush import FLUSH_UNAWAITED
 
 log = logging.getLogger(__name__)
 
@@ -74,6 +78,7 @@ class IntervalFlush:
             await self._flush_loop(task_status)
 
     async def _flush_loop(self, task_status: trio.TaskStatus[Any]) -> None:
+        FLUSH_UNAWAITED.set(True)  # this task's flushes: no put waits for them
         task_status.started()
         last_thorough = trio.current_time()
         wrote = self.store.positions.wrote
@@ -104,6 +109,7 @@ class IntervalFlush:
         """RocketMQ's ``CommitRealTimeService``: every ``commit_interval`` write staged appends
         into the files once ``commit_least_pages`` accumulated, and whatever is staged every
         ``commit_thorough_interval``. A failure makes the store read-only (as a flush failure)."""
+        FLUSH_UNAWAITED.set(True)  # this task's commits: no put waits for them
         last_thorough = trio.current_time()
         while True:
             await trio.sleep(self.commit_interval)

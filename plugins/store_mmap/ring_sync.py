@@ -13,7 +13,9 @@ submits, runs it on the loop while the worker syncs, then waits: one more system
 The waiting policy is the flush thread's, for the same promise: the loop blocks (GIL
 released) for at most :data:`~.flush_thread.BLOCK_LIMIT`, then waits for the completion
 asynchronously through an eventfd in trio's epoll set, so a stalled disk holds the loop once
-for the limit, never for the stall; while recent syncs run slow it does not block at all.
+for the limit, never for the stall; while recent syncs run slow it does not block at all,
+nor for a sync no put waits for (:data:`~kernel.unawaited_flush.FLUSH_UNAWAITED`: an interval
+flush, whose block only held back the requests arriving meanwhile).
 
 How the loop blocks (``[store_mmap] sync_wait``): by default it spins, looking at the
 completion queue's tail in the shared mapping and yielding its CPU (``sched_yield``, the GIL
@@ -56,6 +58,7 @@ import trio
 
 from kernel.context import StashKey
 from kernel.put_alone import PUT_ALONE
+from kernel.unawaited_flush import FLUSH_UNAWAITED
 from plugins.store_mmap.flush_thread import BLOCK_LIMIT, BlockingWaits
 
 _SYS_IO_URING_SETUP = 425
@@ -236,7 +239,7 @@ class Ring:
         _U32.pack_into(self._sq, self._sq_array + index * 4, index)
         _U32.pack_into(self._sq, self._sq_tail, (tail + 1) & 0xFFFFFFFF)
         started = time.perf_counter()
-        block = self.waits.may_block()
+        block = self.waits.may_block() and not FLUSH_UNAWAITED.get()
         spin = self.spin and PUT_ALONE.get()
         if block and (meanwhile is not None or spin):
             await self._submit(0)

@@ -16,6 +16,7 @@ from kernel import Broker, Message, MessageBatch
 from kernel.errors import ConfigError
 from kernel.put_alone import PUT_ALONE
 from kernel.testing import make_config
+from kernel.unawaited_flush import FLUSH_UNAWAITED
 from plugins.store_mmap import store as store_module
 from plugins.store_mmap.flush_thread import BLOCK_LIMIT
 from plugins.store_mmap.ring_sync import Ring, RingOp, RingUnavailable, open_ring
@@ -182,6 +183,34 @@ async def test_meanwhile_is_skipped_while_operations_run_slow(ring):
     assert calls == []
 
 
+async def test_an_operation_no_put_waits_for_is_awaited_without_holding_the_loop(ring):
+    """In a task marked FLUSH_UNAWAITED (an interval flush) a 0.5 ms operation, which the loop
+    would block for (previous test), is awaited: another task runs while it is pending, and the
+    work for blocking waits is not run."""
+    ran_meanwhile: list[bool] = []
+    pending = True
+
+    async def other() -> None:
+        ran_meanwhile.append(pending)
+
+    async def unawaited() -> None:
+        nonlocal pending
+        FLUSH_UNAWAITED.set(True)  # this task's own context only
+        with pytest.raises(OSError) as raised:
+            await ring.run(RingOp.sleep(0.0005), lambda: ran_meanwhile.append(False))
+        pending = False
+        assert raised.value.errno == errno.ETIME
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(unawaited)
+        nursery.start_soon(other)
+    assert ran_meanwhile == [True]
+    assert ring.waits.awaited == 1 and ring.waits.blocked == 0
+    assert not FLUSH_UNAWAITED.get(), "the mark stays in the flushing task"
+    assert await ring.run(RingOp.nop()) == 0
+    assert ring.waits.blocked == 1, "an unmarked caller still blocks"
+
+
 async def test_a_cancelled_caller_still_waits_for_its_operation(ring):
     """The flushed position depends on the sync having finished: as with the flush thread,
     cancelling the caller does not abandon a submitted operation."""
@@ -277,3 +306,26 @@ async def test_auto_falls_back_to_the_thread_and_io_uring_names_why_it_cannot_st
     strict = Broker.assemble(sync_store_config(tmp_path / "strict", "io_uring"))
     with pytest.raises(ConfigError, match=r"sync_with.*io_uring is unavailable here.*not permitted"):
         await strict.run()
+
+
+async def test_the_async_policys_interval_flushes_never_hold_the_loop(tmp_path):
+    """``flush = "async"``: the loop flushes what puts appended, and no put waits for those
+    flushes, so every sync is awaited, none blocked for (``brokerStatus`` shows both counts)."""
+    ring_or_skip().close()
+    config = make_config(
+        broker={"plugins": ["store_mmap", "flush_async"], "data_dir": str(tmp_path), "flush": "async"},
+        store_mmap={"commit_log_file_size": "1MiB", "message_index_enable": False, "sync_with": "io_uring"},
+        flush_async={"interval": "5ms", "least_pages": 0, "thorough_interval": "5ms"},
+    )
+    broker = Broker.assemble(config)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(broker.run)
+        for _ in range(5):
+            assert (await broker.put(MessageBatch([Message("Interval", b"x" * 3000, queue_id=0)]))).ok
+            with trio.fail_after(10):
+                while broker.store.positions.flushed.value < broker.store.positions.wrote.value:  # noqa: ASYNC110
+                    await trio.sleep(0.002)
+        figures = runtime_figures(broker)
+        assert int(figures["commitLogSyncsAwaited"]) >= 5
+        assert figures["commitLogSyncsBlocked"] == "0"
+        broker.request_stop()
