@@ -6,8 +6,12 @@ anyway, blocking saves the wake-up between the sync's end and its answer. An int
 (``flush_async``: every 500 ms, or the commit of staged writes) has nobody waiting; blocking for
 it only holds back the requests that arrive meanwhile (with 1 KiB bodies at one send in flight
 it held the loop 290-1,190 µs a flush, docs/performance.md, thirty-fourth step). A policy sets
-:data:`FLUSH_UNAWAITED` in the task that runs such flushes; stores read it when they choose how
-to wait, and a flush without it keeps the brief block.
+:data:`FLUSH_UNAWAITED` in the task that runs such flushes, and a store waits for them in the
+way that costs the loop least: the built-in store's io_uring awaits the completion from the
+start (an eventfd in the loop's epoll set: one scheduler pass), while its flush thread keeps
+the brief block (awaiting the thread costs the loop a wake-up through the trio token and a GIL
+hand-over while it serves, which measured worse: docs/performance.md, thirteenth step). A flush
+without the hint keeps the brief block.
 """
 
 from __future__ import annotations

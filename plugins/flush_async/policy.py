@@ -1,7 +1,8 @@
 """Interval flush: acknowledgements do not wait; a background loop flushes by pages and time.
 
 The loop's flushes and commits are marked :data:`~kernel.unawaited_flush.FLUSH_UNAWAITED`: no
-put waits for them, so the store waits for the disk without holding the event loop.
+put waits for them, so the store need not hold the event loop for their disk (the built-in
+store's io_uring then awaits its sync from the start).
 
 The loss window on an OS crash or power cut is bounded by ``thorough_interval`` (data can sit
 dirty that long when fewer than ``least_pages`` pages accumulate) plus one flush duration.

@@ -8,8 +8,7 @@ between. Here the loop blocks on the thread's completion for at most ``BLOCK_LIM
 fast flush beats: the wake-ups become two futex hand-offs and the loop runs on at once. A flush
 that takes longer is waited for asynchronously from then on, so a stalled disk holds the loop
 for ``BLOCK_LIMIT`` once, never for the stall; while recent flushes run slow (a disk that is
-slow, not stalled) the loop does not block at all, nor for a flush no put waits for
-(:data:`~kernel.unawaited_flush.FLUSH_UNAWAITED`: an interval flush).
+slow, not stalled) the loop does not block at all.
 """
 
 from __future__ import annotations
@@ -21,8 +20,6 @@ from typing import Any, TypeVar
 
 import attrs
 import trio
-
-from kernel.unawaited_flush import FLUSH_UNAWAITED
 
 T = TypeVar("T")
 
@@ -91,7 +88,7 @@ class FlushThread:
         call = _Call(function, args)
         started = trio.current_time()
         self._calls.put(call)
-        blocked = self.waits.may_block() and not FLUSH_UNAWAITED.get() and call.done.wait(BLOCK_LIMIT)
+        blocked = self.waits.may_block() and call.done.wait(BLOCK_LIMIT)
         if not blocked:
             with self._lock:
                 if not call.finished:

@@ -9,7 +9,6 @@ import time
 import pytest
 import trio
 
-from kernel.unawaited_flush import FLUSH_UNAWAITED
 from plugins.store_mmap.flush_thread import BLOCK_LIMIT, FlushThread
 from tests.plugins.store_mmap.helpers import loop_gaps_while
 
@@ -62,29 +61,6 @@ async def test_while_calls_run_slow_the_loop_does_not_block_at_all(flusher):
     assert flusher.waits.recent_seconds > BLOCK_LIMIT
     await flusher.run(lambda: None)
     assert flusher.waits.awaited == 2 and flusher.waits.blocked == 0
-
-
-async def test_a_call_no_put_waits_for_is_awaited_without_holding_the_loop(flusher):
-    """In a task marked FLUSH_UNAWAITED (an interval flush) even a quick call is awaited:
-    another task runs while the thread works, and the loop never blocked for it."""
-    ran_meanwhile: list[bool] = []
-    pending = True
-
-    async def other() -> None:
-        ran_meanwhile.append(pending)
-
-    async def unawaited() -> None:
-        nonlocal pending
-        FLUSH_UNAWAITED.set(True)  # this task's own context only
-        for _ in range(5):
-            await flusher.run(time.sleep, 0.0005)
-        pending = False
-
-    async with trio.open_nursery() as nursery:
-        nursery.start_soon(unawaited)
-        nursery.start_soon(other)
-    assert ran_meanwhile == [True]
-    assert flusher.waits.awaited == 5 and flusher.waits.blocked == 0
 
 
 async def test_a_cancelled_caller_still_waits_for_its_call_to_finish(flusher):
