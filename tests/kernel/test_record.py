@@ -183,3 +183,15 @@ def test_round_trip_property(body, topic, props, queue_offset, flag):
     assert (decoded.body, decoded.topic, decoded.properties, decoded.flag) == (body, topic, props, flag)
     assert decoded.queue_offset == queue_offset
     assert decode_properties(encode_properties(props)) == props
+
+
+def test_properties_are_joined_in_c_and_a_non_string_value_is_formatted():
+    """``properties_text`` (a send's header field, and what ``encode_properties`` encodes) joins
+    string pairs with ``str.join``; a value Python let through as an int is formatted, not a
+    TypeError in the sender's face."""
+    from wire.message import properties_text
+
+    assert properties_text({}) == "" and encode_properties({}) == b""
+    assert properties_text({"KEYS": "k1 k2", "TAGS": "t"}) == "KEYS\x01k1 k2\x02TAGS\x01t\x02"
+    assert properties_text({"a": "1", "b": 2}) == "a\x011\x02b\x012\x02"  # type: ignore[dict-item]
+    assert encode_properties({"a": "é"}) == "a\x01é\x02".encode()

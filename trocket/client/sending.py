@@ -25,7 +25,6 @@ from kernel.model import (
     PROPERTY_WAIT_STORE_MSG_OK,
     SYSFLAG_COMPRESSED,
     MessageQueue,
-    encode_properties,
 )
 from trocket.client.batch import encode_messages
 from trocket.client.errors import InvalidMessage, SendError
@@ -34,6 +33,7 @@ from trocket.client.message import Message, SendResult, SendStatus
 from trocket.client.message_id import new_message_id
 from trocket.client.routes import PublishInfo
 from trocket.client.selectors import QueueSelector
+from wire.message import properties_text
 from wire.remoting import RemotingCommand, RequestCode, ResponseCode, code_name
 
 RETRY_TOPIC_PREFIX = "%RETRY%"
@@ -54,17 +54,6 @@ RETRIED_CODES = frozenset(
     }
 )
 """Broker answers worth another attempt on another broker (as RocketMQ's producer)."""
-
-
-def _properties_text(properties: dict[str, str]) -> str:
-    """The properties header field (``key\\x01value\\x02`` pairs) joined in C; a value that
-    is not a string (typed ``str``, but Python does not check) is formatted as before."""
-    if not properties:
-        return ""
-    try:
-        return "\x02".join(map("\x01".join, properties.items())) + "\x02"
-    except TypeError:
-        return encode_properties(properties).decode()
 
 
 def split_addresses(addresses: str | Sequence[str]) -> tuple[str, ...]:
@@ -169,7 +158,7 @@ class SendRules:
             "f": str(sys_flag),
             "g": str(int(time.time() * 1000)),
             "h": str(flag),
-            "i": _properties_text(properties),
+            "i": properties_text(properties),
             "j": str(reconsume_times),
             "k": "false",
             "m": "true" if code == RequestCode.SEND_BATCH_MESSAGE else "false",
