@@ -143,7 +143,7 @@ def activity(poller: BusyPoller, clock: trio.testing.MockClock) -> Callable[...,
 
     async def activity_after(seconds: float, request: bool = False, answer: bool = False) -> None:
         clock.jump(seconds)
-        poller.touch(answer_due=request, request_due=answer)
+        poller.touch("answer" if request else "request" if answer else "")
         await passes()
 
     return activity_after
@@ -319,7 +319,7 @@ async def test_an_adaptive_poller_does_not_poll_while_several_peers_send(mock_cl
             await received(first)
             await received(second)
         poller.touch()  # an answer written meanwhile starts no window either,
-        poller.touch(answer_due=True)  # nor a request of the server's own
+        poller.touch("answer")  # nor a request of the server's own
         await trio.lowlevel.checkpoint()
         assert poller.parked and poller.spins == spins and poller.misses == misses
         await received(first, CROWD_HOLD + 1e-6)  # the second peer went quiet

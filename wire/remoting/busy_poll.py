@@ -23,7 +23,7 @@ Two modes:
   arriving while polling is a hit and clears the back-off. While traffic is that dense,
   sleeping costs a wake-up per gap, which on these machines is most of what polling through
   the gap costs. The window stretches to a peer that answers a request a little later than
-  it, up to :data:`MAX_WINDOW`: when a window started by a request (``touch(answer_due=True)``)
+  it, up to :data:`MAX_WINDOW`: when a window started by a request (``touch("answer")``)
   ran out, the next activity tells how late the answer came, and if a window a quarter longer
   than that fits under the cap, the window becomes that and the back-off is cleared (a
   sync-flush put answered after 0.45 ms: a client that slept through every wait paid a
@@ -31,7 +31,7 @@ Two modes:
   second). An answer later than the cap allows keeps the window at the cap while it came
   within :data:`LATE_ANSWER` (one slow answer among fast ones), and a later one (a held pull)
   puts it back to its base length. The window after an
-  answer this end wrote (``touch(request_due=True)``: a server waiting for its client's next
+  answer this end wrote (``touch("request")``: a server waiting for its client's next
   request) stretches the same way to a client that turns around a little slower than it, but
   only up to :data:`MAX_REQUEST_WINDOW`, so a client sending every millisecond does not keep
   a broker's core spinning; and it opens whatever the gap before the answer (that gap was this
@@ -223,12 +223,13 @@ class BusyPoller:
         """Whether several peers' bytes keep arriving, so an adaptive loop does not poll."""
         return self.adaptive and self.crowd is not None and self.crowd.crowded(trio.current_time())
 
-    def touch(self, answer_due: bool = False, request_due: bool = False) -> None:
+    def touch(self, waits_for: WindowFor = "") -> None:
         """Activity now: keep polling for another window (wakes the parked loop), unless the
-        adaptive rules say polling would not pay. ``answer_due``: the activity was a request
-        sent, whose answer the window waits for; ``request_due``: an answer written, after
-        which the peer's next request may come (only these two kinds of window stretch). A
-        server's receives are reported to its :attr:`crowd` first (by the connection)."""
+        adaptive rules say polling would not pay. ``waits_for``: ``"answer"`` for a request
+        sent, whose answer the window waits for; ``"request"`` for an answer written, after
+        which the peer's next request may come (only these two kinds of window stretch); ``""``
+        for any other activity. A server's receives are reported to its :attr:`crowd` first
+        (by the connection)."""
         now = trio.current_time()
         gap = now - self._last_touch
         self._last_touch = now
@@ -236,7 +237,13 @@ class BusyPoller:
         if crowd is not None and self.adaptive and crowd.crowded(now):
             self._hot_until = 0.0  # the loop parks without counting a miss
             return
-        window = self.answer_window if answer_due else self.request_window if request_due else self.window
+        window = (
+            self.answer_window
+            if waits_for == "answer"
+            else self.request_window
+            if waits_for == "request"
+            else self.window
+        )
         if now <= self._hot_until:
             self.hits += 1
             self._back_off = 1
@@ -254,12 +261,12 @@ class BusyPoller:
             if self._passing:
                 self._passing -= 1
                 return
-            if gap > window and not held and not request_due:
+            if gap > window and not held and waits_for != "request":
                 # Traffic this sparse would not arrive while polling: sleep as usual. (The
                 # gap before an answer is this end's own work, not the peer's silence.)
                 return
         self._hot_until = now + window
-        self._waits_for = "answer" if answer_due else "request" if request_due else ""
+        self._waits_for = waits_for
         parked = self._parked
         if parked is not None:
             self._parked = None

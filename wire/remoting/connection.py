@@ -789,7 +789,7 @@ class Connection:
         """Write an answer the reactor built, without waiting: what the socket does not take
         at once (or all of it, behind frames already queued) goes to the write loop."""
         if self.busy_poller is not None:
-            self.busy_poller.touch(request_due=True)
+            self.busy_poller.touch("request")
         if self.closed:
             return
         if self._writing or self._outbox:
@@ -1131,7 +1131,7 @@ class Connection:
         loses the connection."""
         if self.busy_poller is not None:
             # After a request: its answer may follow soon; after an answer: the peer's next request.
-            self.busy_poller.touch(answer_due, request_due=not answer_due)
+            self.busy_poller.touch("answer" if answer_due else "request")
         if self._writing or self._outbox or self.closed:
             await self._wait_writable()
             self._enqueue(parts)
