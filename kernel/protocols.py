@@ -125,6 +125,22 @@ class BufferedStore(Protocol):
 
 
 @runtime_checkable
+class EarlyFlushStore(Protocol):
+    """A store that can start a flush without waiting for it, so the disk begins while the
+    caller walks to :meth:`MessageStore.flush`, which then waits for the started work rather
+    than starting its own. A flush policy's put that is about to flush alone starts it first
+    (flush_sync's leader: docs/performance.md, thirty-fifth step)."""
+
+    def start_flush(self) -> bool:
+        """Start making what is written so far durable; return at once. True when something
+        was started (the next :meth:`MessageStore.flush` waits for it, and flushes whatever
+        was written after it began); False when the store cannot start one now (a flush is
+        under way, it has nothing to start, its way of syncing cannot be started early): the
+        next flush does everything, as without this call. Never raises: a failure belongs
+        to the flush that waits."""
+
+
+@runtime_checkable
 class HandedLogStore(Protocol):
     """A store that keeps what its put path appended for the dispatch loop, so the records are
     not read back, and can hand them over without waiting: the dispatch then runs while the

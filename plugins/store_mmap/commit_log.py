@@ -28,6 +28,7 @@ from kernel.queue_entries import QueueEntries
 from kernel.sync import LogPositions
 from plugins.store_mmap.mapped_file import MappedFile
 from plugins.store_mmap.mapped_file_queue import MappedFileQueue
+from plugins.store_mmap.ring_sync import Ring
 from wire import record
 from wire.dispatch_batch import AppendedWire, DispatchBatch, as_batch
 from wire.dispatch_record import pack_host
@@ -274,6 +275,21 @@ class CommitLog:
         if ok and work:
             last = work[-1][0]
             self.positions.wrote.advance(last.start + last.committed)
+
+    def start_sync(self, ring: Ring) -> bool:
+        """Start the sync of the unflushed bytes on ``ring`` when they lie in one file
+        (:meth:`MappedFile.start_sync`); the next :meth:`flush` waits for it. False when
+        nothing was started (nothing unflushed, bytes in two files at a roll, a busy ring)."""
+        flushed = self.positions.flushed.value
+        unsynced = None
+        for mapped in reversed(self.files.files):
+            if mapped.end <= flushed:
+                break
+            if mapped.flushed < mapped.committed:
+                if unsynced is not None:
+                    return False
+                unsynced = mapped
+        return unsynced is not None and unsynced.start_sync(ring)
 
     async def flush(self, sync_file: Callable[[MappedFile], Awaitable[object]]) -> tuple[int, int]:
         """Flush every file with unflushed bytes, each through ``sync_file`` (the store's: its

@@ -24,7 +24,7 @@ from pathlib import Path
 import attrs
 
 from plugins.store_mmap.open_files import OpenFileBudget
-from plugins.store_mmap.ring_sync import Ring
+from plugins.store_mmap.ring_sync import Ring, RingOp
 from plugins.store_mmap.warm import WarmJob
 
 log = logging.getLogger(__name__)
@@ -67,6 +67,8 @@ class MappedFile:
     _refs: int = attrs.field(default=0, init=False)
     _destroy_pending: bool = attrs.field(default=False, init=False)
     _parked: bool = attrs.field(default=False, init=False)
+    _early_sync: tuple[int, int] | None = attrs.field(default=None, init=False)
+    """A sync :meth:`start_sync` started: the ring's token and the ``committed`` it covers."""
 
     @classmethod
     def open(
@@ -309,13 +311,41 @@ class MappedFile:
         self.flushed = target
         return target
 
+    def start_sync(self, ring: Ring) -> bool:
+        """Start the ``fdatasync`` of ``[flushed, committed)`` on ``ring`` without waiting;
+        :meth:`flush_through` waits for it. The file is held (its descriptor stays open) until
+        then. False, with nothing started, when there is nothing to sync, the file is written
+        through its mapping (``msync``), a sync is already started, or the ring is busy."""
+        target = self.committed
+        if target <= self.flushed or self.use_mmap_writes or self._early_sync is not None:
+            return False
+        if not self.hold():
+            return False
+        token = ring.start(RingOp.datasync(self._fd))
+        if token is None:
+            self.release()
+            return False
+        self._early_sync = (token, target)
+        return True
+
     async def flush_through(self, ring: Ring, meanwhile: Callable[[], object] | None = None) -> int:
         """:meth:`flush_blocking` for a file written with ``pwrite``, its ``fdatasync``
         submitted to ``ring`` on the event loop (held by the caller meanwhile); ``meanwhile``
-        runs while the sync does (:meth:`Ring.run`).
+        runs while the sync does (:meth:`Ring.run`). A sync :meth:`start_sync` started is
+        waited for first (``meanwhile`` runs during it); bytes written after it began get a
+        sync of their own.
 
         :raises OSError: the sync's error; ``flushed`` stays.
         """
+        early = self._early_sync
+        if early is not None:
+            self._early_sync = None
+            try:
+                await ring.finish(early[0], meanwhile)
+            finally:
+                self.release()
+            self.flushed = max(self.flushed, early[1])
+            meanwhile = None
         target = self.committed
         if target <= self.flushed:
             return self.flushed

@@ -39,7 +39,12 @@ correct; elsewhere, or where the kernel or a seccomp policy refuses io_uring, :f
 says why and the store keeps the flush thread.
 
 One operation is in flight at a time (a :class:`trio.Lock`): the store's flush, its only user,
-runs under the store's flush lock anyway.
+runs under the store's flush lock anyway. An operation may also be *started* (:meth:`Ring.start`:
+submitted, not waited for) while the ring is idle, and waited for later (:meth:`Ring.finish`):
+a lone sync put's leader starts its sync as soon as it knows it will flush, so the disk works
+while the loop walks from the flush policy to the ring (about 50 µs of Python on this machine
+kind: docs/performance.md, thirty-fifth step). Any :meth:`Ring.run` meanwhile first waits for
+the started operation, so there is still one in flight at a time.
 """
 
 from __future__ import annotations
@@ -156,6 +161,25 @@ class RingOp:
         return cls(_OP_TIMEOUT, address=ctypes.addressof(timespec), length=1, keep=timespec)
 
 
+@attrs.frozen
+class _Started:
+    """An operation :meth:`Ring.start` put in the queue."""
+
+    user_data: int
+    at: float
+    """When it was submitted (``perf_counter``): its wait counts from here."""
+    submitted: bool
+    """False when the kernel refused the submission for the moment (EAGAIN, EBUSY, EINTR):
+    the entry is still queued, and the next submission sends it."""
+
+
+def _checked(result: int) -> int:
+    """A completion's result, or its errno raised."""
+    if result < 0:
+        raise OSError(-result, os.strerror(-result))
+    return result
+
+
 class Ring:
     """An io_uring instance owned by one trio loop; see the module docstring."""
 
@@ -196,6 +220,12 @@ class Ring:
         self._next_id = 1
         self.waits = BlockingWaits()
         """How operations were waited for (the flush thread's policy and counts)."""
+        self._started: _Started | None = None
+        """The operation :meth:`start` submitted, until :meth:`finish` or :meth:`run` waits for it."""
+        self._settled: tuple[int, int] | None = None
+        """A started operation :meth:`run` waited for before its own: (token, result)."""
+        self.started_early = 0
+        """Operations submitted by :meth:`start` (the figure ``commitLogSyncsStartedEarly``)."""
 
     async def datasync(self, fd: int, meanwhile: Callable[[], object] | None = None) -> None:
         """``fdatasync(fd)``; not cancellable once submitted (the caller's flushed position
@@ -225,9 +255,59 @@ class Ring:
         finally:
             lock.release()
 
+    def start(self, op: RingOp) -> int | None:
+        """Submit ``op`` without waiting for it; its token for :meth:`finish`, which waits.
+        None, with nothing submitted, while an operation is in flight or started, or when the
+        ring is closed: the caller then runs the operation as usual. Never raises: a refusal
+        by the kernel leaves the entry queued for :meth:`finish` (or the next :meth:`run`) to
+        submit, with the error reported there."""
+        if self._fd < 0 or self._lock.locked() or self._started is not None:
+            return None
+        user_data = self._queue(op)
+        submitted = _call(_SYS_IO_URING_ENTER, self._fd, 1, 0, 0, self._wait_ref, _ARG_SIZE) >= 0
+        self._started = _Started(user_data, time.perf_counter(), submitted)
+        self.started_early += 1
+        return user_data
+
+    async def finish(self, token: int, meanwhile: Callable[[], object] | None = None) -> int:
+        """Wait for the operation :meth:`start` returned ``token`` for, as :meth:`run` waits
+        (``meanwhile`` runs while the kernel works, when the loop is to block for it); its
+        non-negative result.
+
+        :raises OSError: with the completion's errno when it is negative; EBADF when the ring
+            closed before it completed.
+        :raises ValueError: ``token`` is not a started operation's (or was waited for already).
+        """
+        lock = self._lock
+        if lock.locked():
+            with trio.CancelScope(shield=True):
+                await lock.acquire()
+        else:
+            lock.acquire_nowait()
+        try:
+            started = self._started
+            if started is not None and started.user_data == token:
+                self._started = None
+                if self._fd < 0:
+                    raise OSError(errno.EBADF, "the io_uring is closed")
+                return await self._complete(token, started.at, meanwhile, submitted=started.submitted)
+            settled = self._settled
+            if settled is None or settled[0] != token:
+                raise ValueError(f"no started operation {token} to finish")
+            self._settled = None
+            return _checked(settled[1])
+        finally:
+            lock.release()
+
     async def _run_locked(self, op: RingOp, meanwhile: Callable[[], object] | None) -> int:
         if self._fd < 0:
             raise OSError(errno.EBADF, "the io_uring is closed")
+        await self._settle_started()
+        user_data = self._queue(op)
+        return await self._complete(user_data, time.perf_counter(), meanwhile, submitted=False)
+
+    def _queue(self, op: RingOp) -> int:
+        """Put ``op`` in the submission queue (not yet submitted); its user data."""
         user_data = self._next_id
         self._next_id += 1
         tail = _U32.unpack_from(self._sq, self._sq_tail)[0]
@@ -238,11 +318,33 @@ class Ring:
         )  # fmt: skip
         _U32.pack_into(self._sq, self._sq_array + index * 4, index)
         _U32.pack_into(self._sq, self._sq_tail, (tail + 1) & 0xFFFFFFFF)
-        started = time.perf_counter()
+        return user_data
+
+    async def _settle_started(self) -> None:
+        """Wait (without blocking the loop) for a started operation nobody finished yet and
+        keep its result for :meth:`finish`: it completes before the next is submitted."""
+        started = self._started
+        if started is None:
+            return
+        self._started = None
+        if not started.submitted:
+            await self._submit(0)
+        result = self._reap(started.user_data)
+        while result is None:
+            result = await self._await_event(started.user_data)
+        self._settled = (started.user_data, result)
+
+    async def _complete(
+        self, user_data: int, started: float, meanwhile: Callable[[], object] | None, *, submitted: bool
+    ) -> int:
+        """Submit ``user_data``'s queued entry unless ``submitted``, and wait for it: blocking
+        (spinning or in the system call) within the limit when the policy allows, running
+        ``meanwhile`` first; else, or after the limit, asynchronously through the eventfd."""
         block = self.waits.may_block() and not FLUSH_UNAWAITED.get()
         spin = self.spin and PUT_ALONE.get()
-        if block and (meanwhile is not None or spin):
-            await self._submit(0)
+        if block and (meanwhile is not None or spin or submitted):
+            if not submitted:
+                await self._submit(0)
             if meanwhile is not None:
                 meanwhile()
             if spin:
@@ -251,23 +353,25 @@ class Ring:
                 # A failure here (ETIME: slower than the limit; EINTR) leaves the completion
                 # to the eventfd wait below.
                 _call(_SYS_IO_URING_ENTER, self._fd, 0, 1, _BLOCKING_WAIT, self._wait_ref, _ARG_SIZE)
-        else:
+        elif not submitted:
             await self._submit(_BLOCKING_WAIT if block else 0)
         result = self._reap(user_data)
         blocked = block and result is not None
-        if not blocked:
-            while result is None:
-                with trio.CancelScope(shield=True):
-                    await trio.lowlevel.wait_readable(self._event)
-                try:
-                    os.eventfd_read(self._event)
-                except BlockingIOError:
-                    pass
-                result = self._reap(user_data)
+        while result is None:
+            result = await self._await_event(user_data)
         self.waits.count(time.perf_counter() - started, blocked=blocked)
-        if result < 0:
-            raise OSError(-result, os.strerror(-result))
-        return result
+        return _checked(result)
+
+    async def _await_event(self, user_data: int) -> int | None:
+        """One wait for the ring's eventfd (shielded: a submitted operation cannot be
+        abandoned), then ``user_data``'s result if it completed."""
+        with trio.CancelScope(shield=True):
+            await trio.lowlevel.wait_readable(self._event)
+        try:
+            os.eventfd_read(self._event)
+        except BlockingIOError:
+            pass
+        return self._reap(user_data)
 
     async def _submit(self, flags: int) -> None:
         """Submit the queued entry; with ``flags`` :data:`_BLOCKING_WAIT` also wait for one
@@ -314,6 +418,7 @@ class Ring:
         return {
             "commitLogSyncsBlocked": str(self.waits.blocked),
             "commitLogSyncsAwaited": str(self.waits.awaited),
+            "commitLogSyncsStartedEarly": str(self.started_early),
             "commitLogSyncWait": "spin" if self.spin else "sleep",
         }
 

@@ -234,6 +234,15 @@ class MmapStore:
         log.error("%s", self.commit_log.read_only_reason)
         self.positions.flushed.fail(error)
 
+    def start_flush(self) -> bool:
+        """:class:`~kernel.protocols.EarlyFlushStore`: the commit log's sync submitted to the
+        io_uring now, waited for by the next :meth:`flush`. Only when nothing is staged and no
+        flush runs (that flush's own sync follows), and only through the ring (the flush
+        thread's sync cannot be started without a hand-over costing what it saves)."""
+        if self.ring is None or self._flush_lock.locked() or self.commit_log.uncommitted_bytes():
+            return False
+        return self.commit_log.start_sync(self.ring)
+
     async def flush(self, *, least_pages: int = 0) -> int:
         """Commit staged bytes, then flush the commit log (fdatasync or msync on the flush thread).
 

@@ -227,3 +227,50 @@ async def test_puts_that_counted_on_a_cancelled_leader_are_flushed_by_the_loop()
         assert results == {20: Durability.FLUSHED, 30: Durability.FLUSHED}
         assert store.positions.flushed.value == 30
         nursery.cancel_scope.cancel()
+
+
+@attrs.define
+class EarlyStartingStore(CountingStore):
+    """A store that can start its flush early (``EarlyFlushStore``); records the calls."""
+
+    calls: list[tuple[str, int]] = attrs.field(factory=list)
+    starts: bool = True
+
+    def start_flush(self) -> bool:
+        self.calls.append(("start", self.positions.wrote.value))
+        return self.starts
+
+    async def flush(self, **_: object) -> int:
+        self.calls.append(("flush", self.positions.wrote.value))
+        return await super().flush()
+
+
+@pytest.mark.parametrize("starts", [True, False], ids=["started", "refused"])
+async def test_a_leader_starts_its_stores_flush_before_flushing(starts):
+    """The leader asks the store to start its flush right before its flush call, after its
+    scheduler pass (a put appended in that pass is covered by the start); the count says how
+    many the store took. The loop's own flushes are not started early."""
+    store = EarlyStartingStore(starts=starts)
+    policy = GroupCommitFlush(store, timeout=5.0)  # type: ignore[arg-type]
+    results: dict[int, Durability] = {}
+    put = recording_put(store, policy, results)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(policy.run)
+        async with trio.open_nursery() as puts:
+            puts.start_soon(put, 10)
+            puts.start_soon(put, 20)
+        assert results == {10: Durability.FLUSHED, 20: Durability.FLUSHED}
+        assert store.calls == [("start", 20), ("flush", 20)]
+        assert policy.statistics().started_early == (1 if starts else 0)
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_store_without_early_flushes_is_only_flushed():
+    store = CountingStore()
+    policy = GroupCommitFlush(store, timeout=5.0)  # type: ignore[arg-type]
+    async with trio.open_nursery() as nursery:
+        await nursery.start(policy.run)
+        store.positions.wrote.advance(10)
+        assert await policy.wait_durable(appended(10), wait=True) is Durability.FLUSHED
+        assert policy.statistics().started_early == 0
+        nursery.cancel_scope.cancel()

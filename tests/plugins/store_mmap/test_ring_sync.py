@@ -19,6 +19,7 @@ from kernel.testing import make_config
 from kernel.unawaited_flush import FLUSH_UNAWAITED
 from plugins.store_mmap import store as store_module
 from plugins.store_mmap.flush_thread import BLOCK_LIMIT
+from plugins.store_mmap.mapped_file import MappedFile
 from plugins.store_mmap.ring_sync import Ring, RingOp, RingUnavailable, open_ring
 from tests.plugins.store_mmap.helpers import loop_gaps_while
 
@@ -82,6 +83,7 @@ async def test_a_sync_of_written_bytes_completes_and_is_counted(ring, tmp_path):
     assert ring.figures() == {
         "commitLogSyncsBlocked": str(ring.waits.blocked),
         "commitLogSyncsAwaited": str(ring.waits.awaited),
+        "commitLogSyncsStartedEarly": "0",
         "commitLogSyncWait": "spin" if ring.spin else "sleep",
     }
 
@@ -291,8 +293,13 @@ async def test_sync_puts_are_flushed_through_the_chosen_path_and_survive_a_resta
         if sync_with == "io_uring":
             assert int(figures["commitLogSyncsBlocked"]) + int(figures["commitLogSyncsAwaited"]) >= 50
             assert figures["commitLogSyncWait"] == sync_wait
+            # Each put led its flush and started its sync before the flush call (the leader's
+            # early start: the disk works while the loop walks to the ring).
+            assert figures["commitLogSyncsStartedEarly"] == "50"
+            assert broker.statistics().flush.started_early == 50
         else:
             assert "commitLogSyncWait" not in figures  # the flush thread always sleeps
+            assert broker.statistics().flush.started_early == 0  # its sync cannot start early
         broker.request_stop()
     again = Broker.assemble(sync_store_config(tmp_path, sync_with))
     async with trio.open_nursery() as nursery:
@@ -338,3 +345,86 @@ async def test_the_async_policys_interval_flushes_never_hold_the_loop(tmp_path):
         assert int(figures["commitLogSyncsAwaited"]) >= 5
         assert figures["commitLogSyncsBlocked"] == "0"
         broker.request_stop()
+
+
+async def test_a_started_sync_is_submitted_at_once_and_finished_later(ring, tmp_path):
+    """``start`` submits without waiting (the worker syncs while the caller goes on); ``finish``
+    waits for that completion and counts the wait once. While one is started, nothing else
+    starts; a token is finished once."""
+    fd = os.open(tmp_path / "log", os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        os.pwrite(fd, b"x" * 300, 0)
+        token = ring.start(RingOp.datasync(fd))
+        assert token is not None
+        assert ring.start(RingOp.nop()) is None, "one started operation at a time"
+        with trio.fail_after(5):
+            while completions_waiting(ring) == 0:  # noqa: ASYNC110 (done without anyone waiting in the ring)
+                await trio.sleep(0.001)
+        assert await ring.finish(token) == 0
+        assert ring.waits.blocked + ring.waits.awaited == 1
+        assert ring.figures()["commitLogSyncsStartedEarly"] == "1"
+        with pytest.raises(ValueError, match="no started operation"):
+            await ring.finish(token)
+    finally:
+        os.close(fd)
+
+
+async def test_meanwhile_runs_while_a_started_operation_is_pending(ring):
+    """``finish`` runs the overlap work as ``run`` does: after the submission, before the
+    completion is taken (the operation is still pending while it runs)."""
+    seen: list[int] = []
+    token = ring.start(RingOp.sleep(0.05))
+    assert token is not None
+    token_alone = PUT_ALONE.set(True)
+    try:
+        with pytest.raises(OSError) as raised:
+            await ring.finish(token, lambda: seen.append(completions_waiting(ring)))
+    finally:
+        PUT_ALONE.reset(token_alone)
+    assert raised.value.errno == errno.ETIME
+    assert seen == [0]
+
+
+async def test_a_run_meanwhile_first_settles_the_started_operation(ring, tmp_path):
+    """An operation run while another was started (not finished) waits for the started one
+    first, so one is in flight at a time and neither completion is lost: the started one's
+    result, its error included, is what ``finish`` returns later."""
+    token = ring.start(RingOp.datasync(987_654))  # no such descriptor: completes with EBADF
+    assert token is not None
+    assert await ring.run(RingOp.nop()) == 0
+    with pytest.raises(OSError) as raised:
+        await ring.finish(token)
+    assert raised.value.errno == errno.EBADF
+    assert ring.start(RingOp.nop()) is not None, "the ring is free to start again"
+
+
+async def test_a_started_operation_of_a_closed_ring_fails_its_finish():
+    ring = ring_or_skip()
+    token = ring.start(RingOp.nop())
+    assert token is not None
+    ring.close()
+    assert ring.start(RingOp.nop()) is None
+    with pytest.raises(OSError) as raised:
+        await ring.finish(token)
+    assert raised.value.errno == errno.EBADF
+
+
+async def test_a_file_sync_started_early_covers_what_was_written_before_it(ring, tmp_path):
+    """``MappedFile.start_sync`` holds the file and starts its sync; ``flush_through`` waits for
+    it, moves ``flushed`` to what the started sync covered, and syncs bytes written after it
+    began with a sync of their own."""
+    mapped = MappedFile.open(tmp_path / "00000000000000000000", 4096, create=True)
+    try:
+        mapped.write(b"a" * 100)
+        assert mapped.start_sync(ring)
+        assert not mapped.start_sync(ring), "one started sync at a time"
+        assert mapped._refs == 1, "held while its sync is started: the descriptor stays open"
+        mapped.write(b"b" * 50)  # after the start: not covered by it
+        runs: list[str] = []
+        assert await mapped.flush_through(ring, lambda: runs.append("overlap")) == 150
+        assert runs == ["overlap"], "the overlap ran once, during the started sync"
+        assert mapped._refs == 0
+        assert ring.waits.blocked + ring.waits.awaited == 2
+        assert not mapped.start_sync(ring), "nothing left to sync"
+    finally:
+        mapped.close()
