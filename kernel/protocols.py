@@ -133,8 +133,10 @@ class EarlyFlushStore(Protocol):
 
     def start_flush(self) -> bool:
         """Start making what is written so far durable; return at once. True when something
-        was started (the next :meth:`MessageStore.flush` waits for it, and flushes whatever
-        was written after it began); False when the store cannot start one now (a flush is
+        was started: the next :meth:`MessageStore.flush`, if called before anything else
+        yields, waits for it and for nothing a deadline could abandon (no lock, no queue:
+        only the disk, which is waited for in any case), and flushes whatever was written
+        after it began; False when the store cannot start one now (a flush is
         under way, it has nothing to start, its way of syncing cannot be started early): the
         next flush does everything, as without this call. Never raises: a failure belongs
         to the flush that waits."""
