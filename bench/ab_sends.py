@@ -8,6 +8,14 @@ SDK of this tree) is the same for both arms; only the broker process runs the ot
 
     ./run bench ab_sends --base HEAD~1 [--workload one|producers|inflight|batch] [--flush async|sync]
                          [--pairs 4] [--messages 40000] [--size 128] [--remoting 'busy_poll = "off"']
+    ./run bench ab_sends --base HEAD~1 --interleave [--blocks 200] [--messages 20000] ...
+
+``--interleave`` (one in flight only) runs both brokers at once and one client that switches
+between them every ``--blocks``-th of the sends (a few tenths of a second): the machine's drift,
+which moves whole runs by 10-30 % here, then falls on both arms within each second, and a 5 %
+change that separate runs cannot resolve shows in every run (docs/performance.md, thirty-fifth
+step). It prints each arm's mean, p50 and p99 round trip and their ratios; the idle arm's
+broker stops polling between its blocks, as an idle broker does.
 
 Workloads, each a row of ``produce_consume`` measured the same way (its functions where it has
 them): ``one``: one producer, one send in flight ("1 in flight", p50, p99); ``producers``: 64
@@ -29,7 +37,7 @@ import tempfile
 import time
 import zipfile
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AsyncExitStack, ExitStack, contextmanager
 from pathlib import Path
 
 import trio
@@ -81,6 +89,13 @@ def checkout(revision: str) -> Iterator[Path]:
             ["git", "-C", str(REPO), "worktree", "remove", "--force", str(tree)], capture_output=True
         )
         shutil.rmtree(root, ignore_errors=True)
+
+
+def working_tree_commit() -> str:
+    """A commit of the working tree's tracked files as they are (``git stash create``; HEAD
+    when nothing is changed); untracked files are not in it."""
+    created = subprocess.run(["git", "-C", str(REPO), "stash", "create"], capture_output=True, text=True)
+    return created.stdout.strip() or "HEAD"
 
 
 def build_codec(tree: Path, wheels: Path) -> bool:
@@ -162,6 +177,64 @@ async def batch(server: Server, topic: str, body: bytes, count: int) -> Figures:
 
 WORKLOADS = {"one": one, "producers": producers, "inflight": inflight, "batch": batch}
 
+ARMS = ("base", "this tree")
+
+
+async def interleaved(
+    servers: dict[str, Server], body: bytes, count: int, blocks: int
+) -> dict[str, list[float]]:
+    """One producer per broker, one send in flight, the arms taking turns in ``blocks`` blocks
+    each (alternating which goes first); every send's round trip in seconds, by arm."""
+    latencies: dict[str, list[float]] = {name: [] for name in ARMS}
+    async with AsyncExitStack() as stack:
+        producers = {}
+        for name in ARMS:
+            producer = await stack.enter_async_context(
+                Producer("PG_ab", servers[name].address, send_timeout=30)
+            )
+            await warm(producer, "ABTopic", body)
+            await warming_done(servers[name])
+            producers[name] = producer
+        each = max(1, count // blocks)
+        for block in range(blocks):
+            for name in ARMS if block % 2 == 0 else ARMS[::-1]:
+                producer, times = producers[name], latencies[name]
+                for _ in range(each):
+                    sent = time.perf_counter()
+                    await producer.send(Message("ABTopic", body))
+                    times.append(time.perf_counter() - sent)
+    return latencies
+
+
+def run_interleaved(base_tree: Path, this_tree: Path, args: argparse.Namespace, body: bytes) -> None:
+    store = 'commit_log_file_size = "512MiB"\n' + (
+        "warm_mapped_file = true\n" if args.flush == "sync" else ""
+    )
+    tables = f"[remoting]\n{chr(10).join(args.remoting)}\n[store_mmap]\n{store}"
+    trees = {"base": base_tree, "this tree": this_tree}
+    with ExitStack() as stack:
+        servers = {}
+        for name in ARMS:
+            root = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="trocket-ab-run-")))
+            broker = stack.enter_context(
+                trocket_process(root, f'flush = "{args.flush}"', tables, repo=trees[name])
+            )
+            servers[name] = Server(broker.namesrv, broker.pid)
+        latencies = trio.run(interleaved, servers, body, args.messages, args.blocks)
+    figures = {}
+    for name in ARMS:
+        times = sorted(latencies[name])
+        figures[name] = {
+            "mean ms": statistics.fmean(times) * 1000,
+            "p50 ms": times[len(times) // 2] * 1000,
+            "p90 ms": times[int(len(times) * 0.9)] * 1000,
+            "p99 ms": times[int(len(times) * 0.99)] * 1000,
+        }
+        shown = "  ".join(f"{key} {value:.3f}" for key, value in figures[name].items())
+        print(f"{name:>9}: {len(times)} sends  {shown}", flush=True)
+    for key in figures["base"]:
+        print(f"  {key:>8} ratio: {figures['this tree'][key] / figures['base'][key]:.3f} (this tree / base)")
+
 
 def run_arm(tree: Path, args: argparse.Namespace, body: bytes) -> Figures:
     remoting = "\n".join(args.remoting)
@@ -191,10 +264,27 @@ def main() -> None:
     parser.add_argument(
         "--remoting", action="append", default=[], help="a line for [remoting] of both brokers (repeatable)"
     )
+    parser.add_argument(
+        "--interleave",
+        action="store_true",
+        help="both brokers at once, the client switching between them (one)",
+    )
+    parser.add_argument("--blocks", type=int, default=200, help="--interleave: turns each arm takes")
     args = parser.parse_args()
     if args.pairs < 1 or args.messages < PRODUCERS:
         parser.error(f"--pairs must be at least 1 and --messages at least {PRODUCERS}")
+    if args.interleave and (args.workload != "one" or not 1 <= args.blocks <= args.messages):
+        parser.error("--interleave runs the one workload, with 1 <= --blocks <= --messages")
     body = os.urandom(args.size // 2).hex().encode()[: args.size]
+    if args.interleave:
+        # This tree runs from a checkout too (its tracked files as they are now): a broker run
+        # from the repository itself measured 3-6 % faster than the same code from a checkout
+        # in A/A runs, which would pass for an improvement.
+        with checkout(args.base) as base_tree, checkout(working_tree_commit()) as this_tree:
+            print(f"one, interleaved, {args.flush} flush, {args.size} B, {args.messages} messages an arm "
+                  f"in {args.blocks} turns, base {args.base}", flush=True)  # fmt: skip
+            run_interleaved(base_tree, this_tree, args, body)
+        return
     results: dict[str, list[dict[str, float]]] = {"base": [], "this tree": []}
     with checkout(args.base) as base_tree:
         print(f"{args.workload}, {args.flush} flush, {args.size} B, {args.messages} messages an arm, "
