@@ -240,7 +240,9 @@ class Ring:
         """Submit ``op`` and wait for its completion; its non-negative result. When the loop
         is to block for it, ``meanwhile`` (synchronous, bounded, never raising: the
         :class:`~kernel.sync_overlap.SyncOverlap` work) runs between the submission and the
-        wait, while the kernel's worker does the operation: one more ``io_uring_enter``.
+        wait, while the kernel's worker does the operation: one more ``io_uring_enter``. An
+        operation :meth:`start` submitted and nobody finished yet is waited for first (its
+        result kept for :meth:`finish`).
 
         :raises OSError: with the completion's errno when it is negative.
         """
@@ -285,11 +287,13 @@ class Ring:
         else:
             lock.acquire_nowait()
         try:
+            if self._fd < 0:
+                # Closed, whatever became of the operation (a failed submission closes it).
+                self._started = None
+                raise OSError(errno.EBADF, "the io_uring is closed")
             started = self._started
             if started is not None and started.user_data == token:
                 self._started = None
-                if self._fd < 0:
-                    raise OSError(errno.EBADF, "the io_uring is closed")
                 return await self._complete(token, started.at, meanwhile, submitted=started.submitted)
             settled = self._settled
             if settled is None or settled[0] != token:

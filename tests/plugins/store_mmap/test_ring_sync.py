@@ -4,6 +4,7 @@ between the ring and the thread (``[store_mmap] sync_with``)."""
 
 from __future__ import annotations
 
+import ctypes
 import errno
 import os
 import struct
@@ -17,6 +18,7 @@ from kernel.errors import ConfigError
 from kernel.put_alone import PUT_ALONE
 from kernel.testing import make_config
 from kernel.unawaited_flush import FLUSH_UNAWAITED
+from plugins.store_mmap import ring_sync
 from plugins.store_mmap import store as store_module
 from plugins.store_mmap.flush_thread import BLOCK_LIMIT
 from plugins.store_mmap.mapped_file import MappedFile
@@ -428,3 +430,29 @@ async def test_a_file_sync_started_early_covers_what_was_written_before_it(ring,
         assert not mapped.start_sync(ring), "nothing left to sync"
     finally:
         mapped.close()
+
+
+async def test_a_started_operation_whose_submission_failed_for_good_fails_its_finish(monkeypatch):
+    """The kernel refused the started entry for the moment (EAGAIN), then for good when a
+    later run sent it (EFAULT here): the ring closes, that run raises, and the started
+    operation's finish raises EBADF (an OSError, as any failed sync), not a lookup error."""
+    ring = ring_or_skip()
+    refusals = iter([errno.EAGAIN, errno.EFAULT])
+    real_call = ring_sync._call
+
+    def refusing(number: int, *args: object) -> int:
+        code = next(refusals, None)
+        if number == ring_sync._SYS_IO_URING_ENTER and code is not None:
+            ctypes.set_errno(code)
+            return -1
+        return real_call(number, *args)
+
+    monkeypatch.setattr(ring_sync, "_call", refusing)
+    token = ring.start(RingOp.nop())
+    assert token is not None
+    with pytest.raises(OSError) as run_error:
+        await ring.run(RingOp.nop())
+    assert run_error.value.errno == errno.EFAULT
+    with pytest.raises(OSError) as finish_error:
+        await ring.finish(token)
+    assert finish_error.value.errno == errno.EBADF
