@@ -15,9 +15,9 @@ flight: 3.3-3.5k against 6.6-8.1k sends a second; docs/performance.md, sixteenth
 arriving while the leader flushes wake the loop as before, so the next group forms behind it.
 
 A leader whose store can start a flush early (:class:`~kernel.protocols.EarlyFlushStore`: the
-io_uring's sync) starts it before walking to the store's flush through its deadline scope and
-the store's locks: the disk works during those 50 µs of Python (docs/performance.md,
-thirty-fifth step).
+io_uring's sync) starts it before walking to the store's flush and its locks: the disk works
+during those 50 µs of Python, and the started flush needs no deadline scope (it waits for the
+disk only; docs/performance.md, thirty-fifth step).
 """
 
 from __future__ import annotations
@@ -148,11 +148,11 @@ class GroupCommitFlush:
     async def _lead(self, deadline: float, *, alone: bool = False) -> None:
         """The leader's flush, after one scheduler pass (see the module docstring) unless the
         put is ``alone`` (:data:`~kernel.put_alone.PUT_ALONE`: nothing could join it). Its
-        deadline still holds while the flush waits (a slow disk); a flush already on the disk
-        is waited for (it cannot be abandoned), as the loop's is, and a flush the store
-        started early is nothing else. Whatever stops the leader
-        short (its deadline, a cancelled request), the puts that counted on it are flushed
-        by the loop."""
+        deadline still holds while the flush waits for the store (its locks); a flush already
+        on the disk is waited for (it cannot be abandoned), as the loop's is, which is all a
+        flush the store started early does, so that one runs without the deadline's scope.
+        Whatever stops the leader short (its deadline, a cancelled request), the puts that
+        counted on it are flushed by the loop."""
         self._leading = True
         try:
             try:
