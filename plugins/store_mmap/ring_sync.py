@@ -45,12 +45,18 @@ a lone sync put's leader starts its sync as soon as it knows it will flush, so t
 while the loop walks from the flush policy to the ring (about 50 µs of Python on this machine
 kind: docs/performance.md, thirty-fifth step). Any :meth:`Ring.run` meanwhile first waits for
 the started operation, so there is still one in flight at a time.
+
+A completion the kernel put in its overflow list instead of the completion queue (seen once on
+Linux 6.18 with the queue empty; see :meth:`Ring._flush_overflow`) is fetched wherever the
+ring looks for its operation, and an asynchronous wait looks again every
+:data:`EVENT_RECHECK` even when the eventfd stays silent: no completion is waited for in vain.
 """
 
 from __future__ import annotations
 
 import ctypes
 import errno
+import logging
 import mmap
 import os
 import platform
@@ -75,6 +81,10 @@ _OFF_SQES = 0x10000000
 _FEAT_SINGLE_MMAP = 1 << 0
 _FEAT_EXT_ARG = 1 << 8
 _ENTER_GETEVENTS = 1 << 0
+_SQ_CQ_OVERFLOW = 1 << 1
+"""``IORING_SQ_CQ_OVERFLOW`` in the submission ring's flags: completions wait in the kernel's
+overflow list, which only an ``io_uring_enter`` with ``IORING_ENTER_GETEVENTS`` moves into the
+completion ring (and only then is the eventfd signalled for them)."""
 _ENTER_EXT_ARG = 1 << 3
 _REGISTER_EVENTFD = 4
 _OP_NOP = 0
@@ -101,6 +111,11 @@ _syscall = _libc.syscall
 _syscall.restype = ctypes.c_long
 _ARG_SIZE = ctypes.c_size_t(24)
 _BLOCKING_WAIT = _ENTER_GETEVENTS | _ENTER_EXT_ARG
+EVENT_RECHECK = 0.05
+"""Seconds an asynchronous wait sleeps on the eventfd before it looks at the rings again: a
+completion the eventfd never announces (one left in the overflow list) is found within this."""
+
+log = logging.getLogger(__name__)
 
 
 def _call(number: int, *args: object) -> int:
@@ -188,7 +203,7 @@ class Ring:
         self.spin = spin
         """Block by spinning on the completion queue (else asleep in ``io_uring_enter``)."""
         sq_entries, cq_entries, features = params[0], params[1], params[5]
-        _, sq_tail, sq_mask, _, _, _, sq_array = params[7:14]
+        _, sq_tail, sq_mask, _, sq_flags, _, sq_array = params[7:14]
         cq_head, cq_tail, cq_mask, _, _, cqes = params[14:20]
         if not features & _FEAT_EXT_ARG:
             raise RingUnavailable(errno.ENOSYS, "the kernel's io_uring has no wait timeout (before 5.11)")
@@ -202,7 +217,7 @@ class Ring:
             self._sq = mmap.mmap(ring_fd, sq_size, shared, protection, offset=_OFF_SQ_RING)
             self._cq = mmap.mmap(ring_fd, cq_size, shared, protection, offset=_OFF_CQ_RING)
         self._sqes = mmap.mmap(ring_fd, sq_entries * _SQE_SIZE, shared, protection, offset=_OFF_SQES)
-        self._sq_tail, self._sq_array = sq_tail, sq_array
+        self._sq_tail, self._sq_array, self._sq_flags = sq_tail, sq_array, sq_flags
         self._sq_mask = _U32.unpack_from(self._sq, sq_mask)[0]
         self._cq_head, self._cq_tail, self._cqes = cq_head, cq_tail, cqes
         self._cq_mask = _U32.unpack_from(self._cq, cq_mask)[0]
@@ -226,6 +241,9 @@ class Ring:
         """A started operation :meth:`run` waited for before its own: (token, result)."""
         self.started_early = 0
         """Operations submitted by :meth:`start` (the figure ``commitLogSyncsStartedEarly``)."""
+        self.overflow_flushes = 0
+        """Times a completion was fetched from the kernel's overflow list
+        (``commitLogSyncOverflowFlushes``; see :meth:`_flush_overflow`)."""
 
     async def datasync(self, fd: int, meanwhile: Callable[[], object] | None = None) -> None:
         """``fdatasync(fd)``; not cancellable once submitted (the caller's flushed position
@@ -367,9 +385,9 @@ class Ring:
         return _checked(result)
 
     async def _await_event(self, user_data: int) -> int | None:
-        """One wait for the ring's eventfd (shielded: a submitted operation cannot be
-        abandoned), then ``user_data``'s result if it completed."""
-        with trio.CancelScope(shield=True):
+        """One wait for the ring's eventfd, at most :data:`EVENT_RECHECK` (shielded: a submitted
+        operation cannot be abandoned), then ``user_data``'s result if it completed."""
+        with trio.CancelScope(shield=True, deadline=trio.current_time() + EVENT_RECHECK):
             await trio.lowlevel.wait_readable(self._event)
         try:
             os.eventfd_read(self._event)
@@ -390,7 +408,9 @@ class Ring:
                 # is unusable from here (every later call: EBADF, the store read-only).
                 self.close()
                 raise OSError(code, f"io_uring_enter: {os.strerror(code)}")
-            if code != errno.EINTR:
+            if code == errno.EBUSY and self._overflowed():
+                self._flush_overflow()  # completions in the overflow list hold submissions back
+            elif code != errno.EINTR:
                 with trio.CancelScope(shield=True):
                     await trio.sleep(0.0001)  # the kernel is short of memory for a moment
 
@@ -399,13 +419,50 @@ class Ring:
         ``perf_counter`` time) passes, yielding the CPU between looks (see the module
         docstring). One operation is in flight, so any completion is likely its."""
         cq, head_at, tail_at = self._cq, self._cq_head, self._cq_tail
+        sq, flags_at = self._sq, self._sq_flags
         unpack = _U32.unpack_from
-        while unpack(cq, head_at)[0] == unpack(cq, tail_at)[0] and time.perf_counter() < limit:
+        while (
+            unpack(cq, head_at)[0] == unpack(cq, tail_at)[0]
+            and not unpack(sq, flags_at)[0] & _SQ_CQ_OVERFLOW
+            and time.perf_counter() < limit
+        ):
             os.sched_yield()
 
     def _reap(self, user_data: int) -> int | None:
-        """The result of ``user_data`` if its completion is in the queue (every completion up
-        to it is consumed: one operation is in flight at a time)."""
+        """The result of ``user_data`` if it completed (every completion up to it is consumed:
+        one operation is in flight at a time), fetched from the kernel's overflow list when it
+        was put there."""
+        found = self._reap_ring(user_data)
+        if found is None and self._overflowed():
+            self._flush_overflow()
+            found = self._reap_ring(user_data)
+        return found
+
+    def _overflowed(self) -> bool:
+        return bool(_U32.unpack_from(self._sq, self._sq_flags)[0] & _SQ_CQ_OVERFLOW)
+
+    def _flush_overflow(self) -> None:
+        """Have the kernel move completions from its overflow list into the completion ring
+        (``io_uring_enter`` with ``IORING_ENTER_GETEVENTS``, waiting for none).
+
+        Why: one operation is in flight at a time, so the 16-entry completion ring is never
+        full on this side; yet a broker under sync flush on Linux 6.18 once had the sync it
+        waited for in the overflow list, its completion ring empty (``/proc/<pid>/fdinfo``:
+        ``CqHead`` = ``CqTail`` = 15744, ``CqOverflowList: user_data=15745, res=0``). The
+        eventfd is not signalled for such a completion, and the broker waited for it for good:
+        sends unanswered, a stop that never ended (docs/performance.md, thirty-sixth step)."""
+        if _call(_SYS_IO_URING_ENTER, self._fd, 0, 0, _ENTER_GETEVENTS, None, 0) < 0:
+            code = ctypes.get_errno()
+            log.error("io_uring_enter(GETEVENTS) to fetch overflowed completions: %s", os.strerror(code))
+            return
+        self.overflow_flushes += 1
+        if self.overflow_flushes == 1:
+            log.warning(
+                "the io_uring's completion of a commit-log sync was in the kernel's overflow list; "
+                "fetched (counted in commitLogSyncOverflowFlushes)"
+            )
+
+    def _reap_ring(self, user_data: int) -> int | None:
         head = _U32.unpack_from(self._cq, self._cq_head)[0]
         tail = _U32.unpack_from(self._cq, self._cq_tail)[0]
         found = None
@@ -423,6 +480,7 @@ class Ring:
             "commitLogSyncsBlocked": str(self.waits.blocked),
             "commitLogSyncsAwaited": str(self.waits.awaited),
             "commitLogSyncsStartedEarly": str(self.started_early),
+            "commitLogSyncOverflowFlushes": str(self.overflow_flushes),
             "commitLogSyncWait": "spin" if self.spin else "sleep",
         }
 

@@ -8,7 +8,9 @@ import ctypes
 import errno
 import os
 import struct
+import threading
 import time
+from pathlib import Path
 
 import pytest
 import trio
@@ -86,6 +88,7 @@ async def test_a_sync_of_written_bytes_completes_and_is_counted(ring, tmp_path):
         "commitLogSyncsBlocked": str(ring.waits.blocked),
         "commitLogSyncsAwaited": str(ring.waits.awaited),
         "commitLogSyncsStartedEarly": "0",
+        "commitLogSyncOverflowFlushes": "0",
         "commitLogSyncWait": "spin" if ring.spin else "sleep",
     }
 
@@ -456,3 +459,63 @@ async def test_a_started_operation_whose_submission_failed_for_good_fails_its_fi
     with pytest.raises(OSError) as finish_error:
         await ring.finish(token)
     assert finish_error.value.errno == errno.EBADF
+
+
+def fill_completion_queue(ring: Ring) -> None:
+    """Complete operations nobody reaps until the ring's completion queue is full (16 here):
+    the next completion has to go to the kernel's overflow list."""
+    while completions_waiting(ring) < ring._cq_mask + 1:
+        ring._queue(RingOp.nop())
+        assert ring_sync._call(ring_sync._SYS_IO_URING_ENTER, ring._fd, 1, 0, 0, None, 0) == 1
+
+
+def overflowed_completions(ring: Ring) -> list[str]:
+    """The completions in the kernel's overflow list, as ``/proc/self/fdinfo`` lists them."""
+    text = Path(f"/proc/self/fdinfo/{ring._fd}").read_text()
+    listed = text.split("CqOverflowList:", 1)[1].splitlines()[1:]
+    return [line.strip() for line in listed if line.strip().startswith("user_data=")]
+
+
+def drop_completions(ring: Ring) -> None:
+    """Consume what the completion queue holds, as a reaper of other operations would."""
+    struct.pack_into("<I", ring._cq, ring._cq_head, struct.unpack_from("<I", ring._cq, ring._cq_tail)[0])
+
+
+def finished_within(ring: Ring, token: int, seconds: float, *, unawaited: bool, alone: bool) -> list[int]:
+    """``ring.finish(token)`` on a loop of its own in a daemon thread: its result, or nothing
+    when it did not return within ``seconds`` (a wait that is shielded, or a spin, cannot be
+    timed out from inside)."""
+    results: list[int] = []
+
+    async def finish() -> None:
+        FLUSH_UNAWAITED.set(unawaited)
+        PUT_ALONE.set(alone)
+        results.append(await ring.finish(token))
+
+    thread = threading.Thread(target=trio.run, args=(finish,), daemon=True)
+    thread.start()
+    thread.join(seconds)
+    return results
+
+
+@pytest.mark.parametrize("wait", ["eventfd", "spin", "system call"])
+def test_a_completion_left_in_the_kernels_overflow_list_is_fetched(wait):
+    """A broker under sync flush (Linux 6.18) once waited for good for a sync whose completion
+    the kernel had put in its overflow list while the completion queue itself was empty: the
+    eventfd is not signalled for it and a spin on the queue never sees it. Every way of
+    waiting now fetches it (``io_uring_enter`` with GETEVENTS) and counts the fetch."""
+    ring = ring_or_skip(spin=wait == "spin")
+    try:
+        fill_completion_queue(ring)
+        token = ring.start(RingOp.nop())
+        assert token is not None
+        drop_completions(ring)
+        assert completions_waiting(ring) == 0
+        assert overflowed_completions(ring) == [f"user_data={token}, res=0, flags=0"]
+        assert finished_within(ring, token, 5, unawaited=wait == "eventfd", alone=wait == "spin") == [0]
+        assert overflowed_completions(ring) == []
+        fetched = "0" if wait == "system call" else "1"  # a blocking io_uring_enter fetches it itself
+        assert ring.figures()["commitLogSyncOverflowFlushes"] == fetched
+        assert trio.run(ring.run, RingOp.nop()) == 0, "the ring serves on"
+    finally:
+        ring.close()
