@@ -49,7 +49,8 @@ the started operation, so there is still one in flight at a time.
 A completion the kernel put in its overflow list instead of the completion queue (seen once on
 Linux 6.18 with the queue empty; see :meth:`Ring._flush_overflow`) is fetched wherever the
 ring looks for its operation, and an asynchronous wait looks again every
-:data:`EVENT_RECHECK` even when the eventfd stays silent: no completion is waited for in vain.
+:data:`EVENT_RECHECK` even when the eventfd stays silent; one the kernel counts as dropped
+fails its operation with EIO (the store turns read-only). No completion is waited for in vain.
 """
 
 from __future__ import annotations
@@ -204,7 +205,7 @@ class Ring:
         """Block by spinning on the completion queue (else asleep in ``io_uring_enter``)."""
         sq_entries, cq_entries, features = params[0], params[1], params[5]
         _, sq_tail, sq_mask, _, sq_flags, _, sq_array = params[7:14]
-        cq_head, cq_tail, cq_mask, _, _, cqes = params[14:20]
+        cq_head, cq_tail, cq_mask, _, cq_dropped, cqes = params[14:20]
         if not features & _FEAT_EXT_ARG:
             raise RingUnavailable(errno.ENOSYS, "the kernel's io_uring has no wait timeout (before 5.11)")
         sq_size = sq_array + sq_entries * 4
@@ -221,6 +222,8 @@ class Ring:
         self._sq_mask = _U32.unpack_from(self._sq, sq_mask)[0]
         self._cq_head, self._cq_tail, self._cqes = cq_head, cq_tail, cqes
         self._cq_mask = _U32.unpack_from(self._cq, cq_mask)[0]
+        self._cq_dropped = cq_dropped
+        self._dropped_seen = _U32.unpack_from(self._cq, cq_dropped)[0]
         self._event = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
         registered = ctypes.c_int32(self._event)
         if _call(_SYS_IO_URING_REGISTER, ring_fd, _REGISTER_EVENTFD, ctypes.byref(registered), 1) < 0:
@@ -431,11 +434,18 @@ class Ring:
     def _reap(self, user_data: int) -> int | None:
         """The result of ``user_data`` if it completed (every completion up to it is consumed:
         one operation is in flight at a time), fetched from the kernel's overflow list when it
-        was put there."""
+        was put there; ``-EIO`` when the kernel counts a completion dropped."""
         found = self._reap_ring(user_data)
         if found is None and self._overflowed():
             self._flush_overflow()
             found = self._reap_ring(user_data)
+        if found is None and _U32.unpack_from(self._cq, self._cq_dropped)[0] != self._dropped_seen:
+            # The kernel dropped a completion (no memory for its overflow entry): with one
+            # operation in flight it was this one, whose outcome is now unknown. Failing it
+            # (the store turns read-only) beats waiting for it for good.
+            self._dropped_seen = _U32.unpack_from(self._cq, self._cq_dropped)[0]
+            log.error("the kernel dropped the completion of io_uring operation %d: failed as EIO", user_data)
+            found = -errno.EIO
         return found
 
     def _overflowed(self) -> bool:

@@ -519,3 +519,25 @@ def test_a_completion_left_in_the_kernels_overflow_list_is_fetched(wait):
         assert trio.run(ring.run, RingOp.nop()) == 0, "the ring serves on"
     finally:
         ring.close()
+
+
+async def test_a_completion_the_kernel_dropped_fails_its_operation_instead_of_a_wait_for_good():
+    """The kernel drops a completion only when it cannot allocate its overflow entry, and says
+    so in the completion ring's overflow counter: the operation in flight (there is one at a
+    time) fails with EIO, which turns the store read-only, rather than being waited for
+    forever. Simulated by raising the counter while an operation is pending."""
+    ring = ring_or_skip()
+    try:
+        token = ring.start(RingOp.sleep(30))  # pending until its timeout: nothing reaps it
+        assert token is not None
+        dropped = struct.unpack_from("<I", ring._cq, ring._cq_dropped)[0]
+        struct.pack_into("<I", ring._cq, ring._cq_dropped, dropped + 1)
+        unawaited = FLUSH_UNAWAITED.set(True)
+        try:
+            with trio.fail_after(5), pytest.raises(OSError) as raised:
+                await ring.finish(token)
+        finally:
+            FLUSH_UNAWAITED.reset(unawaited)
+        assert raised.value.errno == errno.EIO
+    finally:
+        ring.close()
