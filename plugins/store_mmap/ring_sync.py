@@ -46,7 +46,7 @@ while the loop walks from the flush policy to the ring (about 50 µs of Python o
 kind: docs/performance.md, thirty-fifth step). Any :meth:`Ring.run` meanwhile first waits for
 the started operation, so there is still one in flight at a time.
 
-A completion the kernel put in its overflow list instead of the completion queue (seen once on
+A completion the kernel put in its overflow list instead of the completion queue (seen on
 Linux 6.18 with the queue empty; see :meth:`Ring._flush_overflow`) is fetched wherever the
 ring looks for its operation, and an asynchronous wait looks again every
 :data:`EVENT_RECHECK` even when the eventfd stays silent; one the kernel counts as dropped
@@ -436,17 +436,22 @@ class Ring:
         one operation is in flight at a time), fetched from the kernel's overflow list when it
         was put there; ``-EIO`` when the kernel counts a completion dropped."""
         found = self._reap_ring(user_data)
-        if found is None and self._overflowed():
+        if found is not None:
+            return found
+        if self._overflowed():
             self._flush_overflow()
             found = self._reap_ring(user_data)
-        if found is None and _U32.unpack_from(self._cq, self._cq_dropped)[0] != self._dropped_seen:
-            # The kernel dropped a completion (no memory for its overflow entry): with one
-            # operation in flight it was this one, whose outcome is now unknown. Failing it
-            # (the store turns read-only) beats waiting for it for good.
-            self._dropped_seen = _U32.unpack_from(self._cq, self._cq_dropped)[0]
-            log.error("the kernel dropped the completion of io_uring operation %d: failed as EIO", user_data)
-            found = -errno.EIO
-        return found
+            if found is not None:
+                return found
+        dropped = _U32.unpack_from(self._cq, self._cq_dropped)[0]
+        if dropped == self._dropped_seen:
+            return None
+        # The kernel dropped a completion (no memory for its overflow entry): with one operation
+        # in flight it was this one, whose outcome is now unknown. Failing it (the store turns
+        # read-only) beats waiting for it for good.
+        self._dropped_seen = dropped
+        log.error("the kernel dropped the completion of io_uring operation %d: failed as EIO", user_data)
+        return -errno.EIO
 
     def _overflowed(self) -> bool:
         return bool(_U32.unpack_from(self._sq, self._sq_flags)[0] & _SQ_CQ_OVERFLOW)
@@ -456,8 +461,8 @@ class Ring:
         (``io_uring_enter`` with ``IORING_ENTER_GETEVENTS``, waiting for none).
 
         Why: one operation is in flight at a time, so the 16-entry completion ring is never
-        full on this side; yet a broker under sync flush on Linux 6.18 once had the sync it
-        waited for in the overflow list, its completion ring empty (``/proc/<pid>/fdinfo``:
+        full on this side; yet a broker under sync flush on Linux 6.18 had the sync it waited
+        for in the overflow list, its completion ring empty (``/proc/<pid>/fdinfo``:
         ``CqHead`` = ``CqTail`` = 15744, ``CqOverflowList: user_data=15745, res=0``). The
         eventfd is not signalled for such a completion, and the broker waited for it for good:
         sends unanswered, a stop that never ended (docs/performance.md, thirty-sixth step)."""
@@ -473,6 +478,8 @@ class Ring:
             )
 
     def _reap_ring(self, user_data: int) -> int | None:
+        """``user_data``'s result if its completion is in the completion ring, every
+        completion there consumed."""
         head = _U32.unpack_from(self._cq, self._cq_head)[0]
         tail = _U32.unpack_from(self._cq, self._cq_tail)[0]
         found = None
