@@ -209,11 +209,18 @@ async def interleaved(
     return latencies
 
 
+def broker_tables(args: argparse.Namespace) -> str:
+    """The config tables both arms' brokers run with: ``--remoting`` lines, and the store as
+    produce_consume runs it (512 MiB log files; warmed ahead under sync flush)."""
+    store = 'commit_log_file_size = "512MiB"\n'
+    if args.flush == "sync":
+        store += "warm_mapped_file = true\n"
+    remoting = "\n".join(args.remoting)
+    return f"[remoting]\n{remoting}\n[store_mmap]\n{store}"
+
+
 def run_interleaved(base_tree: Path, this_tree: Path, args: argparse.Namespace, body: bytes) -> None:
-    store = 'commit_log_file_size = "512MiB"\n' + (
-        "warm_mapped_file = true\n" if args.flush == "sync" else ""
-    )
-    tables = f"[remoting]\n{chr(10).join(args.remoting)}\n[store_mmap]\n{store}"
+    tables = broker_tables(args)
     trees = {"base": base_tree, "this tree": this_tree}
     with ExitStack() as stack:
         servers = {}
@@ -240,12 +247,8 @@ def run_interleaved(base_tree: Path, this_tree: Path, args: argparse.Namespace, 
 
 
 def run_arm(tree: Path, args: argparse.Namespace, body: bytes) -> Figures:
-    remoting = "\n".join(args.remoting)
-    store = 'commit_log_file_size = "512MiB"\n'
-    if args.flush == "sync":
-        store += "warm_mapped_file = true\n"  # as produce_consume runs sync flush
     with tempfile.TemporaryDirectory(prefix="trocket-ab-run-") as root:
-        tables = f"[remoting]\n{remoting}\n[store_mmap]\n{store}"
+        tables = broker_tables(args)
         with trocket_process(Path(root), f'flush = "{args.flush}"', tables, repo=tree) as broker:
             server = Server(broker.namesrv, broker.pid)
             return trio.run(WORKLOADS[args.workload], server, "ABTopic", body, args.messages)
@@ -285,7 +288,7 @@ def main() -> None:
                   f"in {args.blocks} turns, base {args.base}", flush=True)  # fmt: skip
             run_interleaved(base_tree, this_tree, args, body)
         return
-    results: dict[str, list[dict[str, float]]] = {"base": [], "this tree": []}
+    results: dict[str, list[dict[str, float]]] = {name: [] for name in ARMS}
     # Both arms run from checkouts: from the repository itself a broker measured 3-6 % faster
     # than the same code from a checkout (docs/performance.md, "Judging a change").
     with checkout(args.base) as base_tree, checkout(working_tree_commit()) as this_tree:
